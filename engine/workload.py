@@ -1,0 +1,210 @@
+"""Workloads: when requests arrive, how long their prompts and outputs are, who sends them.
+
+Everything is drawn from one seeded random generator, so a seed reproduces a run.
+Prompts are real questions and tasks from assets/prompts.jsonl with the model's chat
+template applied, cut or extended to the drawn length so a "256-token prompt" is exactly that.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from dataclasses import asdict, dataclass, field
+
+from .request import Request
+
+PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
+LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
+
+
+@dataclass(slots=True)
+class LengthDist:
+    kind: str = "uniform"   # fixed | uniform | longtail | short_plus_long
+    lo: int = 16            # fixed: the length; uniform: the range; longtail: most are near lo
+    hi: int = 128           # longtail: rare ones reach hi; short_plus_long: the one long request
+
+    def validate(self, what: str) -> None:
+        if self.kind not in LENGTH_KINDS:
+            raise ValueError(f"unknown {what} length distribution {self.kind!r}: "
+                             f"choose one of {', '.join(LENGTH_KINDS)}")
+        if self.lo < 1 or self.hi < self.lo:
+            raise ValueError(f"{what} lengths need 1 <= lo <= hi (got lo={self.lo}, hi={self.hi})")
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        lo, hi = self.lo, self.hi
+        if self.kind == "fixed":
+            return [lo] * n
+        if self.kind == "uniform":
+            return [rng.randint(lo, hi) for _ in range(n)]
+        if self.kind == "longtail":
+            # log-normal around lo: most requests short, a few reach towards hi
+            spread = math.log(max(hi / lo, 1.0)) / 2.5
+            return [min(hi, max(lo, round(lo * math.exp(abs(rng.gauss(0, 1)) * spread)))) for _ in range(n)]
+        # short_plus_long: many short ones (lo..2*lo) and one long one, first in line
+        out = [min(hi, rng.randint(lo, 2 * lo)) for _ in range(n)]
+        if out:
+            out[0] = hi
+        return out
+
+
+@dataclass(slots=True)
+class WorkloadSpec:
+    num_requests: int = 32
+    rate: float = 4.0               # mean arrivals per second; 0 = all arrive at once (offline batch)
+    burstiness: float = 1.0         # spread of the gaps between arrivals: 1 = Poisson, >1 = bursty
+    prompt_len: LengthDist = field(default_factory=lambda: LengthDist("uniform", 32, 128))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist("uniform", 16, 64))
+    tenants: int = 1                # tenant-a sends half the traffic, the rest share the other half
+    seed: int = 0
+    start_s: float = 0.0
+    id_prefix: str = "r"
+
+    def validate(self) -> "WorkloadSpec":
+        if self.num_requests < 0:
+            raise ValueError("num_requests cannot be negative")
+        if self.rate < 0:
+            raise ValueError(f"arrival rate cannot be negative (got {self.rate})")
+        if self.burstiness <= 0:
+            raise ValueError(f"burstiness must be positive (got {self.burstiness})")
+        if self.tenants < 1:
+            raise ValueError("there must be at least one tenant")
+        self.prompt_len.validate("prompt")
+        self.output_len.validate("output")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WorkloadSpec":
+        d = dict(d)
+        for k in ("prompt_len", "output_len"):
+            if isinstance(d.get(k), dict):
+                d[k] = LengthDist(**d[k])
+        return cls(**d).validate()
+
+
+def tenant_name(i: int) -> str:
+    return "tenant-" + "abcdefghijklmnopqrstuvwxyz"[i % 26] + ("" if i < 26 else str(i // 26))
+
+
+def arrival_times(spec: WorkloadSpec, rng: random.Random) -> list[float]:
+    """Gamma-distributed gaps with mean 1/rate; shape 1/burstiness² (shape 1 = exponential = Poisson)."""
+    if spec.rate == 0:
+        return [spec.start_s] * spec.num_requests
+    shape = 1.0 / spec.burstiness ** 2
+    t, out = spec.start_s, []
+    for _ in range(spec.num_requests):
+        t += rng.gammavariate(shape, 1.0 / (spec.rate * shape))
+        out.append(t)
+    return out
+
+
+class PromptMaker:
+    """Builds chat-templated prompts of an exact token length from the project's prompt set."""
+
+    def __init__(self, tokenizer, path: str = PROMPTS_PATH):
+        self.tokenizer = tokenizer
+        with open(path) as f:
+            texts = [json.loads(line)["text"] for line in f if line.strip()]
+        enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
+        self.texts = [enc(t) for t in texts]
+        self.separator = enc("\n\n")
+        marker = "\u2063MARK\u2063"
+        wrapped = tokenizer.apply_chat_template([{"role": "user", "content": marker}],
+                                                add_generation_prompt=True, tokenize=False)
+        before, after = wrapped.split(marker)
+        self.prefix, self.suffix = enc(before), enc(after)
+
+    def make(self, length: int, rng: random.Random) -> list[int]:
+        need = max(1, length - len(self.prefix) - len(self.suffix))
+        content: list[int] = []
+        while len(content) < need:
+            content += rng.choice(self.texts) + self.separator
+        return self.prefix + content[:need] + self.suffix
+
+
+def build_requests(spec: WorkloadSpec, prompts: PromptMaker | None = None) -> list[Request]:
+    """Draw a workload. Without a PromptMaker the prompt ids are stand-ins (for the cost model)."""
+    spec.validate()
+    rng = random.Random(spec.seed)
+    n = spec.num_requests
+    arrivals = arrival_times(spec, rng)
+    prompt_lens = spec.prompt_len.sample(rng, n)
+    output_lens = spec.output_len.sample(rng, n)
+    reqs = []
+    for i in range(n):
+        if spec.tenants == 1:
+            t = 0
+        else:  # tenant-a is the heavy one: half the traffic
+            t = 0 if rng.random() < 0.5 else rng.randint(1, spec.tenants - 1)
+        ids = (prompts.make(prompt_lens[i], rng) if prompts
+               else [rng.randint(100, 30000) for _ in range(prompt_lens[i])])
+        reqs.append(Request(id=f"{spec.id_prefix}{i}", prompt_token_ids=ids,
+                            max_new_tokens=output_lens[i], arrival_s=arrivals[i],
+                            tenant=tenant_name(t), priority=t))
+    return reqs
+
+
+def request_to_json(r: Request) -> dict:
+    d = {"id": r.id, "arrival_s": round(r.arrival_s, 6), "prompt_token_ids": r.prompt_token_ids,
+         "max_new_tokens": r.max_new_tokens, "tenant": r.tenant, "priority": r.priority}
+    if not r.ignore_eos:
+        d["ignore_eos"] = False
+    return d
+
+
+def write_jsonl(path: str, requests: list[Request]) -> None:
+    with open(path, "w") as f:
+        for r in requests:
+            f.write(json.dumps(request_to_json(r)) + "\n")
+
+
+def parse_request(d: dict, tokenizer=None, default_id: str = "") -> Request:
+    """One workload line -> Request; raises ValueError naming the problem."""
+    if not isinstance(d, dict):
+        raise ValueError("a workload line must be a JSON object")
+    rid = str(d.get("id", default_id))
+    if "prompt_token_ids" in d:
+        ids = d["prompt_token_ids"]
+        if not isinstance(ids, list) or not all(isinstance(x, int) and x >= 0 for x in ids):
+            raise ValueError("prompt_token_ids must be a list of non-negative integers")
+    elif "prompt" in d:
+        if tokenizer is None:
+            raise ValueError("a text prompt needs a tokenizer (cost-model runs take prompt_token_ids)")
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": str(d["prompt"])}],
+                                            add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    else:
+        raise ValueError("needs 'prompt' or 'prompt_token_ids'")
+    try:
+        max_new = int(d.get("max_new_tokens", 32))
+        arrival = float(d.get("arrival_s", 0.0))
+        priority = int(d.get("priority", 0))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad number: {exc}") from None
+    if arrival < 0 or math.isnan(arrival):
+        raise ValueError(f"arrival_s must be a non-negative number (got {d.get('arrival_s')})")
+    return Request(id=rid, prompt_token_ids=ids, max_new_tokens=max_new, arrival_s=arrival,
+                   tenant=str(d.get("tenant", "default")), priority=priority,
+                   ignore_eos=bool(d.get("ignore_eos", True)),
+                   temperature=float(d.get("temperature", 0.0)), top_p=float(d.get("top_p", 1.0)),
+                   seed=d.get("seed"), prompt=d.get("prompt"))
+
+
+def read_jsonl(path: str, tokenizer=None) -> tuple[list[Request], list[tuple[int, str, str]]]:
+    """Parse a workload file line by line: (requests, [(line number, id, error)]). A bad line costs only itself."""
+    requests, errors = [], []
+    with open(path) as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            rid = f"line{no}"
+            try:
+                d = json.loads(line)
+                rid = str(d.get("id", rid)) if isinstance(d, dict) else rid
+                requests.append(parse_request(d, tokenizer, default_id=rid))
+            except (ValueError, json.JSONDecodeError) as exc:
+                errors.append((no, rid, f"line {no}: {exc}"))
+    return requests, errors
