@@ -22,7 +22,7 @@ class SchedulerPolicy:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0   # cap on one prompt's chunk per step (0 = only the budget caps it)
     order: str = "fcfs"                 # which waiting request is admitted first
-    kv_capacity_tokens: int = 16384     # KV cache size the scheduler may use, in tokens
+    kv_capacity_tokens: int = 8192      # KV cache size the scheduler may use, in tokens
     max_waiting: int = 0                # admission control: reject arrivals beyond this many waiting (0 = no limit)
     ttft_slo_s: float = 2.0             # deadline for "edf" order, and the TTFT target for goodput
     tpot_slo_s: float = 0.5             # TPOT target for goodput
@@ -72,6 +72,6 @@ class EngineConfig:
     device: str = "auto"          # "auto", "cpu", "cuda"
     dtype: str = "auto"           # "auto", "fp32", "bf16"
     block_size: int = 16          # tokens per KV block
-    kv_pool_tokens: int = 32768   # physical KV pool; the policy's kv_capacity_tokens may use up to this much
+    kv_pool_tokens: int = 8192    # physical KV pool (SmolLM2 fp32: 46 KB a token); kv_capacity_tokens uses up to this
     max_model_len: int = 2048     # longest prompt + output one request may have
     seed: int = 0

@@ -31,21 +31,22 @@ class LengthDist:
         if self.lo < 1 or self.hi < self.lo:
             raise ValueError(f"{what} lengths need 1 <= lo <= hi (got lo={self.lo}, hi={self.hi})")
 
-    def sample(self, rng: random.Random, n: int) -> list[int]:
+    def draw(self, rng: random.Random, index: int) -> int:
+        """The length of the `index`-th request of a workload."""
         lo, hi = self.lo, self.hi
         if self.kind == "fixed":
-            return [lo] * n
+            return lo
         if self.kind == "uniform":
-            return [rng.randint(lo, hi) for _ in range(n)]
+            return rng.randint(lo, hi)
         if self.kind == "longtail":
             # log-normal around lo: most requests short, a few reach towards hi
             spread = math.log(max(hi / lo, 1.0)) / 2.5
-            return [min(hi, max(lo, round(lo * math.exp(abs(rng.gauss(0, 1)) * spread)))) for _ in range(n)]
-        # short_plus_long: many short ones (lo..2*lo) and one long one, first in line
-        out = [min(hi, rng.randint(lo, 2 * lo)) for _ in range(n)]
-        if out:
-            out[0] = hi
-        return out
+            return min(hi, max(lo, round(lo * math.exp(abs(rng.gauss(0, 1)) * spread))))
+        # short_plus_long: the first request is long (hi), the many others short (lo..2*lo)
+        return hi if index == 0 else min(hi, rng.randint(lo, 2 * lo))
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        return [self.draw(rng, i) for i in range(n)]
 
 
 @dataclass(slots=True)

@@ -1,0 +1,225 @@
+"""A live run: the engine in a background thread, fed by an open workload, steerable while it runs.
+
+This is what a lab page holds per browser session. It imports no Streamlit: the page calls
+start / pause / resume / step_once / stop, swaps the policy or the workload, and reads
+`snapshot()`, an immutable copy of everything the charts need.
+
+The thread stops by itself when `is_alive()` (given by the page: "is my browser session
+still connected?") turns false, so a closed or reloaded tab leaves nothing running.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from .clock import VirtualClock, WallClock
+from .config import EngineConfig, SchedulerPolicy
+from .engine import Engine, PolicyMark, StepRecord
+from .executor import CostModelExecutor, ModelExecutor
+from .kv_cache import BlockPool
+from .metrics import SLO, request_row, summarize
+from .request import Request, Status
+from .workload import PromptMaker, WorkloadSpec, tenant_name
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: str                       # idle | running | paused | finished | stopped | error
+    now_s: float
+    steps: tuple[StepRecord, ...]
+    requests: tuple[dict, ...]       # rows in the requests.csv format (+ "partial_text" while running)
+    marks: tuple[PolicyMark, ...]
+    policy: SchedulerPolicy
+    spec: WorkloadSpec
+    summary: dict
+    arrived: int
+    message: str = ""
+
+
+class ArrivalFeed:
+    """Draws arrivals on the fly from the current WorkloadSpec; a new spec applies from now on."""
+
+    def __init__(self, spec: WorkloadSpec, prompts: PromptMaker | None):
+        self.prompts = prompts
+        self.count = 0
+        self.set_spec(spec, 0.0)
+
+    def set_spec(self, spec: WorkloadSpec, now_s: float) -> None:
+        self.spec = spec.validate()
+        self.rng = random.Random(f"{spec.seed}-{self.count}")
+        self.next_s = now_s + self._gap() if spec.rate > 0 else now_s
+
+    def _gap(self) -> float:
+        s = self.spec
+        shape = 1.0 / s.burstiness ** 2
+        return self.rng.gammavariate(shape, 1.0 / (s.rate * shape))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.count >= self.spec.num_requests
+
+    def due(self, now_s: float) -> list[Request]:
+        """Requests arriving up to `now_s` (rate 0 = the rest of the workload, all at once)."""
+        out = []
+        while not self.exhausted and self.next_s <= now_s:
+            out.append(self._make(self.next_s))
+            if self.spec.rate > 0:
+                self.next_s += self._gap()
+        return out
+
+    def _make(self, t: float) -> Request:
+        s, rng, i = self.spec, self.rng, self.count
+        self.count += 1
+        plen, olen = s.prompt_len.draw(rng, i), s.output_len.draw(rng, i)
+        t_idx = 0 if s.tenants == 1 or rng.random() < 0.5 else rng.randint(1, s.tenants - 1)
+        ids = self.prompts.make(plen, rng) if self.prompts else [rng.randint(100, 30000) for _ in range(plen)]
+        return Request(id=f"r{i}", prompt_token_ids=ids, max_new_tokens=olen, arrival_s=t,
+                       tenant=tenant_name(t_idx), priority=t_idx)
+
+
+class LiveRun:
+    def __init__(self, policy: SchedulerPolicy, spec: WorkloadSpec, model=None,
+                 config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600):
+        """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock)."""
+        self.config = config or EngineConfig()
+        pool = BlockPool(self.config.kv_pool_tokens // self.config.block_size, self.config.block_size)
+        policy = replace(policy, kv_capacity_tokens=min(policy.kv_capacity_tokens, self.config.kv_pool_tokens))
+        if model is None:
+            clock = VirtualClock()
+            executor, tokenizer, eos, max_len = CostModelExecutor(clock), None, None, self.config.max_model_len
+        else:
+            clock = WallClock()
+            executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
+            tokenizer, eos = model.tokenizer, model.eos_token_id
+            max_len = min(self.config.max_model_len, model.max_model_len)
+        self.engine = Engine(executor, clock, policy, pool, max_len, tokenizer, eos)
+        self.feed = ArrivalFeed(spec, PromptMaker(tokenizer) if tokenizer else None)
+        self.is_alive = is_alive
+        self.idle_timeout_s = idle_timeout_s
+        self.state = "idle"
+        self.message = ""
+        self._lock = threading.Lock()            # held while a step runs or a snapshot is taken
+        self._wake = threading.Event()
+        self._step_requests = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._rows: dict[str, dict] = {}         # finished rows never change: keep them
+        self.last_seen = time.monotonic()
+
+    # ----- controls -----
+
+    def start(self) -> None:
+        if self.thread_alive:
+            self.resume()
+        else:   # first start, or going on after "finished" with more workload
+            self.state = "running"
+            self._stop = False
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="batching-lab-engine")
+            self._thread.start()
+
+    def pause(self) -> None:
+        if self.state == "running":
+            self.state = "paused"
+
+    def resume(self) -> None:
+        if self.state == "paused":
+            self.state = "running"
+            self._wake.set()
+
+    def step_once(self) -> None:
+        """While paused (or before starting): run exactly one engine step."""
+        if not self.thread_alive:
+            self.state = "paused"
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="batching-lab-engine")
+            self._thread.start()
+        self._step_requests += 1
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        if self.state not in ("finished", "error"):
+            self.state = "stopped"
+
+    @property
+    def thread_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def set_policy(self, policy: SchedulerPolicy) -> None:
+        self.engine.set_policy(policy)
+
+    def set_workload(self, spec: WorkloadSpec) -> None:
+        with self._lock:
+            self.feed.set_spec(spec, self.engine.clock.now())
+
+    def heartbeat(self) -> None:
+        self.last_seen = time.monotonic()
+
+    # ----- the engine thread -----
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop:
+                if not self.is_alive() or time.monotonic() - self.last_seen > self.idle_timeout_s:
+                    self.state = "stopped"
+                    self.message = "stopped: the page that owned this run is gone"
+                    return
+                if self.state == "paused" and self._step_requests == 0:
+                    self._wake.wait(0.2)
+                    self._wake.clear()
+                    continue
+                single = self.state == "paused"
+                with self._lock:
+                    now = self.engine.clock.now()
+                    for r in self.feed.due(now):
+                        self.engine.submit(r)
+                    rec = self.engine.step()
+                if single and rec is not None:
+                    self._step_requests -= 1
+                if rec is None:
+                    if self.feed.exhausted and not self.engine.has_work():
+                        self.state = "finished"
+                        if not single:
+                            return
+                        self._step_requests = 0
+                        continue
+                    self._wait_for_next_event()
+                elif isinstance(self.engine.clock, VirtualClock):
+                    time.sleep(0.002)            # the cost model is instant: keep the animation watchable
+        except Exception as exc:                 # never die silently: the page shows this
+            self.state = "error"
+            self.message = f"engine stopped: {type(exc).__name__}: {exc}"
+
+    def _wait_for_next_event(self) -> None:
+        times = [t for t in (self.engine.next_wake_s(), None if self.feed.exhausted else self.feed.next_s)
+                 if t is not None]
+        if not times:
+            time.sleep(0.01)
+            return
+        self.engine.clock.sleep_until(min(times), max_sleep_s=0.05)
+
+    # ----- reading -----
+
+    def snapshot(self, slo: SLO | None = None) -> Snapshot:
+        with self._lock:
+            eng = self.engine
+            steps = tuple(eng.steps)
+            marks = tuple(eng.marks)
+            rows = []
+            for r in eng.requests.values():
+                row = self._rows.get(r.id)
+                if row is None:
+                    row = request_row(r)
+                    if r.done:
+                        self._rows[r.id] = row
+                    elif r.output_token_ids and eng.tokenizer is not None:
+                        row["partial_text"] = eng.decode(r)
+                rows.append(row)
+            summary = summarize(eng.requests.values(), steps, slo or SLO(eng.policy.ttft_slo_s, eng.policy.tpot_slo_s))
+            now = eng.clock.now()
+        return Snapshot(self.state, now, steps, tuple(rows), marks, eng.policy, self.feed.spec, summary,
+                        self.feed.count, self.message)
