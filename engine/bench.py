@@ -1,9 +1,250 @@
-"""`python -m engine bench` (filled in below)."""
+"""`python -m engine bench`: this engine against its peers, side by side in one run.
+
+One offline workload (all requests at t=0, greedy, outputs forced to their length) goes
+through (1) this engine, (2) transformers `generate` in static padded batches, and (3)
+transformers' own continuous batching. It checks the greedy outputs agree, prints output
+tokens/s and the ratios, and places the engine against this machine's measured roofline
+(GEMM FLOP/s and memory bandwidth). Ratios measured in one run are what to compare: these
+machines are shared and noisy.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from .config import EngineConfig, SchedulerPolicy
+from .workload import LengthDist, WorkloadSpec
 
 
-def add_bench_flags(p):
-    pass
+def add_bench_flags(p) -> None:
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="fp32,bf16", help="comma-separated: each dtype is benchmarked in turn")
+    p.add_argument("--num-requests", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, nargs=2, default=[16, 256])
+    p.add_argument("--output-len", type=int, nargs=2, default=[8, 128])
+    p.add_argument("--hf-batch", type=int, default=16, help="batch size of the transformers static baseline")
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--skip-peers", action="store_true", help="only this engine and the roofline")
+    p.add_argument("--seed", type=int, default=0)
 
 
-def bench_command(args):
-    raise SystemExit("bench: not yet")
+# ----- the machine's roofline -----
+
+def measure_roofline(device, dtype) -> dict:
+    import torch
+    n = 2048
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    flops = []
+    for _ in range(4):
+        t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
+    src = torch.randn(64 * 2 ** 20, device=device)          # 256 MB
+    dst = torch.empty_like(src)
+    bws = []
+    for _ in range(4):
+        t = time.perf_counter(); dst.copy_(src); _sync(device)
+        bws.append(2 * src.numel() * 4 / (time.perf_counter() - t))   # bytes read + written
+    return {"gemm_flops": max(flops[1:]), "mem_bw": max(bws[1:])}
+
+
+def _sync(device):
+    import torch
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def model_costs(model) -> dict:
+    """Per-token FLOPs and bytes that bound a step from below."""
+    cfg = model.config
+    params = sum(p.numel() for p in model.hf_model.parameters())
+    emb = cfg.vocab_size * cfg.hidden_size
+    body = params - emb                                # tied: the embedding is also the lm_head
+    elt = model.hf_model.parameters().__next__().element_size()
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    return {"body_params": body, "head_params": emb, "elt": elt,
+            "weight_bytes": params * elt,
+            "kv_bytes_per_token": 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * elt,
+            "attn_flops_per_ctx": 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim}
+
+
+def step_roofline_s(costs, roof, tokens: int, samples: int, context: int) -> float:
+    flops = 2 * costs["body_params"] * tokens + 2 * costs["head_params"] * samples \
+        + costs["attn_flops_per_ctx"] * context
+    bytes_ = costs["weight_bytes"] + costs["kv_bytes_per_token"] * context
+    return max(flops / roof["gemm_flops"], bytes_ / roof["mem_bw"])
+
+
+# ----- the three contestants -----
+
+def run_engine(model, requests, args):
+    from .engine import build_engine
+    policy = SchedulerPolicy(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                             kv_capacity_tokens=sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024)
+    config = EngineConfig(kv_pool_tokens=policy.kv_capacity_tokens)
+    engine = build_engine(config, policy, model)
+    # warm-up: one small request, not timed
+    from .request import Request
+    engine.submit(Request("warmup", requests[0].prompt_token_ids[:32], 4))
+    engine.run()
+    engine.requests.clear(); engine.steps.clear()
+    t0 = engine.clock.now()
+    for r in requests:
+        r.arrival_s = t0
+        engine.submit(r)
+    engine.run()
+    elapsed = engine.clock.now() - t0
+    return elapsed, {r.id: list(r.output_token_ids) for r in requests}, engine
+
+
+def run_hf_static(model, requests, batch_size):
+    import torch
+    hf, tok = model.hf_model, model.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else model.eos_token_id
+    outs = {}
+    t0 = time.perf_counter()
+    for i in range(0, len(requests), batch_size):
+        group = requests[i:i + batch_size]
+        longest = max(r.prompt_tokens for r in group)
+        ids = torch.full((len(group), longest), pad, dtype=torch.long)
+        mask = torch.zeros((len(group), longest), dtype=torch.long)
+        for j, r in enumerate(group):                   # left padding, as decoder-only generate wants
+            ids[j, longest - r.prompt_tokens:] = torch.tensor(r.prompt_token_ids)
+            mask[j, longest - r.prompt_tokens:] = 1
+        m = max(r.max_new_tokens for r in group)
+        with torch.inference_mode():
+            gen = hf.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                              max_new_tokens=m, min_new_tokens=m, do_sample=False, pad_token_id=pad)
+        for j, r in enumerate(group):
+            outs[r.id] = gen[j, longest:longest + r.max_new_tokens].tolist()
+    return time.perf_counter() - t0, outs
+
+
+def run_hf_continuous(model, requests):
+    from transformers import GenerationConfig
+    hf = model.hf_model
+    gc = GenerationConfig(max_new_tokens=max(r.max_new_tokens for r in requests), do_sample=False,
+                          eos_token_id=-1, pad_token_id=model.eos_token_id)
+    manager = hf.init_continuous_batching(generation_config=gc)
+    manager.start()
+    outs = {}
+    try:
+        t0 = time.perf_counter()
+        for r in requests:
+            manager.add_request(r.prompt_token_ids, request_id=r.id, max_new_tokens=r.max_new_tokens, eos_token_id=-1)
+        while len(outs) < len(requests):
+            res = manager.get_result(timeout=1)
+            if res is not None and res.is_finished():
+                outs[res.request_id] = list(res.generated_tokens)[:next(q.max_new_tokens for q in requests
+                                                                         if q.id == res.request_id)]
+            elif res is None and not manager.is_running():
+                raise RuntimeError("transformers continuous batching stopped early")
+        elapsed = time.perf_counter() - t0
+    finally:
+        manager.stop(block=True)
+    return elapsed, outs
+
+
+def agreement(ours: dict, theirs: dict) -> tuple[float, float]:
+    """(share of requests with identical tokens, share of tokens equal before the first divergence)."""
+    same, tok_same, tok_all = 0, 0, 0
+    for rid, a in ours.items():
+        b = theirs.get(rid, [])
+        same += a == b
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        tok_same += k
+        tok_all += len(a)
+    return same / max(1, len(ours)), tok_same / max(1, tok_all)
+
+
+def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> float:
+    """Median time of one Scheduler.schedule() with `n_waiting` requests waiting and 32 running."""
+    from .kv_cache import BlockPool
+    from .request import Request
+    from .scheduler import Scheduler
+    times = []
+    for rep in range(reps):
+        pool = BlockPool(4096, 16)
+        s = Scheduler(SchedulerPolicy(order=order, max_num_seqs=64, max_num_batched_tokens=2048), pool)
+        for i in range(n_waiting + 32):
+            s.add(Request(f"r{i}", [1] * (16 + i % 200), 8 + i % 100, arrival_s=i * 1e-3, tenant=f"t{i % 4}",
+                          priority=i % 3))
+        s.schedule(1.0)                                    # admits 32+ to running
+        t = time.perf_counter()
+        s.schedule(2.0)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def bench_command(args) -> int:
+    import torch
+    from .model import load_model
+    from .workload import PromptMaker, build_requests
+
+    spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
+                        prompt_len=LengthDist("uniform", *args.prompt_len),
+                        output_len=LengthDist("uniform", *args.output_len))
+    print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
+          f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
+    print(f"torch threads: {torch.get_num_threads()}")
+    for order in ("fcfs", "sjf", "fair"):
+        print(f"scheduling one step with 1,000 waiting ({order}): {schedule_time_ms(order=order):.3f} ms")
+    results = []
+    for dtype in args.dtype.split(","):
+        model = load_model(args.model, args.device, dtype)
+        fresh = lambda: build_requests(spec, PromptMaker(model.tokenizer))
+        total_out = sum(r.max_new_tokens for r in fresh())
+        roof = measure_roofline(model.device, model.dtype)
+        costs = model_costs(model)
+        print(f"\n== {model.name} on {model.device}, {str(model.dtype).replace('torch.', '')}: "
+              f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s, memory {roof['mem_bw'] / 1e9:.1f} GB/s, "
+              f"weights {costs['weight_bytes'] / 1e6:.0f} MB")
+
+        from .experiments import measure_batch_scaling
+        b1 = measure_batch_scaling(model, [1], context=100, steps=8)[0]
+        floor_ms = costs["weight_bytes"] / roof["mem_bw"] * 1000
+        print(f"decode step at batch 1: {b1['step_ms']:.1f} ms; memory roofline {floor_ms:.1f} ms "
+              f"-> {b1['step_ms'] / floor_ms:.2f}x the floor")
+
+        t_eng, ours, engine = run_engine(model, fresh(), args)
+        eng_tps = total_out / t_eng
+        roof_s = 0.0
+        for s in engine.steps:
+            ctx = sum(engine.requests[rid].prompt_tokens for rid, _, _ in s.members)   # lower bound
+            samples = sum(1 for _, phase, _ in s.members if phase == "decode") or 1
+            roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, ctx)
+        busy = sum(s.duration_s for s in engine.steps)
+        row = {"dtype": str(model.dtype).replace("torch.", ""), "engine_tok_s": eng_tps,
+               "engine_s": t_eng, "roofline_fraction": roof_s / busy, "steps": len(engine.steps)}
+        print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
+              f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes")
+        if not args.skip_peers:
+            t_st, hf_static = run_hf_static(model, fresh(), args.hf_batch)
+            same, toks = agreement(ours, hf_static)
+            row.update(hf_static_tok_s=total_out / t_st, static_agree=same, static_tok_agree=toks)
+            print(f"transformers generate, static batches of {args.hf_batch}: {t_st:.1f} s, "
+                  f"{total_out / t_st:.1f} tok/s -> engine is {eng_tps / (total_out / t_st):.1f}x; "
+                  f"greedy outputs identical for {same * 100:.0f}% of requests ({toks * 100:.1f}% of tokens)")
+            try:
+                t_cb, hf_cb = run_hf_continuous(model, fresh())
+                same, toks = agreement(ours, hf_cb)
+                row.update(hf_cb_tok_s=total_out / t_cb, cb_agree=same, cb_tok_agree=toks)
+                print(f"transformers continuous batching: {t_cb:.1f} s, {total_out / t_cb:.1f} tok/s -> "
+                      f"engine is {eng_tps / (total_out / t_cb):.1f}x; greedy outputs identical for "
+                      f"{same * 100:.0f}% of requests ({toks * 100:.1f}% of tokens)")
+            except Exception as exc:   # a peer failing is reported, not fatal
+                print(f"transformers continuous batching failed: {type(exc).__name__}: {exc}")
+        results.append(row)
+    print("\nsummary (ratios measured side by side in this run):")
+    for r in results:
+        parts = [f"{r['dtype']}: engine {r['engine_tok_s']:.0f} tok/s"]
+        if "hf_static_tok_s" in r:
+            parts.append(f"{r['engine_tok_s'] / r['hf_static_tok_s']:.1f}x generate-static")
+        if "hf_cb_tok_s" in r:
+            parts.append(f"{r['engine_tok_s'] / r['hf_cb_tok_s']:.1f}x transformers-continuous")
+        parts.append(f"{r['roofline_fraction'] * 100:.0f}% of roofline")
+        print("  " + ", ".join(parts))
+    return 0

@@ -1,0 +1,158 @@
+"""Blocking runs and sweeps on the real engine, cached on disk per machine and settings.
+
+The lesson labs call these: "run this seeded workload under this policy", "sweep this knob".
+A result is plain data (rows in the CLI's CSV formats plus the summary), so it can be cached
+as JSON: a second visit with the same machine, model, policy and workload is instant.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+
+from .config import EngineConfig, SchedulerPolicy
+from .engine import Engine, build_engine
+from .metrics import SLO, request_row, step_row, summarize
+from .workload import PromptMaker, WorkloadSpec, build_requests
+
+CACHE_VERSION = 1
+
+
+def cache_dir() -> str:
+    root = os.environ.get("BATCHING_LAB_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "batching-lab"))
+    path = os.path.join(root, "results")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def machine_fingerprint(model) -> dict:
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
+            "model": model.name, "device": str(model.device), "dtype": str(model.dtype)}
+
+
+@dataclass
+class RunResult:
+    requests: list[dict]
+    steps: list[dict]
+    summary: dict
+    marks: list[dict] = field(default_factory=list)
+    label: str = ""
+
+
+def _key(*parts) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def run_workload(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
+                 progress=None, prompts: PromptMaker | None = None, label: str = "") -> RunResult:
+    """One seeded workload through the real engine, start to finish. progress(fraction, text) is optional."""
+    config = config or EngineConfig()
+    config = EngineConfig(**{**asdict(config), "kv_pool_tokens": max(config.kv_pool_tokens, policy.kv_capacity_tokens)})
+    engine = build_engine(config, policy, model)
+    prompts = prompts or PromptMaker(model.tokenizer)
+    for r in build_requests(spec, prompts):
+        engine.submit(r)
+    total = max(1, sum(r.max_new_tokens for r in engine.pending))
+
+    def on_step(rec):
+        if progress is not None:
+            done = sum(len(r.output_token_ids) for r in engine.requests.values())
+            progress(min(1.0, done / total), f"{label} step {rec.step}: {done}/{total} tokens")
+
+    engine.run(on_step=on_step)
+    return result_of(engine, policy, label)
+
+
+def result_of(engine: Engine, policy: SchedulerPolicy, label: str = "") -> RunResult:
+    reqs = list(engine.requests.values())
+    summary = summarize(reqs, engine.steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s))
+    summary.update(policy=policy.to_dict(), device=engine.executor.device, dtype=engine.executor.dtype)
+    return RunResult([request_row(r) for r in reqs], [step_row(s) for s in engine.steps], summary,
+                     [asdict(m) for m in engine.marks], label)
+
+
+def cached_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
+               progress=None, label: str = "", refresh: bool = False) -> tuple[RunResult, bool]:
+    """run_workload, or the stored result of the same run on this machine. Returns (result, was_cached)."""
+    key = _key(CACHE_VERSION, machine_fingerprint(model), policy.to_dict(), spec.to_dict(),
+               asdict(config or EngineConfig()))
+    path = os.path.join(cache_dir(), f"run-{key}.json")
+    if not refresh and os.path.exists(path):
+        with open(path) as f:
+            return RunResult(**json.load(f)), True
+    result = run_workload(model, policy, spec, config, progress, label=label)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(asdict(result), f, default=str)
+    os.replace(tmp, path)
+    return result, False
+
+
+def sweep(model, policy: SchedulerPolicy, spec: WorkloadSpec, knob: str, values: list,
+          config: EngineConfig | None = None, progress=None, target: str = "policy") -> list[tuple[object, RunResult, bool]]:
+    """Run the same workload once per value of one policy knob (or workload field, target="spec")."""
+    out = []
+    for i, v in enumerate(values):
+        pol = policy.changed(**{knob: v}) if target == "policy" else policy
+        sp = WorkloadSpec.from_dict({**spec.to_dict(), knob: v}) if target == "spec" else spec
+        sub = None
+        if progress is not None:
+            sub = lambda f, text, i=i: progress((i + f) / len(values), f"{knob}={values[i]}: {text}")
+        res, hit = cached_run(model, pol, sp, config, sub, label=f"{knob}={v}")
+        out.append((v, res, hit))
+    if progress is not None:
+        progress(1.0, "done")
+    return out
+
+
+def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, steps: int = 4,
+                          progress=None) -> list[dict]:
+    """Decode-step time against batch size on the real model: `batch` sequences of `context` tokens,
+    each generating one token per step. The heart of "why batch"."""
+    from .executor import ModelExecutor
+    from .kv_cache import BlockPool
+    from .request import Request
+    from .scheduler import ScheduledChunk, StepPlan
+
+    rows = []
+    need = max(batch_sizes) * (context + steps + 1)
+    pool = BlockPool(-(-need // 16), 16)
+    executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
+    for i, b in enumerate(batch_sizes):
+        reqs = [Request(f"b{j}", [100 + (j * 7 + k) % 5000 for k in range(context)], steps + 1) for j in range(b)]
+        for r in reqs:
+            pool.allocate(r, context + steps + 1)
+        # prefill once (not timed), then time the decode steps
+        executor.execute(StepPlan([ScheduledChunk(r, 0, context, "prefill") for r in reqs]))
+        for r in reqs:
+            r.num_computed_tokens = context
+            r.output_token_ids.append(1)
+        times = []
+        for _ in range(steps):
+            plan = StepPlan([ScheduledChunk(r, r.num_computed_tokens, 1, "decode") for r in reqs])
+            t0 = time.perf_counter()
+            toks = executor.execute(plan)
+            times.append(time.perf_counter() - t0)
+            for r in reqs:
+                r.num_computed_tokens += 1
+                r.output_token_ids.append(toks[r])
+        for r in reqs:
+            pool.free(r)
+        step_s = sorted(times)[len(times) // 2]
+        rows.append({"batch": b, "step_ms": step_s * 1000, "tokens_per_s": b / step_s,
+                     "ms_per_token": step_s * 1000 / b})
+        if progress is not None:
+            progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
+    return rows
