@@ -1,11 +1,9 @@
 """Lesson texts, quizzes and glossary: they parse, their links resolve, search works."""
 from pathlib import Path
 import shutil
-import sys
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bare `pytest` without a root conftest
 from lessons.catalog import (LAB_IDS, FOLDER, find_links, load_glossary, load_lessons,
                              plain_text, render_links, search)
 
