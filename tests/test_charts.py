@@ -1,0 +1,389 @@
+"""Chart builders: small hand-built tables with answers worked out by hand."""
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from labs import charts
+from labs.bench_charts import builders, synthetic_trace
+
+NAN = float("nan")
+
+
+def make_steps(members, **cols):
+    """A steps table with one row per members string; other columns get simple defaults."""
+    n = len(members)
+    counts = [len(m.split()) for m in members]
+    data = {
+        "step": list(range(n)),
+        "t_start_s": [0.1 * i for i in range(n)],
+        "t_end_s": [0.1 * (i + 1) for i in range(n)],
+        "waiting": [0] * n,
+        "running": counts,
+        "prefill_tokens": [0] * n,
+        "decode_tokens": [m.count(":decode:") for m in members],
+        "kv_used_blocks": [c * 2 for c in counts],
+        "kv_total_blocks": [10] * n,
+        "members": members,
+    }
+    data.update(cols)
+    return pd.DataFrame(data)
+
+
+# a -> row 0 and b -> row 1; a leaves, c takes row 0; d joins into row 2;
+# step 5 is idle; e joins an empty batch and takes row 0.
+MEMBERS = [
+    "a:prefill:10 b:prefill:5",
+    "a:decode:1 b:decode:1",
+    "b:decode:1 c:prefill:7",
+    "b:decode:1 c:decode:1 d:prefill:3",
+    "d:decode:1",
+    "",
+    "e:prefill:4",
+]
+EXPECTED_IDS = [
+    ["a", "b", ""],
+    ["a", "b", ""],
+    ["c", "b", ""],
+    ["c", "b", "d"],
+    ["", "", "d"],
+    ["", "", ""],
+    ["e", "", ""],
+]
+
+
+def assert_empty_figure(fig):
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 0
+    assert any(a.text == charts.NO_DATA for a in fig.layout.annotations)
+    assert fig.layout.title.text
+    fig.to_json()
+
+
+# ------------------------------------------------------------------------- slots
+
+
+def test_parse_members():
+    assert charts.parse_members("r3:prefill:128 r7:decode:1") == [
+        ("r3", "prefill", 128), ("r7", "decode", 1)]
+    assert charts.parse_members("") == []
+    assert charts.parse_members(None) == []
+    assert charts.parse_members(NAN) == []
+
+
+def test_slot_grid_keeps_rows_and_fills_lowest_free_row():
+    grid = charts.slot_grid(make_steps(MEMBERS), max_slots=3)
+    assert grid.ids.tolist() == EXPECTED_IDS
+    assert grid.steps.tolist() == list(range(7))
+    assert grid.phase[0].tolist() == [1, 1, 0]  # both prefill
+    assert grid.phase[3].tolist() == [2, 2, 1]  # c, b decode; d prefill
+    assert grid.tokens[0].tolist() == [10, 5, 0]
+    assert grid.tokens[3].tolist() == [1, 1, 3]
+    assert grid.empty_cells() == sum(row.count("") for row in EXPECTED_IDS)
+
+
+def test_slot_grid_reuses_a_row_freed_in_the_same_step():
+    grid = charts.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1",
+                                        "a:decode:1 c:decode:1 d:prefill:9 e:prefill:2"]), 4)
+    # b left row 1 this step: d (listed first) takes it, e takes the next free row
+    assert grid.ids.tolist() == [["a", "b", "c", ""], ["a", "d", "c", "e"]]
+
+
+def test_slot_grid_grows_when_policy_allows_more_than_max_slots():
+    grid = charts.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1"]), 2)
+    assert grid.n_slots == 3
+    assert grid.ids.tolist() == [["a", "b", "c"]]
+
+
+def test_slot_grid_of_nothing():
+    grid = charts.slot_grid(make_steps([]), 4)
+    assert grid.ids.shape == (0, 4)
+
+
+def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
+    steps = make_steps(MEMBERS)
+    # empty slots per step: 1, 1, 1, 0, 2, (idle: not counted), 2
+    assert charts.wasted_slot_steps(steps, 3) == 7
+    assert charts.wasted_slot_steps(steps, 4) == 7 + 6
+    assert charts.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
+    # members may be NaN (an empty CSV cell)
+    steps.loc[5, "members"] = None
+    assert charts.wasted_slot_steps(steps, 3) == 7
+
+
+def test_batch_membership_figure():
+    steps = make_steps(MEMBERS)
+    fig = charts.batch_membership(steps, 3)
+    heat = fig.data[0]
+    assert isinstance(heat, go.Heatmap)
+    assert len(fig.data) == 4  # heatmap + 3 legend swatches (prefill, decode, empty)
+    z = np.asarray(heat.z)
+    assert z.shape == (3, 7)  # slots x steps
+    assert ((z == 0) == (np.array(EXPECTED_IDS).T == "")).all()  # 0 = empty slot
+    # prefill cells are odd codes (darker shade), decode cells even
+    assert z[0, 0] % 2 == 1 and z[0, 1] % 2 == 0
+    assert np.asarray(heat.text)[2, 3] == "d prefill"
+    assert np.asarray(heat.customdata)[2, 3] == 3
+    assert fig.layout.title.text and fig.layout.title.subtitle.text
+    assert fig.layout.xaxis.title.text == "engine step"
+    assert fig.layout.yaxis.title.text == "batch slot"
+    fig.to_json()
+
+
+def test_batch_membership_window_and_scrub_keep_true_rows():
+    steps = make_steps(MEMBERS)
+    fig = charts.batch_membership(steps, 3, window=2, upto_step=4)
+    heat = fig.data[0]
+    assert list(heat.x) == [3, 4]
+    # history before the window is replayed, so d is still in row 2
+    assert np.asarray(heat.text)[:, 1].tolist() == ["empty slot", "empty slot", "d decode"]
+    marks = pd.DataFrame({"step": [1, 3], "t_s": [0.2, 0.4], "label": ["x", "max_num_seqs 8→2"]})
+    fig = charts.batch_membership(steps, 3, window=3, marks=marks)
+    assert [a.text for a in fig.layout.annotations] == []  # steps 1 and 3 are outside 4..6
+    fig = charts.batch_membership(steps, 3, marks=marks)
+    assert [a.text for a in fig.layout.annotations] == ["x", "max_num_seqs 8→2"]
+    assert len(fig.layout.shapes) == 2
+
+
+def test_batch_membership_caps_columns():
+    steps = make_steps(["a:decode:1"] * 50)
+    fig = charts.batch_membership(steps, 2, max_steps=20)
+    assert list(fig.data[0].x) == list(range(30, 50))
+    assert "last 20 steps" in fig.layout.title.subtitle.text
+
+
+# ------------------------------------------------------------------------- requests
+
+
+def make_requests():
+    rows = [
+        # id, arrival, sched, first, finish, out, ttft, tpot, status
+        ("r1", 0.0, 0.5, 0.1, 2.0, 10, 0.1, 0.01, "finished"),
+        ("r2", 1.0, 1.1, 1.2, 1.2, 1, 0.2, NAN, "finished"),
+        ("r3", 2.0, 2.1, 2.3, 2.5, 5, 0.3, 0.03, "finished"),
+        ("r4", 3.0, 3.2, 3.4, 4.0, 5, 0.4, 0.04, "finished"),
+        ("r5", 4.0, 4.5, 5.0, 10.0, 20, 1.0, 0.02, "finished"),
+        ("r6", 5.0, NAN, NAN, NAN, 0, NAN, NAN, "rejected"),
+        ("r7", 6.0, 6.5, NAN, NAN, 0, NAN, NAN, "running"),
+    ]
+    df = pd.DataFrame(rows, columns=["id", "arrival_s", "first_scheduled_s", "first_token_s",
+                                     "finish_s", "output_tokens", "ttft_s", "tpot_s", "status"])
+    df["tenant"] = ["a", "b", "a", "b", "a", "a", "b"]
+    df["prompt_tokens"] = [10, 20, 30, 40, 50, 60, 70]
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
+    df["preemptions"] = [0, 0, 1, 0, 0, 0, 0]
+    df["error"] = ["", "", "", "", "", "queue full (max_waiting=4)", ""]
+    df["output_text"] = ""
+    return df
+
+
+def test_headline_numbers_match_hand_computed_percentiles():
+    steps = make_steps(MEMBERS, waiting=[0, 0, 0, 0, 0, 2, 3])
+    h = charts.headline(make_requests(), steps, slo_ttft=0.35, slo_tpot=0.035, max_slots=3)
+    # finished TTFTs 0.1 0.2 0.3 0.4 1.0: p95 sits 0.8 of the way from 0.4 to 1.0
+    assert h["ttft_p50_s"] == pytest.approx(0.3)
+    assert h["ttft_p95_s"] == pytest.approx(0.4 + 0.8 * 0.6)
+    # TPOTs 0.01 0.02 0.03 0.04 (r2 made one token, so has none): p95 = 0.03 + 0.85 * 0.01
+    assert h["tpot_p50_s"] == pytest.approx(0.025)
+    assert h["tpot_p95_s"] == pytest.approx(0.0385)
+    # first arrival 0 s, last finish 10 s
+    assert h["duration_s"] == pytest.approx(10.0)
+    assert h["throughput_tok_s"] == pytest.approx((10 + 1 + 5 + 5 + 20) / 10)
+    # r1, r2 (no TPOT passes), r3 meet both SLOs; r4 and r5 miss TTFT
+    assert h["goodput_req_s"] == pytest.approx(0.3)
+    assert h["finished"] == 5
+    assert h["waiting_now"] == 3
+    assert h["running_now"] == 1
+    assert h["wasted_slot_steps"] == 7
+
+
+def test_headline_without_slos_counts_every_finished_request():
+    h = charts.headline(make_requests(), None)
+    assert h["goodput_req_s"] == pytest.approx(0.5)
+    assert h["wasted_slot_steps"] == 0 and h["waiting_now"] == 0
+
+
+def test_meets_slo():
+    ok = charts.meets_slo(make_requests(), slo_ttft=0.35, slo_tpot=0.035)
+    assert ok.tolist() == [True, True, True, False, False, False, False]
+
+
+def test_request_timeline():
+    req = make_requests()
+    fig = charts.request_timeline(req, now_s=7.0)
+    assert [t.name for t in fig.data] == ["queued", "prefill", "decode", "rejected / failed"]
+    queued, prefill, decode, rejected = fig.data
+    assert len(queued.y) == 7
+    i = list(queued.y).index("r7")
+    assert queued.base[i] == 6.0 and queued.x[i] == pytest.approx(0.5)
+    assert prefill.x[i] == pytest.approx(0.5)  # still prefilling: drawn up to now
+    assert math.isnan(decode.x[i])  # not decoding yet
+    j = list(queued.y).index("r5")
+    assert decode.base[j] == 5.0 and decode.x[j] == pytest.approx(2.0)  # cut at now = 7
+    assert list(rejected.y) == ["r6"] and list(rejected.x) == [5.0]
+    assert fig.layout.yaxis.type == "category"
+    fig.to_json()
+
+
+def test_request_timeline_scrub_and_limit():
+    req = make_requests()
+    fig = charts.request_timeline(req, now_s=4.5)
+    queued, prefill, decode, _ = fig.data
+    assert list(queued.y) == ["r1", "r2", "r3", "r4", "r5"]  # r6, r7 not arrived yet
+    assert decode.x[0] == pytest.approx(1.9)  # r1 decodes 0.1 -> 2.0
+    assert queued.x[4] == pytest.approx(0.5) and math.isnan(prefill.x[4])
+    fig = charts.request_timeline(req, limit=3)
+    assert list(fig.data[0].y) == ["r5", "r6", "r7"]
+
+
+def test_latency_over_time():
+    req = make_requests()
+    marks = pd.DataFrame({"step": [3], "t_s": [2.2], "label": ["max_num_seqs 8→2"]})
+    fig = charts.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2)
+    points, p50, p95 = fig.data
+    assert len(fig.data) == 3
+    assert len(points.x) == 5  # every request with a first token
+    assert list(points.x) == sorted(points.x)
+    assert list(p50.y) == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.7])
+    assert len(fig.layout.shapes) == 2  # SLO line + one policy mark
+    assert "max_num_seqs 8→2" in [a.text for a in fig.layout.annotations]
+    fig = charts.latency_over_time(req, "tpot_s", slo=0.035)
+    assert len(fig.data[0].x) == 4  # r2 has no TPOT
+    assert max(fig.data[0].y) == pytest.approx(40)  # milliseconds
+    assert fig.layout.yaxis.title.text == "TPOT (ms)"
+    assert fig.layout.shapes[0].y0 == pytest.approx(35)
+    fig.to_json()
+
+
+# ------------------------------------------------------------------------- steps
+
+
+def test_queue_over_time_and_downsampling_keeps_peaks():
+    steps = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0])
+    fig = charts.queue_over_time(steps)
+    assert [t.name for t in fig.data] == ["waiting", "running"]
+    assert list(fig.data[0].y) == [0, 1, 2, 3, 2, 1, 0]
+    n = 5 * charts.MAX_POINTS
+    long = make_steps(["a:decode:1"] * n, waiting=[0] * (n - 1) + [99])
+    long.loc[1234, "waiting"] = 42
+    fig = charts.queue_over_time(long)
+    assert len(fig.data[0].y) <= charts.MAX_POINTS
+    assert 42 in fig.data[0].y and 99 in fig.data[0].y
+
+
+def test_throughput_over_time():
+    steps = make_steps(["a:decode:1 b:decode:1"] * 20)  # t_end 0.1 .. 2.0, 2 decode tokens each
+    req = pd.DataFrame({
+        "id": ["a", "b", "c"], "arrival_s": [0.0, 0.0, 0.0], "first_token_s": [0.05, 0.05, 1.5],
+        "finish_s": [0.9, 1.5, 1.9], "ttft_s": [0.05, 0.05, 1.5], "tpot_s": [0.1, 0.1, 0.1],
+        "output_tokens": [9, 15, 3], "status": ["finished"] * 3,
+    })
+    fig = charts.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0)
+    tokens, finished, goodput = fig.data
+    assert len(fig.data) == 3
+    # bins [0.05, 1.05) and [1.05, 2.05): steps ending in each x 2 tokens + first tokens
+    assert list(tokens.y) == pytest.approx([10 * 2 + 2, 10 * 2 + 1])
+    assert list(finished.y) == pytest.approx([1, 2])
+    assert list(goodput.y) == pytest.approx([1, 1])  # c missed the TTFT SLO
+    assert fig.layout.yaxis2.overlaying == "y"
+    fig.to_json()
+
+
+def test_kv_usage_marks_preemptions():
+    steps = make_steps(MEMBERS, preempted=[0, 0, 1, 0, 2, 0, 0])
+    fig = charts.kv_usage(steps)
+    usage, preempt = fig.data
+    assert list(usage.y) == pytest.approx([40, 40, 40, 60, 20, 0, 20])
+    assert list(preempt.x) == pytest.approx([0.3, 0.5])
+    assert list(preempt.customdata) == [1, 2]
+    fig = charts.kv_usage(make_steps(MEMBERS))  # no preempted column: no markers
+    assert len(fig.data[1].x) == 0
+
+
+# ------------------------------------------------------------------------- summaries
+
+
+def test_cdf():
+    req = make_requests()
+    fig = charts.cdf(req, "ttft_s")
+    assert len(fig.data) == 1
+    assert list(fig.data[0].x) == [0.1, 0.2, 0.3, 0.4, 1.0]
+    assert list(fig.data[0].y) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    fig = charts.cdf(req, "ttft_s", by="tenant", slo=0.5)
+    assert [t.name for t in fig.data] == ["a (n=3)", "b (n=2)"]
+    assert len(fig.layout.shapes) == 1
+    big = pd.DataFrame({"ttft_s": np.linspace(0.1, 2, 100), "prompt_tokens": np.arange(100)})
+    fig = charts.cdf(big, "ttft_s", by="prompt_tokens")
+    assert len(fig.data) == 4  # quantile buckets of a numeric column
+    assert sum(int(t.name.split("n=")[1][:-1]) for t in fig.data) == 100
+
+
+def test_bar_compare():
+    df = pd.DataFrame({"policy": ["static", "continuous", "static", "continuous"],
+                       "slots": [4, 4, 8, 8], "tok_s": [50, 90, 70, 130]})
+    fig = charts.bar_compare(df, "slots", "tok_s", color="policy", title="tokens/s")
+    assert [t.name for t in fig.data] == ["static", "continuous"]
+    assert list(fig.data[1].y) == [90, 130]
+    assert len(charts.bar_compare(df, "policy", "tok_s").data) == 1
+
+
+# ------------------------------------------------------------------------- empty input
+
+
+EMPTY_STEPS = make_steps([])
+EMPTY_REQUESTS = make_requests().iloc[0:0]
+
+
+@pytest.mark.parametrize("build", [
+    lambda s, r: charts.batch_membership(s, 4),
+    lambda s, r: charts.batch_membership(s, 4, window=10, upto_step=3),
+    lambda s, r: charts.request_timeline(r),
+    lambda s, r: charts.latency_over_time(r, "ttft_s", slo=1.0),
+    lambda s, r: charts.latency_over_time(r, "tpot_s"),
+    lambda s, r: charts.queue_over_time(s),
+    lambda s, r: charts.throughput_over_time(s, r, 1.0, 0.1),
+    lambda s, r: charts.kv_usage(s),
+    lambda s, r: charts.cdf(r, "ttft_s", by="tenant"),
+    lambda s, r: charts.bar_compare(r, "tenant", "ttft_s"),
+])
+@pytest.mark.parametrize("tables", ["no columns", "no rows"])
+def test_empty_input_gives_an_empty_valid_figure(build, tables):
+    if tables == "no columns":
+        assert_empty_figure(build(pd.DataFrame(), pd.DataFrame()))
+    else:
+        assert_empty_figure(build(EMPTY_STEPS, EMPTY_REQUESTS))
+
+
+def test_requests_not_yet_measured_give_empty_figures():
+    waiting = make_requests().iloc[5:7]  # rejected + running: no first token, no finish
+    assert_empty_figure(charts.latency_over_time(waiting, "ttft_s"))
+    assert_empty_figure(charts.cdf(waiting, "tpot_s"))
+
+
+def test_empty_headline():
+    h = charts.headline(pd.DataFrame(), pd.DataFrame(), 1.0, 0.1, 8)
+    assert math.isnan(h["ttft_p50_s"]) and math.isnan(h["throughput_tok_s"])
+    assert h["waiting_now"] == 0 and h["wasted_slot_steps"] == 0 and h["finished"] == 0
+    h = charts.headline(EMPTY_REQUESTS, EMPTY_STEPS, 1.0, 0.1, 8)
+    assert math.isnan(h["tpot_p95_s"]) and h["running_now"] == 0
+
+
+# ------------------------------------------------------------------------- benchmark trace
+
+
+def test_bench_trace_and_every_builder_run():
+    steps, requests, marks = synthetic_trace(n_requests=40, n_steps=2000, max_slots=4)
+    assert len(steps) == 2000 and len(requests) == 40
+    assert (requests["status"] == "finished").all()
+    assert charts.member_counts(steps).max() <= 4
+    # decode tokens + first tokens = every output token
+    assert steps["decode_tokens"].sum() + len(requests) == requests["output_tokens"].sum()
+    for name, build in builders(steps, requests, marks, 4).items():
+        out = build()
+        assert isinstance(out, (go.Figure, dict)), name
+        if isinstance(out, go.Figure):
+            assert out.layout.title.text and out.layout.title.subtitle.text, name
+            out.to_json()
