@@ -174,9 +174,9 @@ def parse_request(d: dict, tokenizer=None, default_id: str = "") -> Request:
     elif "prompt" in d:
         if tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer (cost-model runs take prompt_token_ids)")
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": str(d["prompt"])}],
-                                            add_generation_prompt=True, tokenize=True)
-        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": str(d["prompt"])}],
+                                             add_generation_prompt=True, tokenize=False)
+        ids = tokenizer.encode(text, add_special_tokens=False)
     else:
         raise ValueError("needs 'prompt' or 'prompt_token_ids'")
     try:
