@@ -106,8 +106,11 @@ def smollm2_dir() -> Path:
     model.hf_quantizer = None
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it owner-only
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         os.rename(tmp, final)  # atomic; fails if another process got there first, which is fine
     except OSError:
         if not (final / "config.json").is_file():
@@ -143,6 +146,9 @@ def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto")
         torch.manual_seed(0)  # same random weights in every process
         model = LlamaForCausalLM(config).to(dt)
     else:
+        if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+            raise FileNotFoundError(f"no checkpoint directory at {name!r}")
+        name = str(Path(name).expanduser()) if name.startswith("~") else name
         try:
             model = AutoModelForCausalLM.from_pretrained(name, **kw)
             tokenizer = AutoTokenizer.from_pretrained(name)
@@ -151,13 +157,13 @@ def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto")
                           f"checkpoint dir, or a hub id (needs a network). Cause: {e}") from e
     model.to(dev).eval()
     config = model.config
-    assert config.model_type == "llama" or hasattr(model, "model"), "Llama-family models only"
     eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
-    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos  # the engine stops on the first one
     # Plain greedy `generate` (the test reference) needs a pad id and no sampling defaults.
     gc = model.generation_config
     gc.pad_token_id = config.pad_token_id if config.pad_token_id is not None else eos
-    gc.eos_token_id = eos
+    if gc.eos_token_id is None:
+        gc.eos_token_id = eos
     gc.do_sample, gc.temperature, gc.top_p, gc.top_k = False, None, None, None
     return LoadedModel(
         hf_model=model, tokenizer=tokenizer, config=config, device=dev, dtype=dt, name=name,

@@ -1,0 +1,219 @@
+"""The model runner: one packed forward over every token of every sequence in a step.
+
+A step carries prefill chunks and single decode tokens from many sequences. We flatten all of
+them into one [T, hidden] matrix, so every matmul (q/k/v, o, MLP) runs once for the whole step;
+that is where batching buys its speed. Only attention needs to know which token belongs to
+which sequence: each token writes its K/V into the paged cache at its slot, and reads back the
+keys of its own sequence. The HF model's weights are used as they are; its forward is not called.
+
+Attention, measured on a 2-core CPU (SmolLM2: 9 query heads, 3 KV heads, head_dim 64):
+- decode tokens are batched: queries [B, kv_heads, group, d] (the GQA group folded into the
+  query axis, 0.41 ms for B=32, ctx 150, bf16, vs 2.3 ms with enable_gqa=True and 2.6 ms with
+  repeat_interleave) against keys gathered from the cache, padded to the longest context.
+- prefill chunks run one sequence at a time, causal with an offset of start_pos.
+- gathers use index_select into buffers reused by all layers (advanced indexing was 5x slower,
+  and a fresh multi-MB tensor per layer pays page faults on every call).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .model import LoadedModel
+
+
+@dataclass(slots=True)
+class SeqInput:
+    request_id: str
+    token_ids: list[int]      # the new tokens this step: a prefill chunk or one decode token
+    start_pos: int            # how many tokens of this sequence already have KV in the cache
+    block_table: list[int]    # KV block ids for this sequence, enough for start_pos+len(token_ids) tokens
+    sample: bool              # True when this chunk ends at the sequence's last token: we need next-token logits
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(slots=True)
+class _Step:
+    """Index tensors for one step, built once and shared by all layers."""
+    positions: torch.Tensor       # [T] position of each token in its sequence
+    slots: torch.Tensor           # [T] where each token's K/V goes in the cache
+    sample_rows: torch.Tensor     # [S] flat row of each sampling sequence's last token
+    dec_rows: torch.Tensor | None  # [B] flat rows of the single-token (decode) sequences
+    dec_slots: torch.Tensor | None  # [B*Lmax] cache slots of their contexts, padded
+    dec_mask: torch.Tensor | None  # [B, 1, 1, Lmax] True where a key is real, not padding
+    prefills: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # (row0, n, slots, mask)
+
+
+class ModelRunner:
+    def __init__(self, model: LoadedModel, num_kv_blocks: int, block_size: int = 16):
+        cfg, hf = model.config, model.hf_model
+        self.model, self.device, self.dtype = model, model.device, model.dtype
+        self.block_size, self.num_kv_blocks = block_size, num_kv_blocks
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.group = self.num_heads // self.num_kv_heads
+        self.eps = cfg.rms_norm_eps
+        self.scale = self.head_dim ** -0.5
+        a0 = hf.model.layers[0].self_attn
+        assert cfg.hidden_act == "silu" and a0.q_proj.bias is None and a0.o_proj.bias is None, \
+            "plain Llama only: SiLU MLP, no projection biases"
+        self.embed = hf.model.embed_tokens.weight
+        self.lm_head = hf.lm_head.weight          # the same tensor as embed when embeddings are tied
+        self.norm = hf.model.norm.weight
+        self.layers = list(hf.model.layers)
+        # RoPE: cos/sin for every position once, from the model's own inv_freq (so any rope
+        # scaling the config asks for is included), rounded to the model dtype as HF does.
+        rot = hf.model.rotary_emb
+        assert "dynamic" not in rot.rope_type, "dynamic RoPE changes with length: not supported"
+        pos = torch.arange(model.max_model_len, device=self.device, dtype=torch.float32)
+        freqs = pos[:, None] * rot.inv_freq.to(self.device, torch.float32)[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos = (emb.cos() * rot.attention_scaling).to(self.dtype)
+        self.sin = (emb.sin() * rot.attention_scaling).to(self.dtype)
+        shape = (len(self.layers), num_kv_blocks * block_size, self.num_kv_heads, self.head_dim)
+        self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+
+    # ---- index bookkeeping: Python over sequences, torch over tokens ----
+
+    def _prepare(self, seqs: list[SeqInput]) -> _Step:
+        assert seqs, "a step needs at least one sequence"
+        dev, bs = self.device, self.block_size
+        lens = [len(s.token_ids) for s in seqs]
+        max_blocks = max(len(s.block_table) for s in seqs)
+        for s, n in zip(seqs, lens):
+            assert n > 0 and len(s.block_table) * bs >= s.start_pos + n, f"{s.request_id}: too few blocks"
+            assert s.start_pos + n <= self.model.max_model_len, f"{s.request_id}: longer than max_model_len"
+        # one tensor with everything per sequence: start, length, padded block table
+        meta = torch.tensor([[s.start_pos, n] + s.block_table + [0] * (max_blocks - len(s.block_table))
+                             for s, n in zip(seqs, lens)], dtype=torch.long, device=dev)
+        starts, counts, tables = meta[:, 0], meta[:, 1], meta[:, 2:]
+        seq_of = torch.repeat_interleave(torch.arange(len(seqs), device=dev), counts)   # [T]
+        first_row = torch.cumsum(counts, 0) - counts
+        positions = starts[seq_of] + torch.arange(len(seq_of), device=dev) - first_row[seq_of]
+        slots = tables[seq_of, positions // bs] * bs + positions % bs
+        sample_idx = [i for i, s in enumerate(seqs) if s.sample]
+        sample_rows = (first_row + counts - 1)[sample_idx]
+
+        dec = [i for i, n in enumerate(lens) if n == 1]
+        dec_rows = dec_slots = dec_mask = None
+        if dec:
+            d = torch.tensor(dec, device=dev)
+            ctx = starts[d] + 1                                  # keys each decode token sees
+            j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
+            dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
+            dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
+            dec_rows = first_row[d]
+        prefills, row = [], 0
+        for i, s in enumerate(seqs):
+            n, row = lens[i], row + lens[i]
+            if n == 1:
+                continue
+            total = s.start_pos + n
+            j = torch.arange(total, device=dev)
+            kv_slots = tables[i, j // bs] * bs + j % bs
+            # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
+            mask = None if s.start_pos == 0 else (j[None, :] <= j[s.start_pos:, None])
+            prefills.append((row - n, n, kv_slots, mask))
+        return _Step(positions, slots, sample_rows, dec_rows, dec_slots, dec_mask, prefills)
+
+    # ---- the forward, top to bottom ----
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        h = x.float()                                   # as HF: statistics in float32
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * h.to(x.dtype)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2                          # Llama "rotate half" layout
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _attention(self, layer: int, q: torch.Tensor, step: _Step, bufs: dict) -> torch.Tensor:
+        """q: [T, heads, d] -> [T, heads, d]. K/V of this step are already in the cache."""
+        kc, vc = self.k_cache[layer], self.v_cache[layer]
+        out = torch.empty_like(q)
+        KV, G, d = self.num_kv_heads, self.group, self.head_dim
+        if step.dec_rows is not None:
+            B, L = step.dec_mask.shape[0], step.dec_mask.shape[-1]
+            k = torch.index_select(kc, 0, step.dec_slots, out=bufs["dk"]).view(B, L, KV, d).transpose(1, 2)
+            v = torch.index_select(vc, 0, step.dec_slots, out=bufs["dv"]).view(B, L, KV, d).transpose(1, 2)
+            qd = q[step.dec_rows].view(B, KV, G, d)      # query head h uses kv head h // G
+            o = F.scaled_dot_product_attention(qd, k, v, attn_mask=step.dec_mask, scale=self.scale)
+            out[step.dec_rows] = o.reshape(B, KV * G, d)
+        for row0, n, kv_slots, mask in step.prefills:
+            k = kc.index_select(0, kv_slots).transpose(0, 1)[None]          # [1, KV, S, d]
+            v = vc.index_select(0, kv_slots).transpose(0, 1)[None]
+            qp = q[row0:row0 + n].transpose(0, 1)[None]                     # [1, heads, n, d]
+            o = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, is_causal=mask is None,
+                                               scale=self.scale, enable_gqa=True)
+            out[row0:row0 + n] = o[0].transpose(0, 1)
+        return out
+
+    @torch.inference_mode()
+    def forward_logits(self, seqs: list[SeqInput]) -> torch.Tensor:
+        """Run one step; returns float32 logits [num seqs with sample=True, vocab]."""
+        step = self._prepare(seqs)
+        ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
+        T, H, KV, d = len(ids), self.num_heads, self.num_kv_heads, self.head_dim
+        cos, sin = self.cos[step.positions][:, None, :], self.sin[step.positions][:, None, :]
+        bufs = {}
+        if step.dec_slots is not None:                   # gather buffers shared by all layers
+            shape = (len(step.dec_slots), KV, d)
+            bufs = {"dk": self.k_cache.new_empty(shape), "dv": self.v_cache.new_empty(shape)}
+
+        x = F.embedding(ids, self.embed)                 # [T, hidden]
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            h = self._rms_norm(x, layer.input_layernorm.weight)
+            q = F.linear(h, a.q_proj.weight).view(T, H, d)
+            k = F.linear(h, a.k_proj.weight).view(T, KV, d)
+            v = F.linear(h, a.v_proj.weight).view(T, KV, d)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            self.k_cache[i].index_copy_(0, step.slots, k)  # slot = block_table[p // bs] * bs + p % bs
+            self.v_cache[i].index_copy_(0, step.slots, v)
+            o = self._attention(i, q, step, bufs)
+            x = x + F.linear(o.reshape(T, H * d), a.o_proj.weight)
+            m = layer.mlp
+            h = self._rms_norm(x, layer.post_attention_layernorm.weight)
+            x = x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight),
+                             m.down_proj.weight)
+        # lm_head only where a next token is wanted: the vocab matmul is the biggest one
+        h = self._rms_norm(x[step.sample_rows], self.norm)
+        return F.linear(h, self.lm_head).float()
+
+    def run(self, seqs: list[SeqInput]) -> list[int | None]:
+        """One step: the sampled next token for each seq with sample=True, None for the others."""
+        logits = self.forward_logits(seqs)
+        out: list[int | None] = [None] * len(seqs)
+        samplers = [i for i, s in enumerate(seqs) if s.sample]
+        greedy = [r for r, i in enumerate(samplers) if seqs[i].temperature <= 0]
+        if greedy:
+            for r, tok in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
+                out[samplers[r]] = tok
+        for r, i in enumerate(samplers):
+            s = seqs[i]
+            if s.temperature > 0:
+                out[i] = sample_token(logits[r], s.temperature, s.top_p, s.seed, s.start_pos + len(s.token_ids))
+        return out
+
+
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float, seed: int | None, position: int) -> int:
+    """Temperature + nucleus sampling on CPU in float32.
+
+    The generator is seeded from (seed, position), so a request draws the same token whatever
+    else shares its batch, and on CPU or GPU alike. seed=None: fresh randomness each call.
+    """
+    probs = torch.softmax(logits.detach().float().cpu() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True)
+        keep = (sorted_p.cumsum(0) - sorted_p) < top_p   # always keeps the most likely token
+        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
+    gen = None
+    if seed is not None:
+        gen = torch.Generator().manual_seed((seed * 1_000_003 + position) % (2 ** 63))
+    return int(torch.multinomial(probs, 1, generator=gen))
