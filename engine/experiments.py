@@ -127,8 +127,8 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
     from .scheduler import ScheduledChunk, StepPlan
 
     rows = []
-    need = max(batch_sizes) * (context + steps + 1)
-    pool = BlockPool(-(-need // 16), 16)
+    per_seq_blocks = -(-(context + steps + 1) // 16)   # each sequence rounds up to whole blocks
+    pool = BlockPool(max(batch_sizes) * per_seq_blocks, 16)
     executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
     for i, b in enumerate(batch_sizes):
         reqs = [Request(f"b{j}", [100 + (j * 7 + k) % 5000 for k in range(context)], steps + 1) for j in range(b)]

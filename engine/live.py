@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from .clock import VirtualClock, WallClock
@@ -101,6 +102,7 @@ class LiveRun:
         self.state = "idle"
         self.message = ""
         self._lock = threading.Lock()            # held while a step runs or a snapshot is taken
+        self._reader = threading.Event()         # a snapshot waits for the lock: let it in between steps
         self._wake = threading.Event()
         self._step_requests = 0
         self._stop = False
@@ -153,7 +155,7 @@ class LiveRun:
         self.engine.set_policy(policy)
 
     def set_workload(self, spec: WorkloadSpec) -> None:
-        with self._lock:
+        with self._lock_from_outside():
             self.feed.set_spec(spec, self.engine.clock.now())
 
     def heartbeat(self) -> None:
@@ -173,6 +175,7 @@ class LiveRun:
                     self._wake.clear()
                     continue
                 single = self.state == "paused"
+                self._let_reader_in()
                 with self._lock:
                     now = self.engine.clock.now()
                     for r in self.feed.due(now):
@@ -194,6 +197,21 @@ class LiveRun:
             self.state = "error"
             self.message = f"engine stopped: {type(exc).__name__}: {exc}"
 
+    def _let_reader_in(self, max_wait_s: float = 0.05) -> None:
+        """A Lock is not fair: this thread would take it back before a waiting reader wakes up,
+        starving snapshots for seconds. Give a waiting reader its turn between two steps."""
+        deadline = time.monotonic() + max_wait_s
+        while self._reader.is_set() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    @contextmanager
+    def _lock_from_outside(self):
+        """The step lock, for any thread but the engine's: its turn comes at the next step boundary."""
+        self._reader.set()
+        with self._lock:
+            self._reader.clear()
+            yield
+
     def _wait_for_next_event(self) -> None:
         times = [t for t in (self.engine.next_wake_s(), None if self.feed.exhausted else self.feed.next_s)
                  if t is not None]
@@ -204,13 +222,16 @@ class LiveRun:
 
     # ----- reading -----
 
-    def snapshot(self, slo: SLO | None = None) -> Snapshot:
-        with self._lock:
+    def snapshot(self, slo: SLO | None = None, summary: bool = True) -> Snapshot:
+        """An immutable copy of the run. `summary=False` skips the percentiles (a live page that
+        computes its own from the rows saves their cost on every refresh)."""
+        with self._lock_from_outside():
             eng = self.engine
             steps = tuple(eng.steps)
             marks = tuple(eng.marks)
+            requests = list(eng.requests.values())
             rows = []
-            for r in eng.requests.values():
+            for r in requests:
                 row = self._rows.get(r.id)
                 if row is None:
                     row = request_row(r)
@@ -219,7 +240,10 @@ class LiveRun:
                     elif r.output_token_ids and eng.tokenizer is not None:
                         row["partial_text"] = eng.decode(r)
                 rows.append(row)
-            summary = summarize(eng.requests.values(), steps, slo or SLO(eng.policy.ttft_slo_s, eng.policy.tpot_slo_s))
+            policy = eng.policy
             now = eng.clock.now()
-        return Snapshot(self.state, now, steps, tuple(rows), marks, eng.policy, self.feed.spec, summary,
+        # Outside the lock, so the engine steps on meanwhile: only finished requests (which never
+        # change again) enter the percentiles.
+        stats = summarize(requests, steps, slo or SLO(policy.ttft_slo_s, policy.tpot_slo_s)) if summary else {}
+        return Snapshot(self.state, now, steps, tuple(rows), marks, policy, self.feed.spec, stats,
                         self.feed.count, self.message)

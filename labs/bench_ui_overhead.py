@@ -1,0 +1,154 @@
+"""Does watching slow the engine down? `python -m labs.bench_ui_overhead`
+
+Measures the engine's steps/s on the same policy and workload two ways, in alternating rounds:
+
+  headless  a LabRun (LiveRun on the real model) in a process with no UI
+  page      `streamlit run app.py` with the Playground open in Chromium, live views refreshing
+
+and prints each round and the median ratio page/headless. Steps are counted from the step
+records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
+page, the records come from the page's own steps.csv download. Both run with app.py's process
+setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is the UI's cost alone. Needs Debian's Chromium.
+A measurement, not a test: on a shared machine, run it a few times.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as app.py sets it: same engine both ways
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pandas as pd
+
+from labs.playground_setup import Setup
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+# Everything arrives at once and decodes long: a steady batch of max_num_seqs decode steps.
+SETUP = Setup(rate=0.0, num_requests=24, prompt_lo=32, prompt_hi=48, output_lo=400, output_hi=400,
+              max_num_seqs=16)
+
+
+def rate_in_window(t_start, t_end, warm_s: float, window_s: float) -> float:
+    """Steps per second among the steps that ended within [first start + warm, + window]."""
+    t_start, t_end = list(t_start), list(t_end)
+    if not t_start:
+        return float("nan")
+    lo = t_start[0] + warm_s
+    ends = [e for e in t_end if lo <= e <= lo + window_s]
+    if len(ends) < 2:
+        return float("nan")
+    return (len(ends) - 1) / (ends[-1] - ends[0])
+
+
+def headless(model, warm_s: float, window_s: float) -> float:
+    from labs.lab_run import LabRun
+    lab = LabRun(SETUP, model)
+    lab.start()
+    time.sleep(warm_s + window_s + 0.5)
+    snap = lab.live.snapshot(summary=False)
+    lab.stop()
+    return rate_in_window((s.t_start_s for s in snap.steps), (s.t_end_s for s in snap.steps),
+                          warm_s, window_s)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "BATCHING_LAB_MODEL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.read() == b"ok":
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("streamlit did not come up")
+
+
+def download_steps(page) -> pd.DataFrame:
+    for attempt in range(3):   # a click during a page rerun can cancel the download: try again
+        try:
+            with page.expect_download() as download:
+                page.get_by_role("button", name="steps.csv").click()
+            return pd.read_csv(download.value.path())
+        except Exception:
+            if attempt == 2:
+                raise
+            time.sleep(1)
+
+
+def with_page(browser, url: str, warm_s: float, window_s: float) -> float | None:
+    context = browser.new_context(viewport={"width": 1500, "height": 1400}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"{url}/playground?{urlencode(SETUP.to_query())}")
+    page.locator("[data-testid=stMarkdownContainer] p", has_text="Engine:").first.wait_for()
+    page.get_by_role("button", name="Start").click()
+    page.get_by_text("Engine: running").first.wait_for()
+    time.sleep(warm_s + window_s + 0.5)
+    steps = download_steps(page) if window_s else None
+    context.close()       # the session ends and its engine stops
+    if steps is None:
+        return None
+    return rate_in_window(steps["t_start_s"], steps["t_end_s"], warm_s, window_s)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warm", type=float, default=4.0, help="seconds skipped after the first step")
+    ap.add_argument("--window", type=float, default=12.0, help="seconds of steps counted")
+    args = ap.parse_args(argv)
+    if not os.path.exists(CHROMIUM):
+        sys.exit(f"needs Debian's Chromium at {CHROMIUM}")
+
+    from playwright.sync_api import sync_playwright
+    from engine.model import load_model
+    model = load_model(os.environ.get("BATCHING_LAB_MODEL") or "smollm2")
+    port = free_port()
+    server = start_server(port)
+    rows = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0)   # load the server's model once
+            for i in range(args.rounds):
+                a = headless(model, args.warm, args.window)
+                b = with_page(browser, f"http://127.0.0.1:{port}", args.warm, args.window)
+                rows.append((a, b))
+                print(f"round {i + 1}: headless {a:5.2f} steps/s   page open {b:5.2f} steps/s   "
+                      f"ratio {b / a:.2f}", flush=True)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    ratios = [b / a for a, b in rows]
+    print(f"median ratio page/headless: {statistics.median(ratios):.2f} "
+          f"(headless median {statistics.median(a for a, _ in rows):.2f} steps/s, "
+          f"page median {statistics.median(b for _, b in rows):.2f} steps/s)")
+
+
+if __name__ == "__main__":
+    main()

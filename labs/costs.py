@@ -1,0 +1,103 @@
+"""Lab: what continuous batching costs. A long prompt stalls running decodes (unless prefill is
+chunked), and a small KV cache forces preemptions."""
+import streamlit as st
+
+from labs import charts
+from labs import lesson_charts as lc
+from labs import lesson_runs as lr
+from labs import lesson_ui as ui
+
+st.title("What continuous batching costs")
+st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
+           "already decoding, and every admitted request holds KV-cache memory until it finishes.")
+
+ui.defaults({"co_long": lr.LONG_PROMPT, "co_budget": lr.COSTS_BUDGET, "co_kv": 1024})
+with st.sidebar:
+    st.slider("Long prompt length (tokens)", 256, 1536, step=128, key="co_long",
+              help="How long the prompts are that arrive while the other requests are decoding.")
+    st.slider("Token budget per step (chunked run)", 64, 512, step=64, key="co_budget",
+              help="max_num_batched_tokens: the most tokens one step may carry. With chunked prefill on, "
+                   "a long prompt is cut into pieces that fit what the decodes leave of it.")
+    st.slider("KV capacity (tokens)", lr.KV_MIN, 4096, step=128, key="co_kv",
+              help="How many tokens of keys and values the cache may hold across all running requests. "
+                   "Too small, and the engine must evict (preempt) a request and recompute it later.")
+ui.write_link(["co_long", "co_budget", "co_kv"])
+
+# ----- 1. chunked prefill
+st.header("1 · A long prompt arrives into running decodes")
+long_len, budget = st.session_state.co_long, st.session_state.co_budget
+off_budget = lr.stall_policy(False, budget, long_len).max_num_batched_tokens
+st.markdown(f"{lr.DECODE_STREAMS} requests start decoding at t = 0 ({lr.DECODE_OUTPUT} tokens each). "
+            f"Prompts of {long_len} tokens arrive at t = {', '.join(f'{t:g}' for t in lr.LONG_ARRIVALS_S)} s. "
+            f"Chunked prefill **on**: budget {budget} tokens a step, so a long prompt is prefilled over several "
+            f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
+            f"(as vLLM requires).")
+settings = (long_len, budget)
+got = lr.stall_runs(ui.ref(), long_len, budget, peek=True)
+action = ui.measure_buttons("costs_stall", settings, got is not None, "Run with chunking off and on",
+                            "about 25 s")
+if action:
+    got = ui.measure("costs_stall", settings, action,
+                     lambda **kw: lr.stall_runs(ui.model(), long_len, budget, **kw),
+                     "Chunked prefill off, then on…")
+if got is not None:
+    summ = {k: lr.stall_summary(res) for k, (res, _) in got.items()}
+    off, on = summ["off"], summ["on"]
+    cols = st.columns(4)
+    cols[0].metric("Max decode gap, chunking off", ui.fmt(off["decode_gap_max_ms"], "ms", 0),
+                   help="The longest wait between two tokens of a request that was already decoding.")
+    cols[1].metric("Max decode gap, chunking on", ui.fmt(on["decode_gap_max_ms"], "ms", 0),
+                   delta=f"{on['decode_gap_max_ms'] - off['decode_gap_max_ms']:+.0f} ms vs off", delta_color="inverse")
+    cols[2].metric("Long prompts' TTFT, off", ui.fmt(off["long_ttft_mean_s"], "s"), help="Mean over the long prompts.")
+    cols[3].metric("Long prompts' TTFT, on", ui.fmt(on["long_ttft_mean_s"], "s"),
+                   delta=f"{on['long_ttft_mean_s'] - off['long_ttft_mean_s']:+.2f} s vs off", delta_color="inverse",
+                   help="Chunking spreads a long prompt over several steps, so it starts streaming a little later.")
+    st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
+               f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")
+    series = {}
+    t0 = {}
+    for key, (res, _) in got.items():
+        reqs, _ = lr.frames(res)
+        t0[key] = float(reqs["arrival_s"].min())
+        tt = lr.token_times(res)
+        tt = tt[tt["id"].str.startswith("d")].assign(t_s=lambda d, k=key: d["t_s"] - t0[k])
+        series[f"chunked prefill {key}"] = tt
+    ui.plot(lc.token_gaps(series, list(lr.LONG_ARRIVALS_S)))
+    st.markdown(f"With chunking **off**, the step that carries a whole {long_len}-token prompt makes every "
+                f"running stream wait {off['decode_gap_max_ms']:.0f} ms for its next token. With chunking "
+                f"**on** the longest gap is {on['decode_gap_max_ms']:.0f} ms.")
+
+# ----- 2. KV capacity
+st.header("2 · A KV cache too small for the batch")
+kv = st.session_state.co_kv
+spec = lr.KV_SPEC
+st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_len.lo}–{spec.prompt_len.hi}, "
+            f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lr.KV_SLOTS} running together. "
+            f"The cache may hold **{kv} tokens**; all {lr.KV_SLOTS} at their longest need about "
+            f"{lr.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
+got_kv = lr.kv_run(ui.ref(), kv, peek=True)
+action = ui.measure_buttons("costs_kv", kv, got_kv is not None, "Run at this KV capacity", "about 15 s")
+if action:
+    got_kv = ui.measure("costs_kv", kv, action, lambda **kw: lr.kv_run(ui.model(), kv, **kw),
+                        f"KV capacity {kv} tokens…")
+if got_kv is not None:
+    res, _ = got_kv
+    k = lr.kv_summary(res)
+    reqs, steps = lr.frames(res)
+    cols = st.columns(4)
+    cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "
+                   "and went back to the queue, to be prefilled again later.")
+    cols[1].metric("Requests preempted", k["preempted_requests"])
+    cols[2].metric("Tokens recomputed", k["recomputed_tokens"],
+                   help="Prefill work done again because of preemptions.")
+    cols[3].metric("Throughput", ui.fmt(k["output_tok_s"], "tok/s", 0), help="Output tokens per second.")
+    ui.plot(charts.kv_usage(steps))
+    st.markdown(f"Mean E2E of preempted requests: **{ui.fmt(k['e2e_preempted_s'], 's')}**; of the others: "
+                f"**{ui.fmt(k['e2e_others_s'], 's')}**.")
+    with st.expander("Requests"):
+        ui.table(lr.finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
+                 .sort_values("preemptions", ascending=False).round(3))
+ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Gap** (ITL) here = time between two consecutive tokens of one of "
+               "the requests that started decoding at t = 0, rebuilt from the engine's step records."
+               "\n- **Preemption by recompute**: the request's KV blocks are freed and it goes back to the front "
+               "of the queue; later its prompt and the tokens it already made are prefilled again.")

@@ -1,0 +1,118 @@
+"""One learner's Playground run: a LiveRun on the real model, plus what the page remembers about it.
+
+The page holds one LabRun per browser session. `apply(setup)` sends slider changes to the
+running engine: policy and SLO changes take effect at its next step (the engine marks them on
+the time axis), workload changes apply to arrivals from then on (marked here). No Streamlit.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.config import EngineConfig
+from engine.live import LiveRun, Snapshot
+
+from labs.knobs import KV_POOL_TOKENS, WORKLOAD_KNOBS
+from labs.playground_setup import Setup
+from labs.trace_tables import Tables, TraceTables, requests_csv, steps_csv
+
+ENGINE_THREAD_NAME = "batching-lab-engine"   # LiveRun's thread name: the About page counts them
+
+
+def engine_threads() -> int:
+    """Engine threads alive in this process (every learner's run, all sessions)."""
+    return sum(t.name == ENGINE_THREAD_NAME and t.is_alive() for t in threading.enumerate())
+
+
+def workload_changes(old: Setup, new: Setup) -> list[str]:
+    a, b = old.to_dict(), new.to_dict()
+    return [f"{k} {a[k]}→{b[k]}" for k in WORKLOAD_KNOBS if a[k] != b[k]]
+
+
+class LabRun:
+    def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300):
+        if model is None:
+            raise ValueError("the Playground runs the real model: pass a loaded model")
+        self.setup = setup
+        self.model_name = model.name
+        config = EngineConfig(model=model.name, kv_pool_tokens=KV_POOL_TOKENS,
+                              max_model_len=min(2048, model.max_model_len), seed=setup.seed)
+        self.max_model_len = config.max_model_len
+        self.live = LiveRun(setup.policy(), setup.workload(), model=model, config=config,
+                            is_alive=is_alive, idle_timeout_s=idle_timeout_s)
+        self.workload_marks: list[tuple[int, float, str]] = []
+        self._tables = TraceTables()
+
+    # ----- controls
+
+    def start(self) -> None:
+        self.live.start()
+
+    def pause(self) -> None:
+        self.live.pause()
+
+    def resume(self) -> None:
+        self.live.resume()
+
+    def step_once(self, wait_s: float = 5.0) -> None:
+        """Run exactly one engine step; wait (up to wait_s) until it is recorded."""
+        before = len(self.live.engine.steps)
+        self.live.step_once()
+        deadline = time.monotonic() + wait_s
+        while len(self.live.engine.steps) == before and time.monotonic() < deadline:
+            if self.live.state in ("finished", "stopped", "error"):
+                break
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.live.stop()
+
+    def heartbeat(self) -> None:
+        self.live.heartbeat()
+
+    @property
+    def state(self) -> str:
+        return self.live.state
+
+    @property
+    def steps_taken(self) -> int:
+        """Engine steps so far (read without waiting for the step in progress)."""
+        return len(self.live.engine.steps)
+
+    @property
+    def arrived(self) -> int:
+        """Requests sent to the engine so far."""
+        return self.live.feed.count
+
+    @property
+    def can_continue(self) -> bool:
+        """Finished, but the workload was extended since (more requests to send)."""
+        return self.live.state == "finished" and not self.live.feed.exhausted
+
+    def apply(self, setup: Setup) -> list[str]:
+        """Send what changed to the engine; returns the changes, in words."""
+        old, self.setup = self.setup, setup
+        changes = []
+        if setup.policy() != old.policy():
+            changes += old.policy().diff(setup.policy())
+            self.live.set_policy(setup.policy())
+        wl = workload_changes(old, setup)
+        if wl:
+            engine = self.live.engine
+            self.live.set_workload(setup.workload())
+            self.workload_marks.append((len(engine.steps), engine.clock.now(),
+                                        "workload: " + ", ".join(wl)))
+            changes += wl
+        return changes
+
+    # ----- reading
+
+    def requests_csv(self) -> str:
+        return requests_csv(self.live.snapshot(summary=False))
+
+    def steps_csv(self) -> str:
+        return steps_csv(self.live.snapshot(summary=False))
+
+    def read(self) -> tuple[Snapshot, Tables]:
+        snap = self.live.snapshot(summary=False)    # the page's headline comes from the tables
+        return snap, self._tables.update(snap, self.workload_marks)

@@ -1,0 +1,247 @@
+"""Run every lesson lab's experiments on this machine and print the figures each lab shows.
+
+    python -m labs.measure_all            # uses cached results where present
+    python -m labs.measure_all --refresh  # measure everything again
+    python -m labs.measure_all --only knee queueing --json runs/figures.json
+
+The same functions as the lab pages (labs.lesson_runs), so these are the pages' numbers.
+BATCHING_LAB_MODEL picks the model (default smollm2); BATCHING_LAB_CACHE the cache folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+from labs import lesson_runs as lr
+
+LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
+        "scheduler_orders"]
+
+
+def _progress(name):
+    last = [0.0]
+
+    def cb(f, text):
+        now = time.perf_counter()
+        if now - last[0] > 5 or f >= 1:
+            last[0] = now
+            print(f"  [{name}] {f:4.0%} {text}", file=sys.stderr, flush=True)
+    return cb
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds all processes on this machine have used since boot (from /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return math.nan
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class ContentionMonitor:
+    """Samples, every `every_s`, how many cores other processes use; `peak` is the largest sample.
+
+    Two processes running torch on two cores do not just share them: their threads wait on each
+    other at every parallel region, and a 30 ms decode step can take seconds. So a lab counts as
+    clean only if no sample saw other processes use more than a small share of a core.
+    """
+
+    def __init__(self, every_s: float = 0.5):
+        import threading
+        self.every_s, self.samples = every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        busy, own, t = _busy_cpu_s(), _own_cpu_all_threads(), time.monotonic()
+        while not self._stop.wait(self.every_s):
+            b, o, n = _busy_cpu_s(), _own_cpu_all_threads(), time.monotonic()
+            self.samples.append(max(0.0, (b - busy) - (o - own)) / max(n - t, 1e-9))
+            busy, own, t = b, o, n
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+    @property
+    def peak(self) -> float:
+        return max(self.samples, default=0.0)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples) if self.samples else 0.0
+
+
+def _own_cpu_all_threads() -> float:
+    """This process's CPU seconds so far, every thread included (from /proc/self/stat)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return _own_cpu_s()
+
+
+def wait_quiet(max_other_cores: float, max_wait_s: float) -> float:
+    """Wait (up to max_wait_s) until other processes use less than max_other_cores; return their use."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        b0, t0 = _busy_cpu_s(), time.monotonic()
+        time.sleep(3)
+        other = (_busy_cpu_s() - b0) / (time.monotonic() - t0)
+        if other < max_other_cores or time.monotonic() > deadline:
+            return other
+        print(f"  waiting: other processes are using {other:.1f} cores", file=sys.stderr, flush=True)
+
+
+def _r(x, d=3):
+    if isinstance(x, float):
+        return None if math.isnan(x) else round(x, d)
+    return x
+
+
+def why_batch(model, refresh):
+    rows, hit = lr.batch_scaling(model, progress=_progress("why_batch"), refresh=refresh)
+    table = lr.scaling_table(rows)
+    fit = lr.linear_fit(rows)
+    return {
+        "cached": hit,
+        "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")],
+        "bend_batch": lr.bend(rows),
+        "tok_s_batch1": _r(rows[0]["tokens_per_s"], 1),
+        "tok_s_batch32": _r(next(r["tokens_per_s"] for r in rows if r["batch"] == 32), 1),
+        "linear_fit": {k: _r(v) for k, v in fit.items()},
+    }
+
+
+def static_vs_continuous(model, refresh):
+    out = {}
+    for key in lr.SVC_WORKLOADS:
+        runs = lr.svc_runs(model, key, progress=_progress(f"svc {key}"), refresh=refresh)
+        s = {m: lr.mode_summary(res, lr.SVC_SLOTS) for m, (res, _) in runs.items()}
+        out[key] = {
+            "static": {k: _r(v) for k, v in s["static"].items()},
+            "continuous": {k: _r(v) for k, v in s["continuous"].items()},
+            "throughput_ratio_cont_over_static": _r(s["continuous"]["output_tok_s"] / s["static"]["output_tok_s"]),
+            "cached": all(h for _, h in runs.values()),
+        }
+    return out
+
+
+def costs(model, refresh):
+    runs = lr.stall_runs(model, progress=_progress("costs stall"), refresh=refresh)
+    stall = {k: {m: _r(v) for m, v in lr.stall_summary(res).items()} for k, (res, _) in runs.items()}
+    kv = {}
+    for cap in (lr.KV_DEFAULT, 1024, 512):
+        res, _ = lr.kv_run(model, cap, progress=_progress(f"costs kv {cap}"), refresh=refresh)
+        kv[cap] = {m: _r(v) for m, v in lr.kv_summary(res).items()}
+    return {"chunked_prefill": stall, "kv_capacity": kv}
+
+
+def slo_goodput(model, refresh):
+    runs = lr.slo_runs(model, progress=_progress("slo"), refresh=refresh)
+    out = {}
+    for ttft, tpot in ((0.8, 0.06), (2.0, 0.1)):
+        out[f"ttft<={ttft}s,tpot<={tpot * 1000:g}ms"] = {
+            f"rate {rate:g}/s": {k: _r(v) for k, v in lr.goodput(res, ttft, tpot).items()}
+            for rate, res, _ in runs}
+    return out
+
+
+def queueing(model, refresh):
+    cap, _ = lr.service_rate_run(model, progress=_progress("queueing mu"), refresh=refresh)
+    mu = lr.service_rate(cap)
+    runs = lr.queue_runs(model, mu, progress=_progress("queueing"), refresh=refresh)
+    return {"mu_req_s": _r(mu),
+            "points": [{k: _r(v) for k, v in lr.queue_point(rho, res, mu).items()} for rho, res, _ in runs]}
+
+
+def knee(model, refresh):
+    runs = lr.knee_runs(model, progress=_progress("knee"), refresh=refresh)
+    table = lr.knee_table(runs, None, 0.06)
+    return {"knee_max_num_seqs": lr.find_knee(table),
+            "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
+
+
+def tail(model, refresh):
+    out = {}
+    for share in (0.0, 0.1):
+        res, _ = lr.tail_run(model, share, progress=_progress(f"tail {share:.0%}"), refresh=refresh)
+        reqs, _ = lr.frames(res)
+        out[f"long share {share:.0%}"] = {
+            "ttft_by_prompt": lr.percentile_table(reqs, "ttft_s", lr.prompt_bucket(reqs["prompt_tokens"]))
+                              .round(3).to_dict("records"),
+            "ttft_by_tenant": lr.percentile_table(reqs, "ttft_s", reqs["tenant"]).round(3).to_dict("records"),
+        }
+    return out
+
+
+def scheduler_orders(model, refresh):
+    runs = lr.order_runs(model, progress=_progress("orders"), refresh=refresh)
+    table = lr.tenant_table(runs)
+    return {"table": table.round(3).to_dict("records"), "sentences": lr.winners(table)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--refresh", action="store_true", help="measure again even where cached")
+    ap.add_argument("--only", nargs="*", choices=LABS, help="just these labs")
+    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="CORES",
+                    help="before each lab, wait (up to 10 min) until other processes use fewer than CORES cores")
+    ap.add_argument("--max-wait", type=float, default=600, help="longest wait for quiet, seconds")
+    ap.add_argument("--retries", type=int, default=0,
+                    help="with --wait-quiet: measure a lab again (up to this many times) when other processes "
+                         "took more than twice CORES at any moment while it ran")
+    args = ap.parse_args(argv)
+
+    from engine.model import load_model
+    model = load_model(os.environ.get("BATCHING_LAB_MODEL", "smollm2"))
+    report = {"model": model.name, "dtype": str(model.dtype), "labs": {}}
+    for name in args.only or LABS:
+        refresh = args.refresh
+        for attempt in range(1 + args.retries):
+            if args.wait_quiet:
+                wait_quiet(args.wait_quiet, args.max_wait)
+            t = time.perf_counter()
+            with ContentionMonitor() as mon:
+                figures = globals()[name](model, refresh)
+            seconds = time.perf_counter() - t
+            # other processes competing for the two cores distort every timing: say how much they took
+            other, peak = mon.mean, mon.peak
+            if not args.wait_quiet or peak < 2 * args.wait_quiet or attempt == args.retries:
+                break
+            print(f"  [{name}] other processes took up to {peak:.2f} cores during the run: measuring again",
+                  file=sys.stderr, flush=True)
+            refresh = True
+        report["labs"][name] = {"seconds": round(seconds, 1), "other_processes_cores_mean": round(other, 2),
+                                "other_processes_cores_peak": round(peak, 2), **figures}
+        print(f"== {name} ({seconds:.1f} s; other processes used {other:.2f} of {os.cpu_count()} cores on "
+              f"average, {peak:.2f} at the peak)")
+        print(json.dumps(figures, indent=1, default=str, ensure_ascii=False))
+        sys.stdout.flush()
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str, ensure_ascii=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The Playground's live views: headline strip, charts, streaming texts, rejected requests.
+
+Every function takes the Tables of one snapshot (plus the setup) and draws with the pure
+builders in labs.charts; nothing here runs or steers the engine.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from labs import charts
+from labs.playground_setup import Setup
+from labs.trace_tables import Tables
+
+LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
+TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
+TEXTS_SHOWN = 4
+PLOT_CONFIG = {"displayModeBar": False}
+
+DEFINITIONS = """
+Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
+
+- **TTFT** (time to first token) = first token time − arrival time.
+- **TPOT** (time per output token) = (E2E − TTFT) / (output tokens − 1), for requests with more than one output token.
+- **ITL** (inter-token latency) = every gap between consecutive tokens of a request, pooled over requests.
+- **E2E** (end-to-end latency) = last token time − arrival time.
+- **Queue time** = first scheduled time − arrival time.
+- **Output throughput** = output tokens of finished requests / duration (first arrival to the last step).
+- **Goodput** = finished requests that met every SLO target set (TTFT and TPOT) / duration.
+- **p50 / p95**: the value half / 95% of finished requests stay at or under.
+- **Wasted slot-steps**: over every step that ran something, the batch slots (`max_num_seqs`) left empty, summed.
+  A step with 8 slots and 5 requests wastes 3.
+- **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.
+"""
+
+
+def empty_tables() -> Tables:
+    from labs.trace_tables import MARK_COLUMNS
+    from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+    return Tables(pd.DataFrame(columns=STEP_COLUMNS),
+                  pd.DataFrame(columns=REQUEST_COLUMNS + ["partial_text"]),
+                  pd.DataFrame(columns=MARK_COLUMNS))
+
+
+def _fmt(value: float, unit: str, scale: float = 1.0, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value * scale:.{digits}f} {unit}".strip()
+
+
+def largest_batch(steps: pd.DataFrame) -> int:
+    """Most requests that shared one step so far (a step's `running` = its members)."""
+    return int(steps["running"].max()) if len(steps) else 0
+
+
+def status_line(state: str, tables: Tables, setup: Setup, arrived: int, message: str = "") -> None:
+    steps, reqs = tables.steps, tables.requests
+    n = len(steps)
+    status = reqs["status"] if len(reqs) else pd.Series(dtype=str)
+    rate = ""
+    if n >= 2:
+        recent = steps.iloc[-min(n, 50):]
+        span = float(recent["t_end_s"].iloc[-1] - recent["t_start_s"].iloc[0])
+        if span > 0:
+            rate = f" · {len(recent) / span:.1f} steps/s"
+    st.markdown(
+        f"**Engine: {state}** · steps: {n} · arrived: {arrived}/{setup.num_requests} · "
+        f"finished: {int((status == 'finished').sum())} · rejected: "
+        f"{int(status.isin(['rejected', 'failed']).sum())} · largest batch: "
+        f"{largest_batch(steps)} of {setup.max_num_seqs} slots{rate}")
+    if message:
+        (st.error if state == "error" else st.info)(message)
+
+
+def headline(tables: Tables, setup: Setup) -> None:
+    h = charts.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
+                        setup.max_num_seqs)
+    items = [
+        ("TTFT p50", _fmt(h["ttft_p50_s"], "s"), "Time to first token, median over finished requests."),
+        ("TTFT p95", _fmt(h["ttft_p95_s"], "s"), "Time to first token that 95% of finished requests beat."),
+        ("TPOT p50", _fmt(h["tpot_p50_s"], "ms", 1000, 0), "Time per output token after the first, median."),
+        ("TPOT p95", _fmt(h["tpot_p95_s"], "ms", 1000, 0), "Time per output token, 95th percentile."),
+        ("Throughput", _fmt(h["throughput_tok_s"], "tok/s", digits=1), "Output tokens of finished requests per second of run."),
+        ("Goodput", _fmt(h["goodput_req_s"], "req/s"), "Finished requests per second that met both SLO targets."),
+        ("Waiting now", str(h["waiting_now"]), "Requests in the queue after the latest step."),
+        ("Running now", str(h["running_now"]), "Requests in the batch in the latest step."),
+        ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}", "Empty batch slots summed over every busy step."),
+    ]
+    for row in (items[:5], items[5:]):
+        for col, (label, value, help_text) in zip(st.columns(5), row):
+            col.metric(label, value, help=help_text)
+
+
+def _plot(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, config=PLOT_CONFIG, width="stretch")
+
+
+def batch_chart(tables: Tables, setup: Setup, upto_step: int | None = None) -> None:
+    slots = max(setup.max_num_seqs, largest_batch(tables.steps))
+    _plot(charts.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
+                                  upto_step=upto_step, marks=tables.marks), "pg_batch")
+
+
+def replay_scrubber(tables: Tables) -> int | None:
+    """After pausing: a slider over every step of the run. Returns the chosen step."""
+    n = len(tables.steps)
+    if n == 0:
+        return None
+    key, last_key = "pg_scrub", "pg_scrub_last"
+    last = st.session_state.get(last_key)
+    if last != n - 1:    # new steps since: follow them if the slider was at the end
+        if st.session_state.get(key) in (None, last) or st.session_state.get(key, 0) > n - 1:
+            st.session_state[key] = n - 1
+        st.session_state[last_key] = n - 1
+    if n == 1:
+        return 0
+    return st.slider("Replay: step", 0, n - 1, key=key,
+                     help="Step back through the whole run: the batch chart and the request "
+                          "timeline show the engine as it was at this step.")
+
+
+def step_detail(tables: Tables, step: int) -> None:
+    steps = tables.steps
+    row = steps[steps["step"] == step]
+    if len(row) == 0:
+        return
+    r = row.iloc[0]
+    members = charts.parse_members(r["members"])
+    who = ", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12])
+    more = f" and {len(members) - 12} more" if len(members) > 12 else ""
+    st.caption(f"Step {step} at {r['t_start_s']:.2f}–{r['t_end_s']:.2f} s "
+               f"({(r['t_end_s'] - r['t_start_s']) * 1000:.0f} ms): {len(members)} running, "
+               f"{int(r['waiting'])} waiting, {int(r['prefill_tokens'])} prefill + "
+               f"{int(r['decode_tokens'])} decode tokens — {who}{more}")
+
+
+def time_charts(tables: Tables, setup: Setup, now_s: float | None = None) -> None:
+    steps, reqs, marks = tables.steps, tables.requests, tables.marks
+    _plot(charts.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT), "pg_timeline")
+    rows = [
+        (lambda: charts.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks), "pg_ttft"),
+        (lambda: charts.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks), "pg_tpot"),
+        (lambda: charts.queue_over_time(steps, marks), "pg_queue"),
+        (lambda: charts.throughput_over_time(steps, reqs, setup.ttft_slo_s, setup.tpot_slo_s,
+                                             marks), "pg_throughput"),
+        (lambda: charts.kv_usage(steps, marks), "pg_kv"),
+    ]
+    for i in range(0, len(rows), 2):
+        for col, (build, key) in zip(st.columns(2), rows[i:i + 2]):
+            with col:
+                _plot(build(), key)
+
+
+def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
+    """Up to n requests with text: those decoding now first, then the latest finished."""
+    reqs = tables.requests
+    if len(reqs) == 0:
+        return pd.DataFrame(columns=["request", "status", "tokens", "text"])
+    finished = reqs["status"] == "finished"
+    text = reqs["output_text"].where(finished, reqs["partial_text"]).fillna("").astype(str)
+    has = text.str.len() > 0
+    live = reqs[has & ~finished].sort_values("first_token_s", ascending=False)
+    done = reqs[has & finished].sort_values("finish_s", ascending=False)
+    picked = (pd.concat([live, done]) if len(live) and len(done) else live if len(live) else done).head(n)
+    return pd.DataFrame({"request": picked["id"], "status": picked["status"],
+                         "tokens": picked["output_tokens"], "text": text.loc[picked.index]})
+
+
+def generated_texts(tables: Tables) -> None:
+    st.markdown("**Latest generated text**")
+    df = latest_texts(tables)
+    if len(df) == 0:
+        st.caption("Generated text streams in here once requests start decoding.")
+        return
+    cols = st.columns(2)
+    for i, (_, r) in enumerate(df.iterrows()):
+        with cols[i % 2]:
+            tail = r["text"][-300:].replace("\n", " ")
+            st.caption(f"**{r['request']}** · {r['status']} · {r['tokens']} tokens")
+            st.text(("…" if len(r["text"]) > 300 else "") + tail)
+
+
+def rejected_table(tables: Tables) -> None:
+    reqs = tables.requests
+    if len(reqs) == 0:
+        return
+    bad = reqs[reqs["status"].isin(["rejected", "failed"])]
+    if len(bad) == 0:
+        return
+    st.subheader(f"Rejected requests ({len(bad)})")
+    st.dataframe(bad[["id", "tenant", "arrival_s", "prompt_tokens", "status", "error"]]
+                 .rename(columns={"error": "reason"}), hide_index=True, width="stretch")
+
+
+def definitions() -> None:
+    with st.expander("Metric definitions"):
+        st.markdown(DEFINITIONS)

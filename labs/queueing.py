@@ -1,0 +1,92 @@
+"""Lab: queueing. Time in system against utilization on the real engine, beside the M/M/1 model,
+and Little's Law checked on each run's own trace."""
+import pandas as pd
+import streamlit as st
+
+from labs import charts
+from labs import lesson_charts as lc
+from labs import lesson_runs as lr
+from labs import lesson_ui as ui
+
+st.title("Queueing")
+st.caption("First the engine's capacity μ for this workload is measured (every request at once). Then "
+           "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
+
+CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+ui.defaults({"qu_rhos": lr.UTILIZATIONS})
+with st.sidebar:
+    st.multiselect("Utilizations to run (λ / μ)", CHOICES, key="qu_rhos", format_func=lambda r: f"{r:.0%}",
+                   help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
+                        "Near 100% a short run is noisy, and takes longer: the run lasts about "
+                        "requests / λ seconds.")
+ui.write_link(["qu_rhos"])
+rhos = sorted(st.session_state.qu_rhos) or [0.5]
+
+spec = lr.QUEUE_SPEC
+st.markdown(f"The workload: {spec.num_requests} requests, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} "
+            f"tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}, continuous batching with "
+            f"{lr.QUEUE_POLICY.max_num_seqs} slots.")
+
+
+def _peek():
+    cap = lr.service_rate_run(ui.ref(), peek=True)
+    if cap is None:
+        return None
+    mu = lr.service_rate(cap[0])
+    runs = lr.queue_runs(ui.ref(), mu, rhos, peek=True)
+    return None if runs is None else (cap[0], mu, runs)
+
+
+def _measure(progress, refresh):
+    cap, _ = lr.service_rate_run(ui.model(), progress=lambda f, t: progress(0.15 * f, t), refresh=refresh)
+    mu = lr.service_rate(cap)
+    runs = lr.queue_runs(ui.model(), mu, rhos, progress=lambda f, t: progress(0.15 + 0.85 * f, t),
+                         refresh=refresh)
+    return cap, mu, runs
+
+
+got = _peek()
+action = ui.measure_buttons("queueing", tuple(rhos), got is not None, "Measure μ, then run each utilization",
+                            f"about {10 + sum(8 / r for r in rhos):.0f} s")
+if action:
+    got = ui.measure("queueing", tuple(rhos), action, _measure, "Measuring capacity, then each arrival rate…")
+if got is None:
+    st.stop()
+
+cap, mu, runs = got
+points = pd.DataFrame([lr.queue_point(rho, res, mu) for rho, res, _ in runs])
+cols = st.columns(3)
+cols[0].metric("Capacity μ (measured)", ui.fmt(mu, "req/s"),
+               help="Finished requests / duration when every request arrives at once.")
+cols[1].metric("Service time 1/μ", ui.fmt(1 / mu, "s"))
+cols[2].metric(f"W at {points.rho.max():.0%} vs {points.rho.min():.0%}",
+               f"{points.W_s.iloc[-1]:.2f} vs {points.W_s.iloc[0]:.2f} s")
+ui.plot(lc.time_in_system(points, mu))
+st.markdown("The M/M/1 curve is a model of one server with random service times, drawn for the measured μ. "
+            "The engine is not one: it batches, so it serves faster as the queue grows, and even alone a request "
+            "takes its full decode time. Its points sit elsewhere, but they bend upward the same way.")
+show = points[["rho", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_mean_s", "waiting_max"]].rename(
+    columns={"rho": "utilization ρ", "lambda_set": "λ set (req/s)", "lambda_arrivals": "λ drawn (req/s)",
+             "W_s": "W measured (s)", "W_mm1_s": "W M/M/1 model (s)", "queue_mean_s": "mean queue time (s)",
+             "waiting_max": "most waiting"})
+ui.table(show.round(3))
+
+st.subheader("Little's Law on each run's own trace")
+st.markdown("L = λ·W holds for any system that starts and ends empty. **L (requests)** is the time-averaged "
+            "number of requests between arrival and finish; **λ** is finished requests / that time span; "
+            "**W** is the mean time in system. **L (engine counters)** averages the engine's own per-step "
+            "waiting + running counts over the same span: an independent measurement.")
+little = points[["rho", "L", "L_steps", "lambda", "W_s", "lambda_W"]].rename(
+    columns={"rho": "utilization ρ", "L": "L (requests)", "L_steps": "L (engine counters)",
+             "lambda": "λ (req/s)", "W_s": "W (s)", "lambda_W": "λ·W"})
+ui.table(little.round(3))
+
+pick = st.select_slider("Run shown below", [p for p in points.rho], value=points.rho.iloc[-1],
+                        format_func=lambda r: f"{r:.0%}", key="qu_pick",
+                        help="Which utilization's queue to draw over time.")
+res = next(r for rho, r, _ in runs if rho == pick)
+ui.plot(charts.queue_over_time(lr.frames(res)[1]))
+ui.definitions("- **μ** (capacity) = finished requests / duration of a run where every request arrives at "
+               "once.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
+               "run differ a little (λ drawn).\n- **W** = mean (finish − arrival) = mean E2E latency.\n"
+               "- **M/M/1**: W = 1 / (μ − λ), a model, finite only for λ < μ.")

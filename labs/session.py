@@ -1,0 +1,90 @@
+"""Streamlit glue: the model once per server process, one engine run per browser session.
+
+- `model()` loads the model named by BATCHING_LAB_MODEL (default "smollm2") once per process.
+- `run()` / `new_run()` / `reset_run()` keep this session's LabRun in st.session_state.
+- A run's engine thread asks `session_alive()` before every step: once this browser tab is
+  closed or reloaded, Streamlit drops its session and the thread stops. A heartbeat from the
+  page (see LabRun.heartbeat) is the second guard.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import streamlit as st
+from streamlit import runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from engine.model import load_model
+from labs.lab_run import LabRun
+from labs.playground_setup import Setup
+from labs.step_timer import measure_step_times
+
+MODEL_ENV = "BATCHING_LAB_MODEL"
+RUN_KEY = "lab_run"
+HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
+log = logging.getLogger("batching_lab")
+
+
+def model_name() -> str:
+    return os.environ.get(MODEL_ENV, "smollm2") or "smollm2"
+
+
+@st.cache_resource(show_spinner=False)
+def _load(name: str):
+    return load_model(name)
+
+
+def model():
+    """The loaded model, shared by every session of this server process."""
+    name = model_name()
+    with st.spinner(f"Loading the model ({name}) — once per server, a few seconds…"):
+        return _load(name)
+
+
+@st.cache_resource(show_spinner=False)
+def _step_times(name: str) -> dict:
+    return measure_step_times(_load(name))
+
+
+def step_times() -> dict:
+    """Measured decode-step times of the loaded model on this machine (once per process)."""
+    name = model_name()
+    model()
+    with st.spinner("Timing a few real decode steps on this machine…"):
+        return _step_times(name)
+
+
+def session_alive():
+    """A callable for the engine thread: is this browser session still connected?"""
+    ctx = get_script_run_ctx()
+    session_id = ctx.session_id if ctx else None
+    if session_id is None or not runtime.exists():
+        return lambda: True          # no server (AppTest, a bare script): the heartbeat guards it
+    rt = runtime.get_instance()
+
+    def alive() -> bool:
+        if rt.is_active_session(session_id):
+            return True
+        log.warning("browser session %s is gone: stopping its engine thread", session_id)
+        return False
+
+    return alive
+
+
+def run() -> LabRun | None:
+    return st.session_state.get(RUN_KEY)
+
+
+def new_run(setup: Setup) -> LabRun:
+    """A fresh run for this session (stopping any previous one)."""
+    reset_run()
+    lab = LabRun(setup, model(), is_alive=session_alive(), idle_timeout_s=HEARTBEAT_TIMEOUT_S)
+    st.session_state[RUN_KEY] = lab
+    return lab
+
+
+def reset_run() -> None:
+    lab = st.session_state.pop(RUN_KEY, None)
+    if lab is not None:
+        lab.stop()

@@ -1,0 +1,132 @@
+"""Lab: static vs continuous batching. The same seeded workload through both modes, replayed side by side."""
+import pandas as pd
+import streamlit as st
+
+from labs import charts
+from labs import lesson_runs as lr
+from labs import lesson_ui as ui
+
+REPLAY_TICK_S = 0.3
+REPLAY_TICKS = 60          # a full replay takes about this many ticks
+
+st.title("Static vs continuous batching")
+st.caption("Static batching admits a batch and runs it until its last member finishes. Continuous "
+           "batching decides who runs at every step. Same requests, same seed, both modes, on the real engine.")
+
+ui.defaults({"svc_workload": "short_long", "svc_slots": lr.SVC_SLOTS, "svc_seed": 0})
+with st.sidebar:
+    st.radio("Workload", list(lr.SVC_WORKLOADS), key="svc_workload",
+             format_func=lambda k: lr.SVC_WORKLOADS[k][0],
+             help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
+                  "request writes 192 tokens, every other one 8 to 16.")
+    st.slider("Batch slots (max_num_seqs)", 2, 16, key="svc_slots",
+              help="How many requests may share one engine step.")
+    st.number_input("Seed", 0, 999, key="svc_seed",
+                    help="Draws arrival times and lengths; the same seed gives the same requests.")
+ui.write_link(["svc_workload", "svc_slots", "svc_seed"])
+
+workload, slots, seed = st.session_state.svc_workload, st.session_state.svc_slots, st.session_state.svc_seed
+spec = lr.svc_spec(workload, seed)
+st.markdown(f"**{lr.SVC_WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving at about "
+            f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
+
+settings = (workload, slots, seed)
+got = lr.svc_runs(ui.ref(), workload, slots, seed, peek=True)
+action = ui.measure_buttons("svc", settings, got is not None, "Run both modes", "about 30 s")
+if action:
+    got = ui.measure("svc", settings, action,
+                     lambda **kw: lr.svc_runs(ui.model(), workload, slots, seed, **kw),
+                     "Running static, then continuous…")
+if got is None:
+    st.stop()
+
+frames = {mode: lr.frames(res) for mode, (res, _) in got.items()}
+summ = {mode: lr.mode_summary(res, slots) for mode, (res, _) in got.items()}
+s, c = summ["static"], summ["continuous"]
+
+cols = st.columns(4)
+cols[0].metric("Output throughput (continuous)", ui.fmt(c["output_tok_s"], "tok/s", 1),
+               delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
+cols[1].metric("Wasted slot-steps (continuous)", c["wasted_slot_steps"],
+               delta=f"{c['wasted_slot_steps'] - s['wasted_slot_steps']:+d} vs static", delta_color="inverse",
+               help="Empty batch slots summed over every step that ran something.")
+cols[2].metric("p95 TTFT (continuous)", ui.fmt(c["ttft_p95_s"], "s"),
+               delta=f"{c['ttft_p95_s'] - s['ttft_p95_s']:+.2f} s vs static", delta_color="inverse")
+cols[3].metric("Longest request's E2E (continuous)", ui.fmt(c["long_e2e_s"], "s"),
+               delta=f"{c['long_e2e_s'] - s['long_e2e_s']:+.2f} s vs static", delta_color="inverse",
+               help=f"{c['long_id']}, {c['long_output_tokens']} output tokens. Continuous batching shares its "
+                    "steps with more requests, so it can finish later even when everyone else is faster.")
+
+# ----- synchronized replay
+st.subheader("Replay, step by step")
+n_steps = max(len(frames["static"][1]), len(frames["continuous"][1]))
+last = max(0, n_steps - 1)
+if st.session_state.get("svc_step", 0) > last:
+    st.session_state.svc_step = last
+st.session_state.setdefault("svc_step", last)
+st.session_state.setdefault("svc_playing", False)
+
+
+def _toggle():
+    if not st.session_state.svc_playing and st.session_state.svc_step >= last:
+        st.session_state.svc_step = 0
+    st.session_state.svc_playing = not st.session_state.svc_playing
+
+
+st.button("⏸ Pause" if st.session_state.svc_playing else "▶ Play", key="svc_play", on_click=_toggle,
+          help="Advance both grids together, a few steps at a time; drag the slider to scrub.")
+
+
+@st.fragment(run_every=REPLAY_TICK_S if st.session_state.svc_playing else None)
+def replay():
+    if st.session_state.svc_playing:
+        nxt = st.session_state.svc_step + max(1, n_steps // REPLAY_TICKS)
+        st.session_state.svc_step = min(nxt, last)
+        if nxt >= last:
+            st.session_state.svc_playing = False
+            st.rerun()
+    st.slider("Engine step", 0, last, key="svc_step",
+              help="Both runs up to this engine step. Static needs more steps for the same work when "
+                   "slots sit empty.")
+    k = st.session_state.svc_step
+    left, right = st.columns(2)
+    for col, mode in ((left, "static"), (right, "continuous")):
+        reqs, steps = frames[mode]
+        upto = steps[steps["step"] <= k]
+        with col:
+            st.markdown(f"**{mode}**")
+            if len(upto):
+                row = upto.iloc[-1]
+                done = int((pd.to_numeric(reqs["finish_s"]) <= row.t_end_s).sum())
+                st.caption(f"t = {row.t_end_s - reqs['arrival_s'].min():.2f} s · running {int(row.running)} · "
+                           f"waiting {int(row.waiting)} · finished {done}/{len(reqs)} · wasted slot-steps so far "
+                           f"{charts.wasted_slot_steps(upto, slots)}")
+            else:
+                st.caption("not started")
+            if k >= len(steps):
+                st.caption(f"finished after {len(steps)} steps")
+            ui.plot(charts.batch_membership(steps, slots, upto_step=k))
+
+
+replay()
+
+# ----- the comparison table
+st.subheader("Side by side")
+rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "duration_s", 2), ("engine steps", "steps", 0),
+        ("p50 TTFT (s)", "ttft_p50_s", 2), ("p95 TTFT (s)", "ttft_p95_s", 2), ("p50 TPOT (ms)", "tpot_p50_ms", 1),
+        ("p95 TPOT (ms)", "tpot_p95_ms", 1), ("wasted slot-steps", "wasted_slot_steps", 0),
+        ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
+ui.table(pd.DataFrame({"": [r[0] for r in rows],
+                       "static": [round(s[k], d) for _, k, d in rows],
+                       "continuous": [round(c[k], d) for _, k, d in rows]}))
+st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
+            f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
+            f"static's **{s['wasted_slot_steps']}**.")
+with st.expander("Requests, both runs"):
+    both = pd.concat([frames[m][0].assign(mode=m) for m in ("static", "continuous")])
+    ui.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+                   "queue_s"]].round(3))
+ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Wasted slot-steps** = over every step that ran something, the "
+               "batch slots (max_num_seqs) left empty, summed. Steps with nothing to run are not counted."
+               "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
+               "500 ms, and runs until every member has finished; nobody joins mid-batch.")

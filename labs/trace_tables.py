@@ -1,0 +1,69 @@
+"""A live run's snapshots as the tables the chart builders take, and as the CLI's CSV files.
+
+Steps never change once recorded, so their rows are converted once and kept: a refresh
+converts only the steps taken since the last one. Requests still running change every step
+and are read fresh from each snapshot. No Streamlit here.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+import pandas as pd
+
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_row
+
+MARK_COLUMNS = ["step", "t_s", "label"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    steps: pd.DataFrame       # STEP_COLUMNS (steps.csv)
+    requests: pd.DataFrame    # REQUEST_COLUMNS (requests.csv) + partial_text
+    marks: pd.DataFrame       # step, t_s, label: policy and workload changes
+
+
+class TraceTables:
+    def __init__(self):
+        self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+        self._n = 0
+        self._steps = pd.DataFrame({c: [] for c in STEP_COLUMNS})
+
+    def steps(self, records) -> pd.DataFrame:
+        """The steps table for a snapshot's step records (a prefix of the same run's records)."""
+        if len(records) < self._n:        # a different (reset) run: start over
+            self.__init__()
+        if len(records) > self._n:
+            for rec in records[self._n:]:
+                for c, v in step_row(rec).items():
+                    self._cols[c].append(v)
+            self._n = len(records)
+            self._steps = pd.DataFrame(self._cols, copy=True)
+        return self._steps
+
+    def update(self, snapshot, extra_marks=()) -> Tables:
+        requests = pd.DataFrame.from_records(list(snapshot.requests),
+                                             columns=REQUEST_COLUMNS + ["partial_text"])
+        marks = [(m.step, m.t_s, m.label) for m in snapshot.marks] + list(extra_marks)
+        marks.sort(key=lambda m: m[1])
+        return Tables(self.steps(snapshot.steps), requests,
+                      pd.DataFrame(marks, columns=MARK_COLUMNS))
+
+
+def _csv(rows, columns) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def requests_csv(snapshot) -> str:
+    """requests.csv exactly as `python -m engine run` writes it."""
+    return _csv(snapshot.requests, REQUEST_COLUMNS)
+
+
+def steps_csv(snapshot) -> str:
+    """steps.csv exactly as `python -m engine run` writes it."""
+    return _csv((step_row(s) for s in snapshot.steps), STEP_COLUMNS)

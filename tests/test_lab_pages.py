@@ -1,0 +1,120 @@
+"""Every lesson lab page renders under AppTest; some press their run button on the tiny model.
+
+Runs use BATCHING_LAB_MODEL=tiny and a fresh BATCHING_LAB_CACHE, so nothing here reads or
+writes the machine's real cached results.
+"""
+import os
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.model import cache_root
+from labs import lesson_runs as lr
+from labs.registry import LESSON_LABS, lesson_lab_pages
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120
+
+
+@pytest.fixture
+def lab_env(tmp_path, monkeypatch):
+    """Tiny model, empty results cache. The converted SmolLM2 copy (the tiny model borrows its
+    tokenizer) is linked in from the usual cache so it is not converted again."""
+    real = cache_root()
+    for d in real.glob("SmolLM2-*") if real.is_dir() else []:
+        (tmp_path / d.name).symlink_to(d)
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def page(path: str) -> AppTest:
+    return AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join([c.value for c in at.caption] + [m.value for m in at.markdown])
+
+
+def test_registry_lists_every_lesson_lab_once():
+    from lessons.catalog import LAB_IDS
+    ids = [lab_id for lab_id, *_ in LESSON_LABS]
+    assert len(ids) == len(set(ids)) == 8
+    assert set(ids) == set(LAB_IDS) - {"playground"}
+    for lab_id, path, title, icon in LESSON_LABS:
+        assert (ROOT / path).is_file() and title and icon.startswith(":material/")
+    assert [p.url_path for p in lesson_lab_pages()] == ids
+
+
+@pytest.mark.parametrize("lab_id, path", [(i, p) for i, p, *_ in LESSON_LABS], ids=[i for i, *_ in LESSON_LABS])
+def test_page_renders_without_running_anything(lab_env, lab_id, path):
+    at = page(path).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.title, "every lab has a title"
+    # nothing is measured yet: the page offers its run button and has run nothing
+    assert any(b.key.endswith("__run") for b in at.button), [b.key for b in at.button]
+    assert not list(lab_env.glob("results/*.json"))
+    for s in at.slider:
+        assert s.help, f"slider {s.label!r} needs a help tooltip"
+
+
+def test_why_batch_measures_then_shows_the_cached_result(lab_env):
+    at = page("labs/why_batch.py").run()
+    at.multiselect(key="wb_sizes").set_value([1, 2, 4]).run()
+    at.slider(key="wb_context").set_value(32).run()
+    at.button(key="why_batch__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    labels = [m.label for m in at.metric]
+    assert "tokens/s at batch 4" in labels and "the bend" in labels
+    assert "Measured just now" in texts(at)
+    assert len(at.get("plotly_chart")) == 2
+    # a second visit with the same settings is served from the cache, with a re-measure button
+    again = page("labs/why_batch.py")
+    again.session_state["wb_sizes"] = [1, 2, 4]
+    again.session_state["wb_context"] = 32
+    again.run()
+    assert "Cached result from this machine" in texts(again)
+    assert any(b.key == "why_batch__refresh" for b in again.button)
+    assert len(again.get("plotly_chart")) == 2
+
+
+def test_knee_sweep_runs_and_marks_the_knee(lab_env):
+    at = page("labs/knee.py").run()
+    at.multiselect(key="kn_values").set_value([1, 4]).run()
+    at.button(key="knee__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    knee = next(m for m in at.metric if m.label == "Knee (max_num_seqs)")
+    assert knee.value in ("1", "4")
+    assert len(at.get("plotly_chart")) == 2
+    assert len(list(lab_env.glob("results/run-*.json"))) == 2
+
+
+def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
+    at = page("labs/static_vs_continuous.py").run()
+    at.slider(key="svc_slots").set_value(4).run()
+    at.button(key="svc__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(m.label.startswith("Wasted slot-steps") for m in at.metric)
+    step = at.slider(key="svc_step")
+    assert step.value == step.max > 0
+    step.set_value(step.max // 2).run()
+    assert not at.exception
+    at.button(key="svc_play").click().run()
+    assert at.session_state["svc_playing"]
+    assert any(b.label.startswith("⏸") for b in at.button)
+
+
+def test_peek_finds_what_cached_run_stored(lab_env):
+    from engine.model import load_model
+    model = load_model("tiny")
+    spec = lr.KNEE_SPEC.__class__.from_dict({**lr.KNEE_SPEC.to_dict(), "num_requests": 3})
+    policy = lr.SchedulerPolicy(max_num_seqs=2)
+    ref = lr.model_ref("tiny")
+    assert lr.single_run(ref, policy, spec, peek=True) is None
+    res, hit = lr.single_run(model, policy, spec)
+    assert not hit
+    peeked, hit = lr.single_run(ref, policy, spec, peek=True)
+    assert hit and peeked.summary["output_tokens"] == res.summary["output_tokens"] and peeked.requests == res.requests
+    with pytest.raises(RuntimeError):
+        lr.single_run(ref, policy.changed(max_num_seqs=3), spec)

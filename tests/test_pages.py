@@ -1,0 +1,339 @@
+"""Every page renders under AppTest; the Playground drives the real (tiny) engine; presets,
+input checks and the query-parameter round trip are sound.
+
+BATCHING_LAB_MODEL=tiny keeps these fast: the same engine and runner code as SmolLM2,
+with a two-layer random-weight model. The browser test (test_browser.py) uses SmolLM2.
+"""
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from labs.input_checks import check
+from labs.knobs import KNOBS
+from labs.lab_run import LabRun, engine_threads
+from labs.playground_setup import Setup
+from labs.presets import PRESETS, matching_preset
+from labs.trace_tables import requests_csv, steps_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+PLAYGROUND = "labs/playground.py"
+
+
+@pytest.fixture(autouse=True)
+def tiny_model(monkeypatch):
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+
+
+@pytest.fixture
+def app():
+    """An AppTest of the whole app; any run it started is stopped afterwards."""
+    tests = []
+
+    def make(page=None, query=None):
+        at = AppTest.from_file(APP, default_timeout=120)
+        for k, v in (query or {}).items():
+            at.query_params[k] = v
+        at.run()
+        if page:
+            at.switch_page(page).run()
+        tests.append(at)
+        return at
+
+    yield make
+    for at in tests:
+        lab = at.session_state["lab_run"] if "lab_run" in at.session_state else None
+        if lab is not None:
+            lab.stop()
+
+
+def lab_of(at):
+    return at.session_state["lab_run"] if "lab_run" in at.session_state else None
+
+
+def wait_for_steps(lab, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while len(lab.live.engine.steps) < n and time.monotonic() < deadline:
+        assert lab.state != "error", lab.live.message
+        time.sleep(0.05)
+    assert len(lab.live.engine.steps) >= n, f"only {len(lab.live.engine.steps)} steps ({lab.state})"
+
+
+def status(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("**Engine:"))
+
+
+def no_exception(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+# ----------------------------------------------------------------------------- pages
+
+
+def test_home_renders(app):
+    at = app()
+    no_exception(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "Batching Lab" in " ".join(t.value for t in at.title)
+    assert "Where to start" in " ".join(h.value for h in at.header)
+    assert "Playground" in text
+
+
+def test_about_renders_device_dtype_model_and_step_time(app):
+    at = app("app_pages/about.py")
+    no_exception(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "`tiny`" in text and "`cpu`" in text or "`cuda" in text
+    assert "Dtype" in text and "Engines running on this server" in text
+    table = at.dataframe[0].value
+    assert list(table["batch (sequences)"]) == [1, 8, 32]
+    assert (table["decode step (ms)"] > 0).all()
+
+
+def test_playground_renders_idle(app):
+    at = app(PLAYGROUND)
+    no_exception(at)
+    assert status(at).startswith("**Engine: idle**")
+    assert at.button(key="start").disabled is False
+    assert at.button(key="pause").disabled is True
+    assert len(at.metric) == 9          # the headline strip
+    assert lab_of(at) is None
+
+
+def test_start_steps_snapshot_pause_scrub_reset(app):
+    at = app(PLAYGROUND, {"rate": "0", "num_requests": "12", "output_lo": "8", "output_hi": "24"})
+    at.button(key="start").click().run()
+    no_exception(at)
+    lab = lab_of(at)
+    assert lab is not None and lab.model_name == "tiny"
+    wait_for_steps(lab, 5)
+    at.run()
+    no_exception(at)
+    assert "steps: " in status(at)
+    snap, tables = lab.read()
+    assert len(snap.steps) >= 5 and len(tables.steps) == len(snap.steps)
+    assert list(tables.steps.columns) == STEP_COLUMNS
+    assert list(tables.requests.columns)[:len(REQUEST_COLUMNS)] == REQUEST_COLUMNS
+    assert snap.arrived == 12                       # rate 0: everything arrives at once
+
+    at.button(key="pause").click().run()
+    no_exception(at)
+    assert lab.state in ("paused", "finished")
+    scrub = at.slider(key="pg_scrub")
+    n = len(lab.live.engine.steps)
+    assert scrub.value == n - 1 and scrub.max == n - 1
+    scrub.set_value(1).run()
+    no_exception(at)
+    assert any(c.value.startswith("Step 1 at") for c in at.caption)
+
+    at.button(key="reset").click().run()
+    no_exception(at)
+    assert lab_of(at) is None
+    assert lab.state in ("stopped", "finished")
+    assert not lab.live.thread_alive
+
+
+def test_step_once_runs_exactly_one_step(app):
+    at = app(PLAYGROUND, {"rate": "0", "num_requests": "4"})
+    at.button(key="step").click().run()
+    no_exception(at)
+    lab = lab_of(at)
+    assert lab.state == "paused"
+    assert len(lab.live.engine.steps) == 1
+    at.button(key="step").click().run()
+    assert len(lab.live.engine.steps) == 2
+    assert "steps: 2" in status(at)
+
+
+def test_policy_change_applies_live_and_is_marked(app):
+    at = app(PLAYGROUND, {"rate": "0", "num_requests": "40", "output_lo": "200", "output_hi": "200",
+                          "max_num_seqs": "16"})
+    at.button(key="start").click().run()
+    lab = lab_of(at)
+    wait_for_steps(lab, 3)
+    at.slider(key="pg_max_num_seqs").set_value(2).run()
+    no_exception(at)
+    assert lab.live.engine.policy.max_num_seqs == 2
+    before = len(lab.live.engine.steps)
+    wait_for_steps(lab, before + 3)
+    snap, tables = lab.read()
+    assert any("max_num_seqs 16→2" in m.label for m in snap.marks)
+    assert "max_num_seqs 16→2" in " ".join(tables.marks["label"])
+    later = [s for s in snap.steps if s.step > before]
+    assert later and all(s.running <= 2 for s in later)
+    # the next page refresh draws the mark on the batch chart
+    at.run()
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "max_num_seqs 16→2" in [a.get("text") for a in fig["layout"]["annotations"]]
+    # a workload change is marked too
+    at.slider(key="pg_rate").set_value(2.0).run()
+    snap, tables = lab.read()
+    assert any(label.startswith("workload: rate 0.0→2.0") for label in tables.marks["label"])
+
+
+def test_is_alive_false_stops_the_engine_thread():
+    from engine.model import load_model
+    alive = {"yes": True}
+    lab = LabRun(Setup(rate=0, num_requests=30, output_lo=300, output_hi=300),
+                 load_model("tiny"), is_alive=lambda: alive["yes"])
+    lab.start()
+    wait_for_steps(lab, 2)
+    alive["yes"] = False
+    deadline = time.monotonic() + 10
+    while lab.live.thread_alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not lab.live.thread_alive and lab.state == "stopped"
+
+
+def test_lab_run_refuses_to_run_without_a_model():
+    with pytest.raises(ValueError, match="real model"):
+        LabRun(Setup(), None)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+EXTREMES = [
+    {"rate": "0"},
+    {"rate": str(KNOBS["rate"].hi)},
+    {"max_num_seqs": "1"},
+    {"kv_capacity_tokens": "16"},                                     # smaller than one prompt
+    {"max_num_batched_tokens": "16", "enable_chunked_prefill": "0"},  # budget below a prompt
+    {"max_waiting": "1", "rate": "20"},
+    {"mode": "static", "max_num_seqs": "64", "max_wait_ms": "0"},
+    {"prompt_kind": "short_plus_long", "prompt_lo": "8", "prompt_hi": "1536", "output_hi": "512"},
+]
+
+
+@pytest.mark.parametrize("query", EXTREMES, ids=lambda q: ",".join(f"{k}={v}" for k, v in q.items()))
+def test_extremes_render_a_message_never_a_trace(app, query):
+    at = app(PLAYGROUND, query)
+    no_exception(at)
+    assert at.warning or at.info
+    at.button(key="step").click().run()
+    no_exception(at)
+
+
+def test_requests_that_never_fit_are_listed_rejected_with_a_reason(app):
+    at = app(PLAYGROUND, {"rate": "0", "num_requests": "5", "kv_capacity_tokens": "16"})
+    assert any("Every request will be rejected" in w.value for w in at.warning)
+    at.button(key="start").click().run()
+    lab = lab_of(at)
+    deadline = time.monotonic() + 30
+    while lab.state == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at.run()
+    no_exception(at)
+    assert any(h.value.startswith("Rejected requests (5)") for h in at.subheader)
+    table = at.dataframe[-1].value
+    assert set(table["status"]) == {"rejected"}
+    assert table["reason"].str.contains("KV capacity").all()
+
+
+def test_input_checks():
+    assert check(Setup()) == []
+    texts = [n.text for n in check(Setup(kv_capacity_tokens=16))]
+    assert any(t.startswith("Every request will be rejected") for t in texts)
+    texts = [n.text for n in check(Setup(prompt_lo=32, prompt_hi=1024, kv_capacity_tokens=512))]
+    assert any(t.startswith("Some requests will be rejected") for t in texts)
+    texts = [n.text for n in check(Setup(max_num_batched_tokens=16, enable_chunked_prefill=False))]
+    assert any("token budget" in t for t in texts)
+    assert check(Setup(max_num_batched_tokens=16, enable_chunked_prefill=True)) == []
+    assert any("arrive at once" in n.text for n in check(Setup(rate=0)))
+    assert any("no batching" in n.text for n in check(Setup(max_num_seqs=1)))
+    assert any("context" in n.text for n in check(Setup(prompt_hi=1536, output_hi=512), 1024))
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+@pytest.mark.parametrize("pid", list(PRESETS))
+def test_presets_are_valid_and_reject_nothing(pid):
+    preset = PRESETS[pid]
+    assert preset.title and preset.why and len(preset.why) < 240
+    preset.setup.policy().validate()
+    preset.setup.workload().validate()
+    assert [n for n in check(preset.setup, 2048) if n.level == "warning"] == []
+    for name, value in preset.setup.to_dict().items():   # every value sits on its slider
+        assert KNOBS[name].clamp(value) == value, name
+    assert matching_preset(preset.setup.changed(seed=7)) == pid
+
+
+def test_choosing_a_preset_sets_workload_policy_and_link(app):
+    at = app(PLAYGROUND)
+    at.selectbox(key="pg_preset").set_value("multi_tenant_api").run()
+    no_exception(at)
+    want = PRESETS["multi_tenant_api"].setup
+    assert at.selectbox(key="pg_order").value == "fair"
+    assert at.slider(key="pg_tenants").value == want.tenants
+    assert at.slider(key="pg_prompt_len").value == (want.prompt_lo, want.prompt_hi)
+    assert at.query_params["order"] in ("fair", ["fair"])
+    assert any(PRESETS["multi_tenant_api"].why in c.value for c in at.caption)
+
+
+# ----------------------------------------------------------------------------- links
+
+
+def test_setup_query_round_trip():
+    for setup in [Setup(), *(p.setup for p in PRESETS.values()),
+                  Setup(rate=0.5, burstiness=2.25, enable_chunked_prefill=False, ttft_slo_s=0.35,
+                        tpot_slo_s=0.07, seed=12345, mode="static", order="edf")]:
+        query = setup.to_query()
+        assert all(isinstance(v, str) for v in query.values())
+        back, problems = Setup.from_query(query)
+        assert back == setup and problems == []
+
+
+def test_bad_link_values_are_clamped_or_ignored_with_a_message():
+    setup, problems = Setup.from_query({"max_num_seqs": "999", "order": "random", "rate": "abc",
+                                        "prompt_lo": "200", "prompt_hi": "100", "junk": "1"})
+    assert setup.max_num_seqs == KNOBS["max_num_seqs"].hi
+    assert setup.order == Setup().order and setup.rate == Setup().rate
+    assert setup.prompt_hi == setup.prompt_lo == 200
+    assert len(problems) == 4
+
+
+def test_link_fills_the_widgets_and_the_page_writes_its_link(app):
+    want = Setup(rate=1.5, max_num_seqs=3, order="sjf", enable_chunked_prefill=False,
+                 prompt_lo=40, prompt_hi=200, seed=99, ttft_slo_s=0.75)
+    at = app(PLAYGROUND, want.to_query())
+    no_exception(at)
+    assert at.slider(key="pg_max_num_seqs").value == 3
+    assert at.selectbox(key="pg_order").value == "sjf"
+    assert at.toggle(key="pg_enable_chunked_prefill").value is False
+    assert at.number_input(key="pg_seed").value == 99
+    at.slider(key="pg_max_num_seqs").set_value(5).run()
+    got, problems = Setup.from_query(dict(at.query_params))
+    assert problems == [] and got == want.changed(max_num_seqs=5)
+
+
+def test_bad_link_shows_a_warning_not_a_trace(app):
+    at = app(PLAYGROUND, {"max_num_seqs": "-5", "mode": "nonsense"})
+    no_exception(at)
+    assert at.slider(key="pg_max_num_seqs").value == 1
+    assert len(at.warning) >= 2
+
+
+# ----------------------------------------------------------------------------- downloads
+
+
+def test_downloads_use_the_cli_formats():
+    from engine.model import load_model
+    lab = LabRun(Setup(rate=0, num_requests=3, output_lo=4, output_hi=4), load_model("tiny"))
+    lab.start()
+    deadline = time.monotonic() + 30
+    while lab.state == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    snap = lab.live.snapshot()
+    req_lines = requests_csv(snap).splitlines()
+    step_lines = steps_csv(snap).splitlines()
+    assert req_lines[0] == ",".join(REQUEST_COLUMNS)
+    assert step_lines[0] == ",".join(STEP_COLUMNS)
+    assert len(step_lines) == len(snap.steps) + 1
+    assert lab.requests_csv().count("\n") >= 4
+    assert engine_threads() >= 0
+    lab.stop()
