@@ -9,7 +9,9 @@ times what one refresh of the Playground's live fragment does:
   charts     every chart builder the page calls, with the page's arguments, plus the headline
   to_json    plotly's JSON of those figures (what Streamlit sends to the browser)
 
-Prints the median of several refreshes. A measurement, not a test.
+Prints the median of several refreshes. This is an upper bound for one redraw: while the engine
+runs, the page redraws the status, headline, batch chart and texts every 0.5 s and the other
+charts every 2 s. A measurement, not a test.
 """
 from __future__ import annotations
 

@@ -87,6 +87,46 @@ def start_server(port: int) -> subprocess.Popen:
     raise RuntimeError("streamlit did not come up")
 
 
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (all its threads, finished ones included)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / HZ
+    except OSError:
+        return 0.0
+
+
+def descendants(root: int) -> list[int]:
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def browser_pids() -> list[int]:
+    """This process's Chromium processes (children of Playwright's driver)."""
+    pids = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"chromium" in Path(f"/proc/{pid}/cmdline").read_bytes()[:300]:
+                pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
 def download_steps(page) -> pd.DataFrame:
     for attempt in range(3):   # a click during a page rerun can cancel the download: try again
         try:
@@ -99,7 +139,8 @@ def download_steps(page) -> pd.DataFrame:
             time.sleep(1)
 
 
-def with_page(browser, url: str, warm_s: float, window_s: float) -> float | None:
+def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int = 0,
+              cpu: dict | None = None) -> float | None:
     context = browser.new_context(viewport={"width": 1500, "height": 1400}, accept_downloads=True)
     page = context.new_page()
     page.set_default_timeout(120_000)
@@ -107,7 +148,14 @@ def with_page(browser, url: str, warm_s: float, window_s: float) -> float | None
     page.locator("[data-testid=stMarkdownContainer] p", has_text="Engine:").first.wait_for()
     page.get_by_role("button", name="Start").click()
     page.get_by_text("Engine: running").first.wait_for()
-    time.sleep(warm_s + window_s + 0.5)
+    time.sleep(warm_s)
+    chrome = browser_pids()
+    s0, c0, t0 = cpu_s(server_pid), sum(map(cpu_s, chrome)), time.monotonic()
+    time.sleep(window_s + 0.5)
+    if cpu is not None and window_s:
+        dt = time.monotonic() - t0
+        cpu["server"] = (cpu_s(server_pid) - s0) / dt
+        cpu["browser"] = (sum(map(cpu_s, chrome)) - c0) / dt
     steps = download_steps(page) if window_s else None
     context.close()       # the session ends and its engine stops
     if steps is None:
@@ -135,11 +183,16 @@ def main(argv=None):
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0)   # load the server's model once
             for i in range(args.rounds):
+                t = time.process_time()
                 a = headless(model, args.warm, args.window)
-                b = with_page(browser, f"http://127.0.0.1:{port}", args.warm, args.window)
+                engine_cpu = (time.process_time() - t) / (args.warm + args.window + 0.5)
+                cpu = {}
+                b = with_page(browser, f"http://127.0.0.1:{port}", args.warm, args.window,
+                              server.pid, cpu)
                 rows.append((a, b))
                 print(f"round {i + 1}: headless {a:5.2f} steps/s   page open {b:5.2f} steps/s   "
-                      f"ratio {b / a:.2f}", flush=True)
+                      f"ratio {b / a:.2f}   (CPU, cores: headless engine {engine_cpu:.2f}, "
+                      f"server {cpu['server']:.2f}, Chromium {cpu['browser']:.2f})", flush=True)
             browser.close()
     finally:
         server.terminate()

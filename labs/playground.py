@@ -36,19 +36,28 @@ if lab is not None and lab.state not in TERMINAL:
 
 # ----- buttons
 
+def _fresh_run():
+    try:
+        return session.new_run(controls.current_setup())
+    except ValueError as exc:          # a setup the engine cannot use: say so on the page
+        st.session_state["pg_error"] = f"Cannot start: {exc}"
+        return None
+
+
 def _start():
     lab = session.run()
     if lab is not None and lab.can_continue:
         lab.start()
-        return
-    session.new_run(controls.current_setup()).start()
+    elif (lab := _fresh_run()) is not None:
+        lab.start()
 
 
 def _step():
     lab = session.run()
     if lab is None or lab.state in TERMINAL:
-        lab = session.new_run(controls.current_setup())
-    lab.step_once()
+        lab = _fresh_run()
+    if lab is not None:
+        lab.step_once()
 
 
 def _reset():
@@ -73,6 +82,8 @@ cols[3].button("Step once", key="step", on_click=_step, width="stretch",
 cols[4].button("Reset", key="reset", on_click=_reset, width="stretch", disabled=lab is None,
                help="Stop and forget this run.")
 
+if "pg_error" in st.session_state:
+    st.error(st.session_state.pop("pg_error"))
 for notice in check(setup, lab.max_model_len if lab else min(2048, model.max_model_len)):
     (st.warning if notice.level == "warning" else st.info)(notice.text)
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+
 from labs import charts
 from labs.playground_setup import Setup
-from labs.trace_tables import Tables
+from labs.trace_tables import MARK_COLUMNS, Tables
 
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
@@ -24,22 +25,22 @@ DEFINITIONS = """
 Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
 
 - **TTFT** (time to first token) = first token time − arrival time.
-- **TPOT** (time per output token) = (E2E − TTFT) / (output tokens − 1), for requests with more than one output token.
-- **ITL** (inter-token latency) = every gap between consecutive tokens of a request, pooled over requests.
+- **TPOT** (time per output token) = (E2E − TTFT) / (output tokens − 1), for requests with more
+  than one output token.
+- **ITL** (inter-token latency) = every gap between consecutive tokens of a request, pooled over
+  requests.
 - **E2E** (end-to-end latency) = last token time − arrival time.
 - **Queue time** = first scheduled time − arrival time.
 - **Output throughput** = output tokens of finished requests / duration (first arrival to the last step).
 - **Goodput** = finished requests that met every SLO target set (TTFT and TPOT) / duration.
 - **p50 / p95**: the value half / 95% of finished requests stay at or under.
-- **Wasted slot-steps**: over every step that ran something, the batch slots (`max_num_seqs`) left empty, summed.
-  A step with 8 slots and 5 requests wastes 3.
+- **Wasted slot-steps**: over every step that ran something, the batch slots (`max_num_seqs`) left
+  empty, summed. A step with 8 slots and 5 requests wastes 3.
 - **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.
 """
 
 
 def empty_tables() -> Tables:
-    from labs.trace_tables import MARK_COLUMNS
-    from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
     return Tables(pd.DataFrame(columns=STEP_COLUMNS),
                   pd.DataFrame(columns=REQUEST_COLUMNS + ["partial_text"]),
                   pd.DataFrame(columns=MARK_COLUMNS))
@@ -79,15 +80,22 @@ def headline(tables: Tables, setup: Setup) -> None:
     h = charts.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
                         setup.max_num_seqs)
     items = [
-        ("TTFT p50", _fmt(h["ttft_p50_s"], "s"), "Time to first token, median over finished requests."),
-        ("TTFT p95", _fmt(h["ttft_p95_s"], "s"), "Time to first token that 95% of finished requests beat."),
-        ("TPOT p50", _fmt(h["tpot_p50_s"], "ms", 1000, 0), "Time per output token after the first, median."),
-        ("TPOT p95", _fmt(h["tpot_p95_s"], "ms", 1000, 0), "Time per output token, 95th percentile."),
-        ("Throughput", _fmt(h["throughput_tok_s"], "tok/s", digits=1), "Output tokens of finished requests per second of run."),
-        ("Goodput", _fmt(h["goodput_req_s"], "req/s"), "Finished requests per second that met both SLO targets."),
+        ("TTFT p50", _fmt(h["ttft_p50_s"], "s"),
+         "Time to first token, median over finished requests."),
+        ("TTFT p95", _fmt(h["ttft_p95_s"], "s"),
+         "Time to first token that 95% of finished requests beat."),
+        ("TPOT p50", _fmt(h["tpot_p50_s"], "ms", 1000, 0),
+         "Time per output token after the first, median."),
+        ("TPOT p95", _fmt(h["tpot_p95_s"], "ms", 1000, 0),
+         "Time per output token, 95th percentile."),
+        ("Throughput", _fmt(h["throughput_tok_s"], "tok/s", digits=1),
+         "Output tokens of finished requests per second of run."),
+        ("Goodput", _fmt(h["goodput_req_s"], "req/s"),
+         "Finished requests per second that met both SLO targets."),
         ("Waiting now", str(h["waiting_now"]), "Requests in the queue after the latest step."),
         ("Running now", str(h["running_now"]), "Requests in the batch in the latest step."),
-        ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}", "Empty batch slots summed over every busy step."),
+        ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}",
+         "Empty batch slots (max_num_seqs minus requests) summed over every busy step."),
     ]
     for row in (items[:5], items[5:]):
         for col, (label, value, help_text) in zip(st.columns(5), row):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import streamlit as st
 from streamlit import runtime
@@ -23,6 +24,7 @@ from labs.step_timer import measure_step_times
 MODEL_ENV = "BATCHING_LAB_MODEL"
 RUN_KEY = "lab_run"
 HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
+GONE_GRACE_S = 2.0            # a session missing this long is gone (not a websocket reconnecting)
 log = logging.getLogger("batching_lab")
 
 
@@ -55,16 +57,28 @@ def step_times() -> dict:
         return _step_times(name)
 
 
-def session_alive():
-    """A callable for the engine thread: is this browser session still connected?"""
+def session_alive(grace_s: float = GONE_GRACE_S):
+    """A callable for the engine thread: is this browser session still connected?
+
+    A session missing for less than grace_s counts as alive, so a websocket that drops and
+    reconnects (Streamlit resumes the same session) does not kill the run; a closed or reloaded
+    tab stays gone and stops it.
+    """
     ctx = get_script_run_ctx()
     session_id = ctx.session_id if ctx else None
     if session_id is None or not runtime.exists():
         return lambda: True          # no server (AppTest, a bare script): the heartbeat guards it
     rt = runtime.get_instance()
+    missing_since = None
 
     def alive() -> bool:
+        nonlocal missing_since
         if rt.is_active_session(session_id):
+            missing_since = None
+            return True
+        now = time.monotonic()
+        missing_since = missing_since or now
+        if now - missing_since < grace_s:
             return True
         log.warning("browser session %s is gone: stopping its engine thread", session_id)
         return False

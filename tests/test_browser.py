@@ -141,12 +141,15 @@ def engines_running(context, url) -> int:
     return int(re.search(r"Engines running on this server: (\d+)", text)[1])
 
 
-def move_slider(page, key: str, presses: int, key_name: str = "ArrowLeft"):
+def click_slider(page, key: str, value: int, lo: int, hi: int) -> int:
+    """One click on the slider's track where `value` sits (one change, one rerun); returns
+    the value the slider took."""
+    track = page.locator(f".st-key-{key} [role=group] > div").first
+    box = track.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * (value - lo) / (hi - lo), box["y"] + box["height"] / 2)
     thumb = page.locator(f".st-key-{key} input[type=range]")
-    thumb.focus()
-    for _ in range(presses):
-        page.keyboard.press(key_name)
-    return int(thumb.input_value())
+    return wait_until(lambda: int(thumb.input_value()) != hi and int(thumb.input_value()),
+                      timeout=10, what="the slider to move")
 
 
 # ----------------------------------------------------------------------------- tests
@@ -163,9 +166,10 @@ def test_live_run_slider_change_marker_screenshot_and_reload(server, browser):
     wait_until(lambda: chart_steps(page) > first, what="the batch chart to gain steps")
     assert status(page)["state"] == "running"
 
-    assert move_slider(page, "pg_max_num_seqs", 12) == 4
-    wait_until(lambda: "max_num_seqs 16→4" in chart_marks(page), what="the change marker")
-    wait_until(lambda: status(page)["slots"] == 4, what="the status to show 4 slots")
+    seqs = click_slider(page, "pg_max_num_seqs", 4, 1, 64)
+    assert 1 <= seqs < 16
+    wait_until(lambda: f"max_num_seqs 16→{seqs}" in chart_marks(page), what="the change marker")
+    wait_until(lambda: status(page)["slots"] == seqs, what="the status to show the new slots")
     time.sleep(1.5)                                  # a few steps under the new policy
     OUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUT / "playground.png"))
