@@ -64,6 +64,11 @@ def run_workload(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: Eng
     prompts = prompts or PromptMaker(model.tokenizer)
     for r in build_requests(spec, prompts):
         engine.submit(r)
+    return run_to_end(engine, policy, progress, label)
+
+
+def run_to_end(engine: Engine, policy: SchedulerPolicy, progress=None, label: str = "") -> RunResult:
+    """Run an engine whose requests are all submitted until every one is done, reporting progress."""
     total = max(1, sum(r.max_new_tokens for r in engine.pending))
 
     def on_step(rec):

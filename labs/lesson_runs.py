@@ -50,6 +50,16 @@ def model_ref(name: str) -> ModelRef:
     return ModelRef(name, dev, resolve_dtype("auto", dev))
 
 
+# A wrapper for every measurement: `run_guard(measure, refresh)` calls `measure(refresh)` and returns
+# its (result, was_cached). None (the pages) just measures. `python -m labs.measure_all` sets one that
+# waits for other processes to go quiet and measures again when they disturbed a run.
+run_guard = None
+
+
+def _guarded(measure, refresh: bool):
+    return measure(refresh) if run_guard is None else run_guard(measure, refresh)
+
+
 def _is_loaded(model) -> bool:
     return not isinstance(model, ModelRef)
 
@@ -88,8 +98,9 @@ def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None
     if peek:
         path = run_path(model, policy, spec)
         return (RunResult(**_load(path)), True) if os.path.exists(path) else None
-    return experiments.cached_run(_need_model(model), policy, spec, progress=progress, label=label,
-                                  refresh=refresh)
+    model = _need_model(model)
+    return _guarded(lambda again: experiments.cached_run(model, policy, spec, progress=progress, label=label,
+                                                         refresh=again), refresh)
 
 
 @dataclass(frozen=True)
@@ -118,13 +129,17 @@ def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, la
     config = EngineConfig()
     path = _json_path("mix", experiments.machine_fingerprint(model), policy.to_dict(),
                       [p.to_dict() for p in parts], asdict(config))
-    if os.path.exists(path) and not refresh:
-        return RunResult(**_load(path)), True
     if peek:
-        return None
-    result = _run_parts(_need_model(model), policy, parts, config, progress, label)
-    _store(path, asdict(result))
-    return result, False
+        return (RunResult(**_load(path)), True) if os.path.exists(path) and not refresh else None
+    model = _need_model(model)
+
+    def measure(again: bool):
+        if os.path.exists(path) and not again:
+            return RunResult(**_load(path)), True
+        result = _run_parts(model, policy, parts, config, progress, label)
+        _store(path, asdict(result))
+        return result, False
+    return _guarded(measure, refresh)
 
 
 def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
@@ -142,15 +157,7 @@ def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
                 r.priority = part.priority
             r.ttft_slo_s = part.ttft_slo_s
             engine.submit(r)
-    total = max(1, sum(r.max_new_tokens for r in engine.pending))
-
-    def on_step(rec):
-        if progress is not None:
-            done = sum(len(r.output_token_ids) for r in engine.requests.values())
-            progress(min(1.0, done / total), f"{label} step {rec.step}: {done}/{total} tokens")
-
-    engine.run(on_step=on_step)
-    return experiments.result_of(engine, policy, label)
+    return experiments.run_to_end(engine, policy, progress, label)
 
 
 def _sub(progress, i: int, n: int, what: str):
@@ -188,13 +195,17 @@ def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = SCALING_CONTEXT
     """experiments.measure_batch_scaling, cached per machine and settings: (rows, was_cached)."""
     sizes = sorted(set(int(b) for b in batch_sizes))
     path = _json_path("scaling", experiments.machine_fingerprint(model), sizes, context, steps)
-    if os.path.exists(path) and not refresh:
-        return _load(path), True
     if peek:
-        return None
-    rows = experiments.measure_batch_scaling(_need_model(model), sizes, context, steps, progress)
-    _store(path, rows)
-    return rows, False
+        return (_load(path), True) if os.path.exists(path) and not refresh else None
+    model = _need_model(model)
+
+    def measure(again: bool):
+        if os.path.exists(path) and not again:
+            return _load(path), True
+        rows = experiments.measure_batch_scaling(model, sizes, context, steps, progress)
+        _store(path, rows)
+        return rows, False
+    return _guarded(measure, refresh)
 
 
 def scaling_table(rows: list[dict]) -> pd.DataFrame:
