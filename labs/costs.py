@@ -35,7 +35,7 @@ st.markdown(f"{lr.DECODE_STREAMS} requests start decoding at t = 0 ({lr.DECODE_O
 settings = (long_len, budget)
 got = lr.stall_runs(ui.ref(), long_len, budget, peek=True)
 action = ui.measure_buttons("costs_stall", settings, got is not None, "Run with chunking off and on",
-                            "about 25 s")
+                            "about 35 s")
 if action:
     got = ui.measure("costs_stall", settings, action,
                      lambda **kw: lr.stall_runs(ui.model(), long_len, budget, **kw),
@@ -76,7 +76,7 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"The cache may hold **{kv} tokens**; all {lr.KV_SLOTS} at their longest need about "
             f"{lr.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
 got_kv = lr.kv_run(ui.ref(), kv, peek=True)
-action = ui.measure_buttons("costs_kv", kv, got_kv is not None, "Run at this KV capacity", "about 15 s")
+action = ui.measure_buttons("costs_kv", kv, got_kv is not None, "Run at this KV capacity", "about 20–40 s")
 if action:
     got_kv = ui.measure("costs_kv", kv, action, lambda **kw: lr.kv_run(ui.model(), kv, **kw),
                         f"KV capacity {kv} tokens…")

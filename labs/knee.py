@@ -25,7 +25,10 @@ tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s
 spec = lr.KNEE_SPEC
 st.markdown(f"The workload: {spec.num_requests} requests arriving at once, prompts "
             f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}. "
-            f"**The knee** here = the smallest max_num_seqs reaching {lr.KNEE_SHARE:.0%} of the best measured throughput.")
+            "**The knee** here = the setting that lies furthest above the straight line from the first to the "
+            "last point of the throughput-against-p95-TPOT curve, with both axes scaled 0–1 (the \"Kneedle\" "
+            "rule: the point of greatest bend). Before it, more slots buy throughput faster than latency; after "
+            "it, latency grows faster.")
 got = lr.knee_runs(ui.ref(), values, peek=True)
 action = ui.measure_buttons("knee", tuple(values), got is not None, "Run the sweep", "about 90 s for 1–32")
 if action:
@@ -36,14 +39,18 @@ if got is None:
 
 table = lr.knee_table(got, ttft, tpot)
 knee = lr.find_knee(table)
+if knee is None:
+    st.info("No knee in this sweep: throughput and p95 TPOT grew in step (or fewer than three settings). "
+            "Add settings at both ends.")
+    knee = int(table.max_num_seqs.iloc[0])
 k = table[table.max_num_seqs == knee].iloc[0]
 top = table.iloc[-1]
 best_good = table.loc[table.goodput_req_s.idxmax()]
 
 cols = st.columns(4)
-cols[0].metric("Knee (max_num_seqs)", knee, help=f"The smallest max_num_seqs reaching {lr.KNEE_SHARE:.0%} of the best throughput.")
+cols[0].metric("Knee (max_num_seqs)", knee, help="The point of greatest bend of throughput against p95 TPOT.")
 cols[1].metric("Throughput at the knee", ui.fmt(k.output_tok_s, "tok/s", 0),
-               delta=f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best")
+               delta=f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best", delta_color="off")
 cols[2].metric("p95 TPOT at the knee", ui.fmt(k.tpot_p95_ms, "ms", 0),
                delta=f"{top.tpot_p95_ms:.0f} ms at {int(top.max_num_seqs)}", delta_color="off")
 cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs),
@@ -62,5 +69,6 @@ ui.table(table.rename(columns={"output_tok_s": "output tok/s", "tpot_p95_ms": "p
                                "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)",
                                "ttft_p50_s": "p50 TTFT (s)", "goodput_req_s": "goodput (req/s)",
                                "met_share": "share within SLO"}).round(3))
-ui.definitions(ui.METRIC_DEFINITIONS + f"\n- **Knee** = the smallest max_num_seqs whose output throughput is at "
-               f"least {lr.KNEE_SHARE:.0%} of the highest measured in the sweep.")
+ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Knee** = scale p95 TPOT and throughput to 0–1 between the first and "
+               "the last setting; the knee is the setting whose point lies furthest above the straight line "
+               "joining those two (the Kneedle rule).")

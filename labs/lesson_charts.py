@@ -216,7 +216,8 @@ def time_in_system(points: pd.DataFrame, mu: float, selected: float | None = Non
         s, n = _vline(selected, "shown below", color="#999", dash="dot")
         shapes, notes = [s], [n]
     return go.Figure(data=traces, layout=_layout(
-        title, good, xlabel, ylabel, xaxis=dict(range=[0, 1], tickformat=".0%"),
+        title, good, xlabel, ylabel, xaxis=dict(range=[0, max(1.0, float(points["rho"].max()) + 0.05)],
+                                                tickformat=".0%"),
         yaxis=dict(range=[0, max(3 * measured_max, 4 / mu)]), shapes=shapes, annotations=notes))
 
 

@@ -185,7 +185,7 @@ def finished(requests: pd.DataFrame) -> pd.DataFrame:
 
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
 SCALING_CONTEXT = 128
-SCALING_STEPS = 4
+SCALING_STEPS = 8
 BEND_GAIN = 1.2   # the bend: the first batch size from which doubling gains less than this
 
 
@@ -284,6 +284,15 @@ def long_request_id(requests: pd.DataFrame) -> str | None:
     return str(requests.loc[pd.to_numeric(requests["output_tokens"]).idxmax(), "id"])
 
 
+def idle_slots_while_waiting(steps: pd.DataFrame, max_slots: int) -> int:
+    """Slot-steps left empty although requests were waiting: per step min(empty slots, waiting)."""
+    if len(steps) == 0:
+        return 0
+    empty = np.clip(max_slots - charts.member_counts(steps), 0, None)
+    waiting = pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).to_numpy(int)
+    return int(np.minimum(empty, waiting).sum())
+
+
 def mode_summary(result: RunResult, max_slots: int) -> dict:
     """The numbers the static-vs-continuous lab compares, from one run."""
     reqs, steps = frames(result)
@@ -300,6 +309,7 @@ def mode_summary(result: RunResult, max_slots: int) -> dict:
         "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p95_s": s["ttft_s"]["p95"],
         "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "tpot_p95_ms": s["tpot_s"]["p95"] * 1000,
         "wasted_slot_steps": charts.wasted_slot_steps(steps, max_slots),
+        "idle_while_waiting": idle_slots_while_waiting(steps, max_slots),
         "slot_steps": busy * max_slots,
         "slot_use": float(counts[counts > 0].sum() / (busy * max_slots)) if busy else math.nan,
         "long_id": long_id,
@@ -422,8 +432,8 @@ def kv_summary(result: RunResult) -> dict:
 
 # ----------------------------------------------------------------------------- 4. SLO and goodput
 
-SLO_RATES = [2.0, 4.0, 8.0, 16.0]
-SLO_SPEC = WorkloadSpec(num_requests=40, rate=4.0, prompt_len=LengthDist("uniform", 32, 256),
+SLO_RATES = [1.0, 2.0, 4.0, 8.0]
+SLO_SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_len=LengthDist("uniform", 32, 256),
                         output_len=LengthDist("uniform", 16, 64))
 SLO_POLICY = SchedulerPolicy(max_num_seqs=16)
 
@@ -528,7 +538,7 @@ def queue_point(rho: float, result: RunResult, mu: float) -> dict:
 KNEE_VALUES = [1, 2, 4, 8, 16, 32]
 KNEE_SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_len=LengthDist("uniform", 32, 96),
                          output_len=LengthDist("uniform", 16, 32))
-KNEE_SHARE = 0.9   # the knee: the smallest max_num_seqs reaching this share of the best throughput
+KNEE_X = "tpot_p95_ms"   # the knee is found on the throughput against p95 TPOT curve
 
 
 def knee_runs(model, values=KNEE_VALUES, progress=None, refresh: bool = False,
@@ -559,13 +569,22 @@ def knee_table(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None =
     return pd.DataFrame(rows)
 
 
-def find_knee(table: pd.DataFrame, share: float = KNEE_SHARE) -> int | None:
-    """The smallest max_num_seqs whose throughput reaches `share` of the best measured."""
-    if len(table) == 0:
+def find_knee(table: pd.DataFrame, x: str = KNEE_X) -> int | None:
+    """The knee of the throughput-against-latency curve, by the "Kneedle" rule (a discrete form of
+    the point of greatest curvature): scale both axes to 0-1 between the first and the last setting,
+    and take the setting that lies furthest above the straight line joining them. Before it, extra
+    slots buy throughput faster than latency; after it, latency grows faster than throughput.
+    None when no setting lies above that line (throughput and latency grew in step)."""
+    t = table.dropna(subset=[x, "output_tok_s"]).sort_values("max_num_seqs")
+    if len(t) < 3:
         return None
-    best = table["output_tok_s"].max()
-    ok = table[table["output_tok_s"] >= share * best].sort_values("max_num_seqs")
-    return int(ok["max_num_seqs"].iloc[0])
+    xs, ys = t[x].to_numpy(float), t["output_tok_s"].to_numpy(float)
+    dx, dy = xs[-1] - xs[0], ys[-1] - ys[0]
+    if dx <= 0 or dy <= 0:
+        return None
+    above = (ys - ys[0]) / dy - (xs - xs[0]) / dx
+    i = int(np.argmax(above))
+    return int(t["max_num_seqs"].iloc[i]) if above[i] > 0 else None
 
 
 # ----------------------------------------------------------------------------- 7. the tail

@@ -12,13 +12,14 @@ st.title("Queueing")
 st.caption("First the engine's capacity μ for this workload is measured (every request at once). Then "
            "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
 
-CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
 ui.defaults({"qu_rhos": lr.UTILIZATIONS})
 with st.sidebar:
     st.multiselect("Utilizations to run (λ / μ)", CHOICES, key="qu_rhos", format_func=lambda r: f"{r:.0%}",
                    help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
                         "Near 100% a short run is noisy, and takes longer: the run lasts about "
-                        "requests / λ seconds.")
+                        "requests / λ seconds. Above 100% requests arrive faster than the engine's measured "
+                        "capacity and the queue can only grow.")
 ui.write_link(["qu_rhos"])
 rhos = sorted(st.session_state.qu_rhos) or [0.5]
 
@@ -47,7 +48,7 @@ def _measure(progress, refresh):
 
 got = _peek()
 action = ui.measure_buttons("queueing", tuple(rhos), got is not None, "Measure μ, then run each utilization",
-                            f"about {10 + sum(8 / r for r in rhos):.0f} s")
+                            f"about {8 + sum(6 / r for r in rhos):.0f} s")
 if action:
     got = ui.measure("queueing", tuple(rhos), action, _measure, "Measuring capacity, then each arrival rate…")
 if got is None:

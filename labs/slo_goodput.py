@@ -10,7 +10,7 @@ st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
 
-ui.defaults({"sg_ttft_ms": 800, "sg_tpot_ms": 60, "sg_rate": lr.SLO_RATES[1]})
+ui.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lr.SLO_RATES[1]})
 with st.sidebar:
     st.slider("TTFT SLO (ms)", 100, 5000, step=50, key="sg_ttft_ms",
               help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
@@ -27,7 +27,7 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"{', '.join(f'{r:g}' for r in lr.SLO_RATES)} requests/s, continuous batching with "
             f"{lr.SLO_POLICY.max_num_seqs} slots.")
 got = lr.slo_runs(ui.ref(), peek=True)
-action = ui.measure_buttons("slo", "rates", got is not None, "Run the arrival rates", "about 60 s")
+action = ui.measure_buttons("slo", "rates", got is not None, "Run the arrival rates", "about 75 s")
 if action:
     got = ui.measure("slo", "rates", action, lambda **kw: lr.slo_runs(ui.model(), **kw),
                      "Running each arrival rate…")

@@ -49,7 +49,9 @@ cols[0].metric("Output throughput (continuous)", ui.fmt(c["output_tok_s"], "tok/
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
 cols[1].metric("Wasted slot-steps (continuous)", c["wasted_slot_steps"],
                delta=f"{c['wasted_slot_steps'] - s['wasted_slot_steps']:+d} vs static", delta_color="inverse",
-               help="Empty batch slots summed over every step that ran something.")
+               help="Empty batch slots summed over every step that ran something. Of those, "
+                    f"{c['idle_while_waiting']} (continuous) and {s['idle_while_waiting']} (static) were empty "
+                    "while requests waited in the queue.")
 cols[2].metric("p95 TTFT (continuous)", ui.fmt(c["ttft_p95_s"], "s"),
                delta=f"{c['ttft_p95_s'] - s['ttft_p95_s']:+.2f} s vs static", delta_color="inverse")
 cols[3].metric("Longest request's E2E (continuous)", ui.fmt(c["long_e2e_s"], "s"),
@@ -115,18 +117,22 @@ st.subheader("Side by side")
 rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "duration_s", 2), ("engine steps", "steps", 0),
         ("p50 TTFT (s)", "ttft_p50_s", 2), ("p95 TTFT (s)", "ttft_p95_s", 2), ("p50 TPOT (ms)", "tpot_p50_ms", 1),
         ("p95 TPOT (ms)", "tpot_p95_ms", 1), ("wasted slot-steps", "wasted_slot_steps", 0),
+        ("… of them while requests waited", "idle_while_waiting", 0),
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
 ui.table(pd.DataFrame({"": [r[0] for r in rows],
                        "static": [round(s[k], d) for _, k, d in rows],
                        "continuous": [round(c[k], d) for _, k, d in rows]}))
 st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
             f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
-            f"static's **{s['wasted_slot_steps']}**.")
+            f"static's **{s['wasted_slot_steps']}**; slots left empty while requests waited: "
+            f"**{c['idle_while_waiting']}** against **{s['idle_while_waiting']}**.")
 with st.expander("Requests, both runs"):
     both = pd.concat([frames[m][0].assign(mode=m) for m in ("static", "continuous")])
     ui.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                    "queue_s"]].round(3))
 ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Wasted slot-steps** = over every step that ran something, the "
                "batch slots (max_num_seqs) left empty, summed. Steps with nothing to run are not counted."
+               "\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
+               "capacity that work was queueing for."
                "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
                "500 ms, and runs until every member has finished; nobody joins mid-batch.")

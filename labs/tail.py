@@ -32,7 +32,7 @@ st.markdown(f"The workload: {lr.TAIL_REQUESTS} requests at about {lr.TAIL_RATE:g
             f"each tenant, continuous batching with {lr.TAIL_POLICY.max_num_seqs} slots.")
 settings = (share, bursty, seed)
 got = lr.tail_run(ui.ref(), share, bursty, seed, peek=True)
-action = ui.measure_buttons("tail", settings, got is not None, "Run this workload", "about 20 s")
+action = ui.measure_buttons("tail", settings, got is not None, "Run this workload", "about 30 s")
 if action:
     got = ui.measure("tail", settings, action, lambda **kw: lr.tail_run(ui.model(), share, bursty, seed, **kw),
                      "Running…")

@@ -24,7 +24,7 @@ sizes = sorted(st.session_state.wb_sizes) or [1]
 settings = (sizes, st.session_state.wb_context, st.session_state.wb_steps)
 got = lr.batch_scaling(ui.ref(), sizes, settings[1], settings[2], peek=True)
 action = ui.measure_buttons("why_batch", settings, got is not None, "Measure step times",
-                            "about 25 s up to batch 64")
+                            "about 45 s up to batch 128")
 if action:
     got = ui.measure("why_batch", settings, action,
                      lambda **kw: lr.batch_scaling(ui.model(), sizes, settings[1], settings[2], **kw),

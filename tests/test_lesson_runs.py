@@ -38,11 +38,16 @@ def test_bend_handles_uneven_steps_per_doubling():
     assert lr.bend(rows) == 4
 
 
-def test_knee_is_the_smallest_setting_reaching_90_percent_of_the_best():
-    table = pd.DataFrame({"max_num_seqs": [1, 2, 4, 8, 16], "output_tok_s": [30, 60, 100, 185, 200]})
+def test_knee_is_the_point_furthest_above_the_chord():
+    # throughput rises fast while TPOT barely moves, then TPOT grows for little extra throughput
+    table = pd.DataFrame({"max_num_seqs": [1, 2, 4, 8, 16, 32],
+                          "tpot_p95_ms": [30, 31, 33, 40, 70, 130],
+                          "output_tok_s": [30, 60, 110, 180, 200, 210]})
+    # scaled: x = (tpot - 30) / 100, y = (tok/s - 30) / 180; y - x is largest at 8 (0.833 - 0.10)
     assert lr.find_knee(table) == 8
-    assert lr.find_knee(table, share=0.5) == 4
-    assert lr.find_knee(table.iloc[:0]) is None
+    assert lr.find_knee(table.iloc[:2]) is None
+    straight = pd.DataFrame({"max_num_seqs": [1, 2, 4], "tpot_p95_ms": [10, 20, 30], "output_tok_s": [1, 2, 3]})
+    assert lr.find_knee(straight) is None
 
 
 def test_winners_names_who_gains_and_loses_against_fcfs():
