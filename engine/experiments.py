@@ -50,8 +50,15 @@ class RunResult:
     label: str = ""
 
 
+def _prompt_set_digest() -> str:
+    """Runs drawn from a different prompt set are different runs: the file's hash joins every key."""
+    from .workload import PROMPTS_PATH
+    with open(PROMPTS_PATH, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
 def _key(*parts) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str)
+    blob = json.dumps([_prompt_set_digest(), *parts], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
