@@ -13,6 +13,10 @@ Attention, measured on a 2-core CPU (SmolLM2: 9 query heads, 3 KV heads, head_di
 - prefill chunks run one sequence at a time, causal with an offset of start_pos.
 - gathers use index_select into buffers reused by all layers (advanced indexing was 5x slower,
   and a fresh multi-MB tensor per layer pays page faults on every call).
+On a CPU, linear layers run through linear.Linear (oneDNN with packed weights), and with a C
+compiler a hand-written kernel (cpu_kernels.c) computes decode attention reading keys and
+values in place through the block tables: no gather, no padding. Tests hold both to the plain
+PyTorch path.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import cpu_kernels
+from .linear import Linear, onednn_available
 from .model import LoadedModel
 
 
@@ -45,6 +51,8 @@ class _Step:
     dec_rows: torch.Tensor | None  # [B] flat rows of the single-token (decode) sequences
     dec_slots: torch.Tensor | None  # [B*Lmax] cache slots of their contexts, padded
     dec_mask: torch.Tensor | None  # [B, 1, 1, Lmax] True where a key is real, not padding
+    dec_tables: torch.Tensor | None  # [B, max_blocks] their block tables (for the paged kernel)
+    dec_lens: torch.Tensor | None   # [B] their context lengths, the new token included
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # (row0, n, slots, mask)
 
 
@@ -77,6 +85,16 @@ class ModelRunner:
         shape = (len(self.layers), num_kv_blocks * block_size, self.num_kv_heads, self.head_dim)
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        fast = self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16)
+        self.kernels = cpu_kernels.load() if fast else None
+        pack = onednn_available(self.device, self.dtype)
+        lin = lambda w: Linear(w, self.kernels, pack)
+        self.linears = [dict(qkv=[lin(ly.self_attn.q_proj.weight), lin(ly.self_attn.k_proj.weight),
+                                  lin(ly.self_attn.v_proj.weight)],
+                             o=lin(ly.self_attn.o_proj.weight), gate=lin(ly.mlp.gate_proj.weight),
+                             up=lin(ly.mlp.up_proj.weight), down=lin(ly.mlp.down_proj.weight))
+                        for ly in self.layers]
+        self.lm_head_linear = lin(self.lm_head)
 
     # ---- index bookkeeping: Python over sequences, torch over tokens ----
 
@@ -100,14 +118,17 @@ class ModelRunner:
         sample_rows = (first_row + counts - 1)[sample_idx]
 
         dec = [i for i, n in enumerate(lens) if n == 1]
-        dec_rows = dec_slots = dec_mask = None
+        dec_rows = dec_slots = dec_mask = dec_tables = dec_lens = None
         if dec:
             d = torch.tensor(dec, device=dev)
             ctx = starts[d] + 1                                  # keys each decode token sees
-            j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
-            dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
-            dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
             dec_rows = first_row[d]
+            if self.kernels is not None:                         # the kernel walks the block tables itself
+                dec_tables, dec_lens = tables[d].contiguous(), ctx.contiguous()
+            else:
+                j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
+                dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
+                dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
         prefills, row = [], 0
         for i, s in enumerate(seqs):
             n, row = lens[i], row + lens[i]
@@ -119,7 +140,8 @@ class ModelRunner:
             # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
             mask = None if s.start_pos == 0 else (j[None, :] <= j[s.start_pos:, None])
             prefills.append((row - n, n, kv_slots, mask))
-        return _Step(positions, slots, sample_rows, dec_rows, dec_slots, dec_mask, prefills)
+        return _Step(positions, slots, sample_rows, dec_rows, dec_slots, dec_mask, dec_tables, dec_lens,
+                     prefills)
 
     # ---- the forward, top to bottom ----
 
@@ -138,7 +160,11 @@ class ModelRunner:
         kc, vc = self.k_cache[layer], self.v_cache[layer]
         out = torch.empty_like(q)
         KV, G, d = self.num_kv_heads, self.group, self.head_dim
-        if step.dec_rows is not None:
+        if step.dec_tables is not None:
+            o = self.kernels.paged_decode_attention(q[step.dec_rows], kc, vc, step.dec_tables, step.dec_lens,
+                                                    self.block_size, self.scale)
+            out[step.dec_rows] = o
+        elif step.dec_rows is not None:
             B, L = step.dec_mask.shape[0], step.dec_mask.shape[-1]
             k = torch.index_select(kc, 0, step.dec_slots, out=bufs["dk"]).view(B, L, KV, d).transpose(1, 2)
             v = torch.index_select(vc, 0, step.dec_slots, out=bufs["dv"]).view(B, L, KV, d).transpose(1, 2)
@@ -168,23 +194,20 @@ class ModelRunner:
 
         x = F.embedding(ids, self.embed)                 # [T, hidden]
         for i, layer in enumerate(self.layers):
-            a = layer.self_attn
+            w = self.linears[i]
             h = self._rms_norm(x, layer.input_layernorm.weight)
-            q = F.linear(h, a.q_proj.weight).view(T, H, d)
-            k = F.linear(h, a.k_proj.weight).view(T, KV, d)
-            v = F.linear(h, a.v_proj.weight).view(T, KV, d)
+            q, k, v = (f(h) for f in w["qkv"])
+            q, k, v = q.view(T, H, d), k.view(T, KV, d), v.view(T, KV, d)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             self.k_cache[i].index_copy_(0, step.slots, k)  # slot = block_table[p // bs] * bs + p % bs
             self.v_cache[i].index_copy_(0, step.slots, v)
             o = self._attention(i, q, step, bufs)
-            x = x + F.linear(o.reshape(T, H * d), a.o_proj.weight)
-            m = layer.mlp
+            x = x + w["o"](o.reshape(T, H * d))
             h = self._rms_norm(x, layer.post_attention_layernorm.weight)
-            x = x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight),
-                             m.down_proj.weight)
+            x = x + w["down"](F.silu(w["gate"](h)) * w["up"](h))
         # lm_head only where a next token is wanted: the vocab matmul is the biggest one
         h = self._rms_norm(x[step.sample_rows], self.norm)
-        return F.linear(h, self.lm_head).float()
+        return self.lm_head_linear(h).float()
 
     def run(self, seqs: list[SeqInput]) -> list[int | None]:
         """One step: the sampled next token for each seq with sample=True, None for the others."""

@@ -1,0 +1,120 @@
+"""Build and call the hand-written CPU kernels in cpu_kernels.c.
+
+The C file is compiled once per machine with the system's gcc (`-march=native`, so it uses
+this CPU's vector instructions) and cached next to the converted model. It links against the
+OpenMP runtime torch has already loaded, so its threads are torch's threads: nobody spins
+while the other works. When no compiler is found, or BATCHING_LAB_KERNELS=0, `load()` returns
+None and the runner computes the same maths with PyTorch ops.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from .model import cache_root
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}
+
+
+def _cpu_id() -> str:
+    """Model name and feature flags: a library built with -march=native only runs where these match."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(lines)))
+
+
+def _build(target: Path) -> None:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc) on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        obj, lib = Path(tmp) / "k.o", Path(tmp) / "k.so"
+        # -ffast-math only while compiling (vectorised expf and reductions); linking with it
+        # would add a start-up routine that flushes denormals to zero for the whole process.
+        subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-ffast-math", "-fPIC", "-c", str(SOURCE),
+                        "-o", str(obj)], check=True, capture_output=True, text=True)
+        subprocess.run([cc, "-shared", "-fopenmp", str(obj), "-o", str(lib), "-lm"],
+                       check=True, capture_output=True, text=True)
+        os.replace(lib, target)                         # atomic: a parallel build never sees half a file
+
+
+class CpuKernels:
+    """ctypes wrappers that take and return torch tensors."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
+        lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
+        lib.paged_decode_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
+                                               ctypes.c_float, vp, i32]
+
+    @staticmethod
+    def _bf16(t: torch.Tensor) -> int:
+        assert t.dtype in (torch.float32, torch.bfloat16), t.dtype
+        return int(t.dtype == torch.bfloat16)
+
+    def few_rows_linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x [M, K] @ w[N, K].T, for M of 1 or 2 (it works for any M, but is slow beyond)."""
+        assert x.is_contiguous() and w.is_contiguous() and x.dtype == w.dtype
+        M, K = x.shape
+        N = w.shape[0]
+        y = x.new_empty((M, N))
+        self.lib.few_rows_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N, K, self._bf16(x))
+        return y
+
+    def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,
+                               scale: float) -> torch.Tensor:
+        """q [B, heads, d]; caches [slots, kv_heads, d]; block_tables [B, max_blocks] and
+        context_lens [B] as int64. Returns [B, heads, d]."""
+        B, H, d = q.shape
+        kv_heads = k_cache.shape[1]
+        assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+        assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
+        out = torch.empty_like(q)
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        self.lib.paged_decode_attention(
+            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+            ctypes.cast(block_tables.data_ptr(), i64p), block_tables.shape[1],
+            ctypes.cast(context_lens.data_ptr(), i64p), B, kv_heads, H // kv_heads, d, block_size,
+            float(scale), out.data_ptr(), self._bf16(q))
+        return out
+
+
+def load() -> CpuKernels | None:
+    """The compiled kernels for this machine, or None (with one log line saying why)."""
+    if os.environ.get("BATCHING_LAB_KERNELS", "1") == "0":
+        return None
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + _cpu_id().encode()).hexdigest()[:16]
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        target = cache_root() / "kernels" / f"cpu_kernels-{key}.so"
+        kernels = None
+        try:
+            if not target.exists():
+                _build(target)
+            kernels = CpuKernels(ctypes.CDLL(str(target)))
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", "") or exc
+            log.warning("CPU kernels unavailable, using PyTorch ops instead: %s", detail)
+        _loaded[key] = kernels
+        return kernels

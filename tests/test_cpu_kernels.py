@@ -1,0 +1,129 @@
+"""The hand-written CPU kernels and the oneDNN linear must compute what plain PyTorch computes.
+
+They are only a faster route to the same numbers: each is checked against the PyTorch
+expression it replaces, in fp32 and bf16, on the shapes the engine meets (batch 1 and 2, odd
+widths, paged caches with shuffled blocks, contexts of one token, grouped-query heads) and on
+shapes that take the kernel's general path.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import cpu_kernels
+from engine.linear import Linear, onednn_available
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
+                               reason="no C compiler: the runner uses PyTorch ops instead")
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    k = cpu_kernels.load()
+    assert k is not None, "gcc is present, so the kernels must build (see the log for the compiler's message)"
+    return k
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    tol = 1e-5 if dtype == torch.float32 else 2e-2          # bf16 keeps ~3 significant digits
+    scale = want.float().abs().max().item() + 1e-6
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= tol * scale, f"max abs diff {err:.3g} at scale {scale:.3g} ({dtype})"
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,width", [(1, 576), (2, 576), (1, 50), (3, 64)])
+def test_few_rows_linear_matches_torch(kernels, dtype, rows, width):
+    g = torch.Generator().manual_seed(rows * 100 + width)
+    x = torch.randn(rows, width, generator=g).to(dtype)
+    w = torch.randn(1000, width, generator=g).to(dtype)       # 1000 rows: not a multiple of anything
+    close(kernels.few_rows_linear(x, w), F.linear(x, w), dtype)
+
+
+def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
+    """Random q and a paged cache whose blocks are shuffled; returns inputs and the SDPA answer."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(lengths, dtype=torch.int64)
+    blocks_each = (lengths + block_size - 1) // block_size
+    order = torch.randperm(int(blocks_each.sum()) + 3, generator=g)
+    max_blocks = int(blocks_each.max())
+    tables = torch.zeros(B, max_blocks, dtype=torch.int64)
+    used = 0
+    for b in range(B):
+        tables[b, :blocks_each[b]] = order[used:used + blocks_each[b]]
+        used += int(blocks_each[b])
+    slots = len(order) * block_size
+    k_cache = torch.randn(slots, kv_heads, d, generator=g).to(dtype)
+    v_cache = torch.randn(slots, kv_heads, d, generator=g).to(dtype)
+    q = torch.randn(B, kv_heads * group, d, generator=g).to(dtype)
+    want = torch.empty_like(q)
+    for b in range(B):                                            # one sequence at a time, plainly
+        t = torch.arange(int(lengths[b]))
+        where = tables[b, t // block_size] * block_size + t % block_size
+        k, v = k_cache[where].transpose(0, 1), v_cache[where].transpose(0, 1)    # [kv_heads, L, d]
+        o = F.scaled_dot_product_attention(q[b].view(kv_heads * group, 1, d).float(),
+                                           k.repeat_interleave(group, 0).float(),
+                                           v.repeat_interleave(group, 0).float(), scale=d ** -0.5)
+        want[b] = o[:, 0].to(dtype)
+    return (q, k_cache, v_cache, tables, lengths, block_size, d ** -0.5), want
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64),     # SmolLM2: the vector-register path
+                                              (2, 1, 64),     # plain multi-head attention
+                                              (1, 8, 64),     # a group too big for the fast path
+                                              (2, 2, 32)])    # another head size
+def test_paged_decode_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
+    lengths = [1, 16, 17, 40, 333, 5]                             # one key; exactly a block; ragged
+    args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths)
+    close(kernels.paged_decode_attention(*args), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 2, 7, 64, 300])
+def test_linear_paths_agree(dtype, rows):
+    """Every route Linear may take (kernel, packed oneDNN, F.linear) gives F.linear's answer."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 96, generator=g).to(dtype)
+    w = torch.randn(200, 96, generator=g).to(dtype)
+    want = F.linear(x, w)
+    pack = onednn_available(torch.device("cpu"), dtype)
+    close(Linear(w, cpu_kernels.load(), pack)(x), want, dtype)
+    close(Linear(w, None, pack)(x), want, dtype)
+    close(Linear(w, None, False)(x), want, dtype)
+
+
+def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
+    """The whole forward, kernels on vs plain PyTorch: decode at batch 1 and batch 3, one step."""
+    from engine.model import load_model
+    from engine.runner import ModelRunner, SeqInput
+    lm = load_model("tiny", device="cpu", dtype="fp32")
+    prompts = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((30, 7, 50))]
+    results = []
+    for use in ("1", "0"):
+        monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
+        runner = ModelRunner(lm, 32, block_size=16)
+        assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
+        tables = [[3 * i, 3 * i + 1, 3 * i + 2, 20 + i] for i in range(3)]
+        runner.forward_logits([SeqInput(f"r{i}", p, 0, t, True) for i, (p, t) in enumerate(zip(prompts, tables))])
+        one = runner.forward_logits([SeqInput("r0", [9], 30, tables[0], True)])
+        three = runner.forward_logits([SeqInput(f"r{i}", [9], len(p), t, True)
+                                       for i, (p, t) in enumerate(zip(prompts, tables))])
+        results.append((one, three))
+    close(results[0][0], results[1][0], torch.float32)
+    close(results[0][1], results[1][1], torch.float32)
+
+
+def test_without_a_compiler_load_says_why_and_returns_none(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))        # nothing cached there
+    monkeypatch.setattr(cpu_kernels, "_loaded", {})
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    with caplog.at_level("WARNING"):
+        assert cpu_kernels.load() is None
+    assert "no C compiler" in caplog.text
