@@ -5,6 +5,7 @@ import streamlit as st
 import torch
 
 from labs import session
+from engine.runner import fast_paths
 from labs.lab_run import engine_threads
 
 st.title("About this machine")
@@ -15,6 +16,7 @@ st.markdown(
     f"- **Device**: `{model.device}` ({platform.processor() or platform.machine()}, "
     f"{torch.get_num_threads()} torch threads)\n"
     f"- **Dtype**: `{str(model.dtype).replace('torch.', '')}`\n"
+    f"- **Fast paths**: {'; '.join(fast_paths(model.device, model.dtype)) or 'none (plain PyTorch ops)'}\n"
     f"- **Engines running on this server**: {engine_threads()}")
 
 st.subheader("Measured step time")

@@ -40,6 +40,13 @@ def measure_roofline(device, dtype) -> dict:
     flops = []
     for _ in range(4):
         t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
+    from .linear import onednn_available
+    if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
+        packed = torch.ops.mkldnn._reorder_linear_weight(b, None)
+        for _ in range(4):
+            t = time.perf_counter()
+            torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+            flops.append(2 * n ** 3 / (time.perf_counter() - t))
     src = torch.randn(64 * 2 ** 20, device=device)          # 256 MB
     dst = torch.empty_like(src)
     bws = []

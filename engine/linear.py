@@ -11,7 +11,8 @@ speed. On CPU, measured on a 2-core AMD EPYC (fp32 / bf16 GFLOP/s at M rows, 153
 layer: the weight is re-laid out once ("packed") into oneDNN's blocked format, so every call
 streams it in the order the kernel wants. For one or two rows (decode at batch 1-2) the hand-
 written cpu_kernels.few_rows_linear reads the weight faster still (27-35 GB/s against 24).
-Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear.
+Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
+tensors are used as they are; the packed copy is oneDNN's.
 """
 from __future__ import annotations
 
@@ -24,12 +25,36 @@ def onednn_available(device: torch.device, dtype: torch.dtype) -> bool:
             and torch.backends.mkldnn.is_available())
 
 
+def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """One [sum of rows, in] matrix holding several weights that share an input (q, k, v).
+
+    The parameters are re-pointed at row slices of the stacked matrix, so the model still
+    owns one copy of its weights and its own forward keeps working; calling this again on
+    the same parameters finds them already stacked and returns the same matrix."""
+    first = params[0]
+    rows = sum(p.shape[0] for p in params)
+    adjacent = all(p.is_contiguous() and p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+                   for p in params)
+    if adjacent:
+        offsets = [p.storage_offset() for p in params]
+        adjacent = all(offsets[i + 1] == offsets[i] + params[i].numel() for i in range(len(params) - 1))
+    if adjacent:
+        return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, first.shape[1]))
+    stacked = torch.cat([p.data for p in params])
+    row = 0
+    for p in params:
+        p.data = stacked[row:row + p.shape[0]]
+        row += p.shape[0]
+    return stacked
+
+
 class Linear:
-    """Wraps one weight matrix [out, in]; call it on x [rows, in]."""
+    """y = x @ W^T for one weight matrix W [out, in]; call it on x [rows, in]."""
 
     def __init__(self, weight: torch.Tensor, kernels=None, pack: bool = False):
-        self.weight = weight                  # the model's own tensor, shared, never copied
+        self.weight = weight                  # the model's own tensor, used as it is
         self.kernels = kernels                # cpu_kernels.CpuKernels or None
+        # oneDNN's own copy of the weight, in its blocked layout
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, None) if pack else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -127,3 +127,24 @@ def test_without_a_compiler_load_says_why_and_returns_none(monkeypatch, tmp_path
     with caplog.at_level("WARNING"):
         assert cpu_kernels.load() is None
     assert "no C compiler" in caplog.text
+
+
+def test_stacked_weights_leave_the_model_unchanged():
+    """Stacking q/k/v re-points the model's parameters at one matrix: same values, same forward,
+    and a second stacking (a second runner on the same model) reuses it."""
+    from engine.linear import stack_rows
+    from engine.model import load_model
+    lm = load_model("tiny", device="cpu", dtype="fp32")
+    attn = lm.hf_model.model.layers[0].self_attn
+    params = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
+    before = [p.detach().clone() for p in params]
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.inference_mode():
+        want = lm.hf_model(ids).logits
+    stacked = stack_rows(params)
+    assert stacked.shape == (sum(b.shape[0] for b in before), before[0].shape[1])
+    assert torch.equal(stacked, torch.cat(before))
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert stack_rows(params).data_ptr() == stacked.data_ptr()
+    with torch.inference_mode():
+        assert torch.equal(lm.hf_model(ids).logits, want)
