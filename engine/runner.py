@@ -221,7 +221,7 @@ class ModelRunner:
             x = x + w["o"](o.reshape(T, H * d))
             h = self._rms_norm(x, layer.post_attention_layernorm.weight)
             gate, up = w["gate_up"](h).chunk(2, dim=-1)
-            x = x + w["down"](F.silu(gate) * up)
+            x = x + w["down"](F.silu(gate).mul_(up))     # in place: one big temporary fewer
         # lm_head only where a next token is wanted: the vocab matmul is the biggest one
         h = self._rms_norm(x[step.sample_rows], self.norm)
         return self.lm_head_linear(h).float()
