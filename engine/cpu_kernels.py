@@ -62,6 +62,7 @@ class CpuKernels:
         self.lib = lib
         vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
+        lib.rms_norm.argtypes = [vp, vp, vp, i32, i32, ctypes.c_float, i32]
         lib.paged_decode_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
 
@@ -78,6 +79,14 @@ class CpuKernels:
         y = x.new_empty((M, N))
         self.lib.few_rows_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N, K, self._bf16(x))
         return y
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x [rows, dim] normalised and scaled, as the Llama RMSNorm (float32 statistics)."""
+        assert x.is_contiguous() and weight.is_contiguous() and x.dtype == weight.dtype
+        out = torch.empty_like(x)
+        self.lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], float(eps),
+                          self._bf16(x))
+        return out
 
     def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,

@@ -159,6 +159,8 @@ class ModelRunner:
     # ---- the forward, top to bottom ----
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.rms_norm(x.contiguous(), weight, self.eps)
         h = x.float()                                   # as HF: statistics in float32
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * h.to(x.dtype)

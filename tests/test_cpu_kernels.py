@@ -148,3 +148,15 @@ def test_stacked_weights_leave_the_model_unchanged():
     assert stack_rows(params).data_ptr() == stacked.data_ptr()
     with torch.inference_mode():
         assert torch.equal(lm.hf_model(ids).logits, want)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_rms_norm_matches_the_llama_reference(kernels, dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 576, generator=g) * 3).to(dtype)
+    w = torch.randn(576, generator=g).to(dtype)
+    h = x.float()
+    want = w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
+    close(kernels.rms_norm(x, w, 1e-5), want, dtype)
