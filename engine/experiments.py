@@ -37,8 +37,20 @@ def machine_fingerprint(model) -> dict:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    from .runner import fast_paths
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
-            "model": model.name, "device": str(model.device), "dtype": str(model.dtype)}
+            "model": model.name, "device": str(model.device), "dtype": str(model.dtype),
+            "fast_paths": fast_paths(model.device, model.dtype), "forward_code": _forward_code_digest()}
+
+
+def _forward_code_digest() -> str:
+    """Timings belong to the code that ran the forward: a changed runner means new measurements."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in ("runner.py", "linear.py", "cpu_kernels.c"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
 
 
 @dataclass
