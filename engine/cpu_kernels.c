@@ -8,10 +8,12 @@
  *    one thread (about 11 GB/s on our 2-core test machine), oneDNN's about 24 GB/s; splitting
  *    W's rows over all threads in plain sequential reads streams it at 27-35 GB/s.
  * 2. rms_norm: the whole normalisation in one call (it was five small ops).
- * 3. paged_decode_attention: each sequence's one new query attends to its keys and values
- *    *where they lie* in the paged cache, walking its block table. The PyTorch path must first
- *    gather every sequence's keys into one padded tensor (a full copy of the context per layer),
- *    then run attention on the padding too.
+ * 3. paged_attention: every query token attends to the keys and values of its own sequence
+ *    up to its own position, *where they lie* in the paged cache, walking its block table.
+ *    One call serves a whole step: decode tokens and prefill chunks alike (causality is just
+ *    "a token at position p sees p+1 keys"). The PyTorch path must first gather each
+ *    sequence's keys into a padded tensor (a copy of the context per layer), run attention on
+ *    the padding too, and loop over prefill chunks in Python.
  *
  * Tensors are float32 or bfloat16 (`bf16` = 1); bf16 values are widened to float32 for the
  * arithmetic and rounded back once at the end, as PyTorch's CPU kernels do.
@@ -177,7 +179,7 @@ static void softmax_rows(float *scores, int group, int64_t L) {
 
 #define MAX_GROUP 4    /* the fast path keeps MAX_GROUP x 4 accumulators in vector registers */
 
-/* One (sequence, KV head) of decode attention, for head_dim 64 and a group of at most
+/* One (query row, KV head) of attention, for head_dim 64 and a group of at most
  * MAX_GROUP query heads: the common small-model shape. Each key row is four 16-float vectors,
  * and each query head's output accumulates in four vector registers. */
 static void attend_d64(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
@@ -231,16 +233,16 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
     }
 }
 
-/* Decode attention over a paged KV cache.
- *   q, out:           [B, kv_heads * group, d]  one query token per sequence
- *   k_cache, v_cache: [num_slots, kv_heads, d]  one layer of the cache
- *   block_tables:     [B, max_blocks]  token t of sequence b is at slot
+/* Attention over a paged KV cache, one query token per row b.
+ *   q, out:           [B, kv_heads * group, d]
+ *   k_cache, v_cache: [num_slots, kv_heads, d]  one layer of the cache (this step's keys included)
+ *   block_tables:     [B, max_blocks]  the block table of row b's sequence: key t of it is at slot
  *                     block_tables[b][t / block_size] * block_size + t % block_size
- *   context_lens:     [B]  how many keys sequence b has (its new token included)
+ *   context_lens:     [B]  how many keys row b sees: its position + 1
  * Query head j uses key/value head j / group (grouped-query attention), so one pass over a
  * KV head's keys serves its whole group of query heads. Threads share out the
- * (sequence, KV head) pairs. */
-void paged_decode_attention(const void *q, const void *k_cache, const void *v_cache,
+ * (row, KV head) pairs. */
+void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                             const int64_t *block_tables, int max_blocks, const int64_t *context_lens,
                             int B, int kv_heads, int group, int d, int block_size, float scale,
                             void *out, int bf16) {

@@ -63,7 +63,7 @@ class CpuKernels:
         vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.rms_norm.argtypes = [vp, vp, vp, i32, i32, ctypes.c_float, i32]
-        lib.paged_decode_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
+        lib.paged_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
 
     @staticmethod
@@ -88,18 +88,19 @@ class CpuKernels:
                           self._bf16(x))
         return out
 
-    def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,
                                scale: float) -> torch.Tensor:
-        """q [B, heads, d]; caches [slots, kv_heads, d]; block_tables [B, max_blocks] and
-        context_lens [B] as int64. Returns [B, heads, d]."""
+        """q [B, heads, d], one query token per row; caches [slots, kv_heads, d]; block_tables
+        [B, max_blocks] (row b's sequence) and context_lens [B] (keys row b sees) as int64.
+        Returns [B, heads, d]."""
         B, H, d = q.shape
         kv_heads = k_cache.shape[1]
         assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
         assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
         out = torch.empty_like(q)
         i64p = ctypes.POINTER(ctypes.c_int64)
-        self.lib.paged_decode_attention(
+        self.lib.paged_attention(
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             ctypes.cast(block_tables.data_ptr(), i64p), block_tables.shape[1],
             ctypes.cast(context_lens.data_ptr(), i64p), B, kv_heads, H // kv_heads, d, block_size,

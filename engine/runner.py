@@ -14,9 +14,11 @@ Attention, measured on a 2-core CPU (SmolLM2: 9 query heads, 3 KV heads, head_di
 - gathers use index_select into buffers reused by all layers (advanced indexing was 5x slower,
   and a fresh multi-MB tensor per layer pays page faults on every call).
 On a CPU, linear layers run through linear.Linear (oneDNN with packed weights), and with a C
-compiler a hand-written kernel (cpu_kernels.c) computes decode attention reading keys and
-values in place through the block tables: no gather, no padding. Tests hold both to the plain
-PyTorch path.
+compiler a hand-written kernel (cpu_kernels.c) computes all of a step's attention in one call:
+each token reads its own sequence's keys and values in place through the block table, up to
+its own position (so prefill is causal and decode sees the whole context): no gather, no
+padding, no loop over prefill chunks. Measured: decode attention 3-4x faster, prefill
+attention ~3x. Tests hold both to the plain PyTorch path, which the text above describes.
 """
 from __future__ import annotations
 
@@ -61,8 +63,8 @@ class _Step:
     dec_rows: torch.Tensor | None  # [B] flat rows of the single-token (decode) sequences
     dec_slots: torch.Tensor | None  # [B*Lmax] cache slots of their contexts, padded
     dec_mask: torch.Tensor | None  # [B, 1, 1, Lmax] True where a key is real, not padding
-    dec_tables: torch.Tensor | None  # [B, max_blocks] their block tables (for the paged kernel)
-    dec_lens: torch.Tensor | None   # [B] their context lengths, the new token included
+    row_tables: torch.Tensor | None  # kernel path: [T, max_blocks] each token's sequence's block table
+    row_lens: torch.Tensor | None    # kernel path: [T] keys each token sees (its position + 1)
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # (row0, n, slots, mask)
 
 
@@ -130,18 +132,21 @@ class ModelRunner:
         sample_idx = [i for i, s in enumerate(seqs) if s.sample]
         sample_rows = (first_row + counts - 1)[sample_idx]
 
+        if self.kernels is not None:
+            # The C kernel needs no more: every token attends to its own sequence's keys up to
+            # its own position, read in place through the block table. That is causal prefill
+            # and decode alike, for the whole step in one call.
+            return _Step(positions, slots, sample_rows, None, None, None, tables[seq_of].contiguous(),
+                         (positions + 1).contiguous(), [])
         dec = [i for i, n in enumerate(lens) if n == 1]
-        dec_rows = dec_slots = dec_mask = dec_tables = dec_lens = None
+        dec_rows = dec_slots = dec_mask = None
         if dec:
             d = torch.tensor(dec, device=dev)
             ctx = starts[d] + 1                                  # keys each decode token sees
             dec_rows = first_row[d]
-            if self.kernels is not None:                         # the kernel walks the block tables itself
-                dec_tables, dec_lens = tables[d].contiguous(), ctx.contiguous()
-            else:
-                j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
-                dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
-                dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
+            j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
+            dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
+            dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
         prefills, row = [], 0
         for i, s in enumerate(seqs):
             n, row = lens[i], row + lens[i]
@@ -153,8 +158,7 @@ class ModelRunner:
             # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
             mask = None if s.start_pos == 0 else (j[None, :] <= j[s.start_pos:, None])
             prefills.append((row - n, n, kv_slots, mask))
-        return _Step(positions, slots, sample_rows, dec_rows, dec_slots, dec_mask, dec_tables, dec_lens,
-                     prefills)
+        return _Step(positions, slots, sample_rows, dec_rows, dec_slots, dec_mask, None, None, prefills)
 
     # ---- the forward, top to bottom ----
 
@@ -174,15 +178,11 @@ class ModelRunner:
         """q: [T, heads, d] -> [T, heads, d]. K/V of this step are already in the cache."""
         kc, vc = self.k_cache[layer], self.v_cache[layer]
         KV, G, d = self.num_kv_heads, self.group, self.head_dim
-        if step.dec_tables is not None and not step.prefills:   # all decode: q's rows, in order
-            return self.kernels.paged_decode_attention(q.contiguous(), kc, vc, step.dec_tables,
-                                                       step.dec_lens, self.block_size, self.scale)
+        if step.row_tables is not None:                  # the C kernel: every row, one call
+            return self.kernels.paged_attention(q.contiguous(), kc, vc, step.row_tables, step.row_lens,
+                                                self.block_size, self.scale)
         out = q.new_empty(q.shape)
-        if step.dec_tables is not None:
-            o = self.kernels.paged_decode_attention(q[step.dec_rows], kc, vc, step.dec_tables, step.dec_lens,
-                                                    self.block_size, self.scale)
-            out[step.dec_rows] = o
-        elif step.dec_rows is not None:
+        if step.dec_rows is not None:
             B, L = step.dec_mask.shape[0], step.dec_mask.shape[-1]
             k = torch.index_select(kc, 0, step.dec_slots, out=bufs["dk"]).view(B, L, KV, d).transpose(1, 2)
             v = torch.index_select(vc, 0, step.dec_slots, out=bufs["dv"]).view(B, L, KV, d).transpose(1, 2)

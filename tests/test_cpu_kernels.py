@@ -79,10 +79,10 @@ def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
                                               (2, 1, 64),     # plain multi-head attention
                                               (1, 8, 64),     # a group too big for the fast path
                                               (2, 2, 32)])    # another head size
-def test_paged_decode_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
+def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
     lengths = [1, 16, 17, 40, 333, 5]                             # one key; exactly a block; ragged
     args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths)
-    close(kernels.paged_decode_attention(*args), want, dtype)
+    close(kernels.paged_attention(*args), want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
