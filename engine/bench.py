@@ -40,13 +40,11 @@ def measure_roofline(device, dtype) -> dict:
     flops = []
     for _ in range(4):
         t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
-    from .linear import onednn_available
+    from .linear import Linear, onednn_available
     if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
-        packed = torch.ops.mkldnn._reorder_linear_weight(b, None)
+        linear = Linear(b, pack=True)
         for _ in range(4):
-            t = time.perf_counter()
-            torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
-            flops.append(2 * n ** 3 / (time.perf_counter() - t))
+            t = time.perf_counter(); linear(a); flops.append(2 * n ** 3 / (time.perf_counter() - t))
     src = torch.randn(64 * 2 ** 20, device=device)          # 256 MB
     dst = torch.empty_like(src)
     bws = []

@@ -70,12 +70,10 @@ static inline float dot(const float *a, const float *b, int n) {
  * split w's rows, each thread copies one row at a time (widened to float32) in a plain
  * sequential read, then dots it with the input rows, which stay in the L1 cache. */
 void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
-    float *xf = malloc(sizeof(float) * (size_t)M * K);
     float *yf = malloc(sizeof(float) * (size_t)M * N);
-    load_f32(x, 0, M * K, bf16, xf);
 #ifdef __AVX512BF16__
     /* This CPU multiplies bf16 pairs directly (vdpbf16ps: 32 products per instruction, summed
-     * in float32), so a bf16 weight row need not be widened first. */
+     * in float32), so neither x nor a bf16 weight row need be widened first. */
     if (bf16 && K % 32 == 0) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -89,24 +87,24 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
                 yf[(int64_t)m * N + n] = _mm512_reduce_add_ps(acc);
             }
         }
-        store_f32(y, 0, M * N, bf16, yf);
-        free(xf);
-        free(yf);
-        return;
-    }
+    } else
 #endif
-    #pragma omp parallel
     {
-        float *wf = malloc(sizeof(float) * (size_t)K);
-        #pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            load_f32(w, (int64_t)n * K, K, bf16, wf);
-            for (int m = 0; m < M; m++) yf[(int64_t)m * N + n] = dot(xf + (int64_t)m * K, wf, K);
+        float *xf = malloc(sizeof(float) * (size_t)M * K);
+        load_f32(x, 0, M * K, bf16, xf);
+        #pragma omp parallel
+        {
+            float *wf = malloc(sizeof(float) * (size_t)K);
+            #pragma omp for schedule(static)
+            for (int n = 0; n < N; n++) {
+                load_f32(w, (int64_t)n * K, K, bf16, wf);
+                for (int m = 0; m < M; m++) yf[(int64_t)m * N + n] = dot(xf + (int64_t)m * K, wf, K);
+            }
+            free(wf);
         }
-        free(wf);
+        free(xf);
     }
     store_f32(y, 0, M * N, bf16, yf);
-    free(xf);
     free(yf);
 }
 
@@ -114,11 +112,12 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
  * to the model dtype, then times the weight. One call instead of five small PyTorch ops,
  * which at batch 1 cost more in overhead than in arithmetic. */
 void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, float eps, int bf16) {
+    float *w = malloc(sizeof(float) * (size_t)dim);          /* the weight, widened once */
+    load_f32(weight, 0, dim, bf16, w);
     #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
-        float buf[dim], w[dim];
+        float buf[dim];
         load_f32(x, (int64_t)r * dim, dim, bf16, buf);
-        load_f32(weight, 0, dim, bf16, w);
         float ss = 0.f;
         #pragma omp simd reduction(+:ss)
         for (int i = 0; i < dim; i++) ss += buf[i] * buf[i];
@@ -130,6 +129,7 @@ void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, f
         }
         store_f32(out, (int64_t)r * dim, dim, bf16, buf);
     }
+    free(w);
 }
 
 /* 16 floats as one value: gcc maps its arithmetic onto the CPU's vector registers (one

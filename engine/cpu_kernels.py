@@ -9,6 +9,7 @@ None and the runner computes the same maths with PyTorch ops.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -108,12 +109,24 @@ class CpuKernels:
         return out
 
 
+@functools.cache
+def _library_key() -> str:
+    """The source and this CPU, hashed: read once per process, not on every load()."""
+    return hashlib.sha256(SOURCE.read_bytes() + _cpu_id().encode()).hexdigest()[:16]
+
+
+def for_device(device: torch.device, dtype: torch.dtype) -> CpuKernels | None:
+    """The kernels where a runner on this device and dtype can use them (CPU, fp32 or bf16)."""
+    if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
+        return None
+    return load()
+
+
 def load() -> CpuKernels | None:
     """The compiled kernels for this machine, or None (with one log line saying why)."""
     if os.environ.get("BATCHING_LAB_KERNELS", "1") == "0":
         return None
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + _cpu_id().encode()).hexdigest()[:16]
+    key = _library_key()
     with _lock:
         if key in _loaded:
             return _loaded[key]
