@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from .config import EngineConfig, SchedulerPolicy
 from .engine import Engine, build_engine
 from .metrics import SLO, request_row, step_row, summarize
-from .workload import PromptMaker, WorkloadSpec, build_requests
+from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec, build_requests
 
 CACHE_VERSION = 1
 
@@ -43,14 +43,19 @@ def machine_fingerprint(model) -> dict:
             "fast_paths": fast_paths(model.device, model.dtype), "forward_code": _forward_code_digest()}
 
 
+def _files_digest(*paths: str) -> str:
+    """A short hash of the files' contents, in order: changed files make new cache keys."""
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
 def _forward_code_digest() -> str:
     """Timings belong to the code that ran the forward: a changed runner means new measurements."""
     here = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256()
-    for name in ("runner.py", "linear.py", "cpu_kernels.c"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:16]
+    return _files_digest(*(os.path.join(here, name) for name in ("runner.py", "linear.py", "cpu_kernels.c")))
 
 
 @dataclass
@@ -62,15 +67,9 @@ class RunResult:
     label: str = ""
 
 
-def _prompt_set_digest() -> str:
-    """Runs drawn from a different prompt set are different runs: the file's hash joins every key."""
-    from .workload import PROMPTS_PATH
-    with open(PROMPTS_PATH, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
 def _key(*parts) -> str:
-    blob = json.dumps([_prompt_set_digest(), *parts], sort_keys=True, default=str)
+    """Runs drawn from a different prompt set are different runs: the file's hash joins every key."""
+    blob = json.dumps([_files_digest(PROMPTS_PATH), *parts], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

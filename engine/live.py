@@ -24,6 +24,8 @@ from .metrics import SLO, request_row, summarize
 from .request import Request, Status
 from .workload import PromptMaker, WorkloadSpec, tenant_name
 
+THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About page counts them)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -118,8 +120,7 @@ class LiveRun:
         else:   # first start, or going on after "finished" with more workload
             self.state = "running"
             self._stop = False
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="batching-lab-engine")
-            self._thread.start()
+            self._start_thread()
 
     def pause(self) -> None:
         if self.state == "running":
@@ -134,8 +135,7 @@ class LiveRun:
         """While paused (or before starting): run exactly one engine step."""
         if not self.thread_alive:
             self.state = "paused"
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="batching-lab-engine")
-            self._thread.start()
+            self._start_thread()
         self._step_requests += 1
         self._wake.set()
 
@@ -162,6 +162,10 @@ class LiveRun:
         self.last_seen = time.monotonic()
 
     # ----- the engine thread -----
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=THREAD_NAME)
+        self._thread.start()
 
     def _loop(self) -> None:
         try:
@@ -222,7 +226,7 @@ class LiveRun:
 
     # ----- reading -----
 
-    def snapshot(self, slo: SLO | None = None, summary: bool = True) -> Snapshot:
+    def snapshot(self, summary: bool = True) -> Snapshot:
         """An immutable copy of the run. `summary=False` skips the percentiles (a live page that
         computes its own from the rows saves their cost on every refresh)."""
         with self._lock_from_outside():
@@ -244,6 +248,6 @@ class LiveRun:
             now = eng.clock.now()
         # Outside the lock, so the engine steps on meanwhile: only finished requests (which never
         # change again) enter the percentiles.
-        stats = summarize(requests, steps, slo or SLO(policy.ttft_slo_s, policy.tpot_slo_s)) if summary else {}
+        stats = summarize(requests, steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s)) if summary else {}
         return Snapshot(self.state, now, steps, tuple(rows), marks, policy, self.feed.spec, stats,
                         self.feed.count, self.message)

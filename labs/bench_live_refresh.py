@@ -21,7 +21,7 @@ import time
 
 from engine.config import EngineConfig
 from engine.live import LiveRun
-from engine.workload import LengthDist, WorkloadSpec, build_requests
+from engine.workload import build_requests
 from labs import charts
 from labs import playground_view as view
 from labs.playground_setup import Setup
@@ -33,10 +33,7 @@ def long_run(n_requests: int, max_num_seqs: int, out_lo: int, out_hi: int) -> tu
                   prompt_lo=32, prompt_hi=256, output_lo=out_lo, output_hi=out_hi,
                   kv_capacity_tokens=8192, ttft_slo_s=2.0, tpot_slo_s=0.1)
     live = LiveRun(setup.policy(), setup.workload(), model=None, config=EngineConfig(kv_pool_tokens=8192))
-    spec = WorkloadSpec(num_requests=n_requests, rate=8.0, seed=0,
-                        prompt_len=LengthDist("uniform", 32, 256),
-                        output_len=LengthDist("uniform", out_lo, out_hi))
-    for r in build_requests(spec):
+    for r in build_requests(setup.workload()):
         live.engine.submit(r)
     for i, s in enumerate((setup.changed(max_num_seqs=8), setup)):   # two policy changes, marked
         live.engine.run(should_stop=lambda: len(live.engine.steps) >= 6000 * (i + 1))
@@ -46,20 +43,9 @@ def long_run(n_requests: int, max_num_seqs: int, out_lo: int, out_hi: int) -> tu
 
 
 def page_builders(tables, setup) -> dict:
-    """The figures one live refresh builds, with the page's arguments: name -> callable."""
-    steps, reqs, marks = tables.steps, tables.requests, tables.marks
-    slots = max(setup.max_num_seqs, view.largest_batch(steps))
-    return {
-        "batch_membership": lambda: charts.batch_membership(
-            steps, slots, window=view.LIVE_WINDOW_STEPS, marks=marks),
-        "request_timeline": lambda: charts.request_timeline(reqs, limit=view.TIMELINE_LIMIT),
-        "latency ttft": lambda: charts.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks),
-        "latency tpot": lambda: charts.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks),
-        "queue": lambda: charts.queue_over_time(steps, marks),
-        "throughput": lambda: charts.throughput_over_time(
-            steps, reqs, setup.ttft_slo_s, setup.tpot_slo_s, marks),
-        "kv_usage": lambda: charts.kv_usage(steps, marks),
-    }
+    """The figures one live refresh builds, from the page's own builders: name -> callable."""
+    return {"pg_batch": lambda: view.batch_figure(tables, setup),
+            **view.time_figures(tables, setup)}
 
 
 def page_extras(tables, setup) -> dict:

@@ -123,7 +123,3 @@ KNOBS = _knobs(
 
 WORKLOAD_KNOBS = ("rate", "burstiness", "prompt_kind", "prompt_lo", "prompt_hi", "output_kind",
                   "output_lo", "output_hi", "tenants", "num_requests", "seed")
-POLICY_KNOBS = ("mode", "max_num_seqs", "max_wait_ms", "max_num_batched_tokens",
-                "enable_chunked_prefill", "long_prefill_token_threshold", "order",
-                "kv_capacity_tokens", "max_waiting")
-SLO_KNOBS = ("ttft_slo_s", "tpot_slo_s")

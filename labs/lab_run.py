@@ -10,18 +10,18 @@ import threading
 import time
 
 from engine.config import EngineConfig
-from engine.live import LiveRun, Snapshot
+from engine.live import THREAD_NAME, LiveRun, Snapshot
 
 from labs.knobs import KV_POOL_TOKENS, WORKLOAD_KNOBS
 from labs.playground_setup import Setup
 from labs.trace_tables import Tables, TraceTables, requests_csv, steps_csv
 
-ENGINE_THREAD_NAME = "batching-lab-engine"   # LiveRun's thread name: the About page counts them
+TERMINAL = ("finished", "stopped", "error")   # a run in one of these states steps no more
 
 
 def engine_threads() -> int:
     """Engine threads alive in this process (every learner's run, all sessions)."""
-    return sum(t.name == ENGINE_THREAD_NAME and t.is_alive() for t in threading.enumerate())
+    return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 
 
 def workload_changes(old: Setup, new: Setup) -> list[str]:
@@ -60,7 +60,7 @@ class LabRun:
         self.live.step_once()
         deadline = time.monotonic() + wait_s
         while len(self.live.engine.steps) == before and time.monotonic() < deadline:
-            if self.live.state in ("finished", "stopped", "error"):
+            if self.live.state in TERMINAL:
                 break
             time.sleep(0.01)
 
@@ -91,11 +91,12 @@ class LabRun:
 
     def apply(self, setup: Setup) -> list[str]:
         """Send what changed to the engine; returns the changes, in words."""
+        old_policy, new_policy = self.setup.policy(), setup.policy()   # a bad policy changes nothing
         old, self.setup = self.setup, setup
         changes = []
-        if setup.policy() != old.policy():
-            changes += old.policy().diff(setup.policy())
-            self.live.set_policy(setup.policy())
+        if new_policy != old_policy:
+            changes += old_policy.diff(new_policy)
+            self.live.set_policy(new_policy)
         wl = workload_changes(old, setup)
         if wl:
             engine = self.live.engine

@@ -5,11 +5,11 @@ from labs import playground_controls as controls
 from labs import playground_view as view
 from labs import session
 from labs.input_checks import check
+from labs.lab_run import TERMINAL
 
 RUNNING_REFRESH_S = 0.5     # status, headline and batch chart redraw this often while running
 SLOW_REFRESH_S = 2.0        # the time charts redraw this often while running
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
-TERMINAL = ("finished", "stopped", "error")
 
 st.title("Playground")
 st.caption("A real SmolLM2 engine on this machine. Press Start, then move any slider while it "
@@ -46,9 +46,9 @@ def _fresh_run():
 
 def _start():
     lab = session.run()
-    if lab is not None and lab.can_continue:
-        lab.start()
-    elif (lab := _fresh_run()) is not None:
+    if lab is None or not lab.can_continue:
+        lab = _fresh_run()
+    if lab is not None:
         lab.start()
 
 
@@ -69,7 +69,7 @@ def _reset():
 state = lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_start, type="primary", width="stretch",
-               disabled=state in ("running", "paused") and not (lab and lab.can_continue),
+               disabled=state in ("running", "paused"),
                help="Start a fresh run with the settings on the left (or go on, if you raised "
                     "the number of requests after it finished).")
 cols[1].button("Pause", key="pause", on_click=lambda: session.run().pause(), width="stretch",
@@ -96,19 +96,20 @@ for notice in check(setup, lab.max_model_len if lab else min(2048, model.max_mod
 def read(lab):
     """(snapshot, tables) of this session's run, or (None, empty tables) while there is none yet."""
     if lab is None:
-        view.status_line("idle", view.empty_tables(), setup, 0)
+        tables = view.empty_tables()
+        view.status_line("idle", tables, setup, 0)
         st.info("Press **Start** to send the workload to the engine, or **Step once** to "
                 "watch it one step at a time.")
-        return None, view.empty_tables()
+        return None, tables
     lab.heartbeat()
     if lab.state == "running" and lab.steps_taken == 0:   # no snapshot: it would wait for the step
-        waiting = lab.arrived == 0
+        tables, waiting = view.empty_tables(), lab.arrived == 0
         view.status_line("waiting for the first request" if waiting else "warming up",
-                         view.empty_tables(), setup, lab.arrived)
+                         tables, setup, lab.arrived)
         st.info("Waiting for the first request to arrive…" if waiting else
                 "Warming up: the first step is running (one-time setup, then the first prompts "
                 "are prefilled)…", icon="⏳")
-        return None, view.empty_tables()
+        return None, tables
     snap, tables = lab.read()
     view.status_line(snap.state, tables, setup, snap.arrived, snap.message)
     return snap, tables

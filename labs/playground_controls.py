@@ -25,8 +25,9 @@ def _key(name: str) -> str:
 def load_setup(setup: Setup) -> None:
     """Put a setup into the widgets' state (before the widgets are drawn)."""
     values = setup.to_dict()
+    in_ranges = {name for pair in RANGES.values() for name in pair}
     for name, value in values.items():
-        if name not in ("prompt_lo", "prompt_hi", "output_lo", "output_hi"):
+        if name not in in_ranges:
             st.session_state[_key(name)] = value
     for rng, (lo, hi) in RANGES.items():
         st.session_state[_key(rng + "_len")] = (values[lo], values[hi])
@@ -71,9 +72,8 @@ def _apply_preset() -> None:
 
 def _slider(name: str, disabled: bool = False, fmt: str | None = None):
     k = KNOBS[name]
-    return st.slider(k.label, min_value=k.lo if k.kind == "float" else int(k.lo),
-                     max_value=k.hi if k.kind == "float" else int(k.hi),
-                     step=k.step if k.kind == "float" else int(k.step),
+    num = float if k.kind == "float" else int
+    return st.slider(k.label, min_value=num(k.lo), max_value=num(k.hi), step=num(k.step),
                      key=_key(name), help=k.help, disabled=disabled, format=fmt)
 
 

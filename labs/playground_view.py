@@ -106,10 +106,14 @@ def _plot(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOT_CONFIG, width="stretch")
 
 
-def batch_chart(tables: Tables, setup: Setup, upto_step: int | None = None) -> None:
+def batch_figure(tables: Tables, setup: Setup, upto_step: int | None = None):
     slots = max(setup.max_num_seqs, largest_batch(tables.steps))
-    _plot(charts.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
-                                  upto_step=upto_step, marks=tables.marks), "pg_batch")
+    return charts.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
+                                   upto_step=upto_step, marks=tables.marks)
+
+
+def batch_chart(tables: Tables, setup: Setup, upto_step: int | None = None) -> None:
+    _plot(batch_figure(tables, setup, upto_step), "pg_batch")
 
 
 def replay_scrubber(tables: Tables) -> int | None:
@@ -145,19 +149,27 @@ def step_detail(tables: Tables, step: int) -> None:
                f"{int(r['decode_tokens'])} decode tokens — {who}{more}")
 
 
-def time_charts(tables: Tables, setup: Setup, now_s: float | None = None) -> None:
+def time_figures(tables: Tables, setup: Setup, now_s: float | None = None) -> dict:
+    """The time charts' builders by chart key, in page order (labs.bench_live_refresh times them)."""
     steps, reqs, marks = tables.steps, tables.requests, tables.marks
-    _plot(charts.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT), "pg_timeline")
-    rows = [
-        (lambda: charts.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks), "pg_ttft"),
-        (lambda: charts.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks), "pg_tpot"),
-        (lambda: charts.queue_over_time(steps, marks), "pg_queue"),
-        (lambda: charts.throughput_over_time(steps, reqs, setup.ttft_slo_s, setup.tpot_slo_s,
-                                             marks), "pg_throughput"),
-        (lambda: charts.kv_usage(steps, marks), "pg_kv"),
-    ]
+    return {
+        "pg_timeline": lambda: charts.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT),
+        "pg_ttft": lambda: charts.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks),
+        "pg_tpot": lambda: charts.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks),
+        "pg_queue": lambda: charts.queue_over_time(steps, marks),
+        "pg_throughput": lambda: charts.throughput_over_time(steps, reqs, setup.ttft_slo_s,
+                                                             setup.tpot_slo_s, marks),
+        "pg_kv": lambda: charts.kv_usage(steps, marks),
+    }
+
+
+def time_charts(tables: Tables, setup: Setup, now_s: float | None = None) -> None:
+    """The request timeline across the page, then the other time charts two to a row."""
+    figures = time_figures(tables, setup, now_s)
+    _plot(figures.pop("pg_timeline")(), "pg_timeline")
+    rows = list(figures.items())
     for i in range(0, len(rows), 2):
-        for col, (build, key) in zip(st.columns(2), rows[i:i + 2]):
+        for col, (key, build) in zip(st.columns(2), rows[i:i + 2]):
             with col:
                 _plot(build(), key)
 
@@ -170,9 +182,9 @@ def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
     finished = reqs["status"] == "finished"
     text = reqs["output_text"].where(finished, reqs["partial_text"]).fillna("").astype(str)
     has = text.str.len() > 0
-    live = reqs[has & ~finished].sort_values("first_token_s", ascending=False)
-    done = reqs[has & finished].sort_values("finish_s", ascending=False)
-    picked = (pd.concat([live, done]) if len(live) and len(done) else live if len(live) else done).head(n)
+    live = reqs[has & ~finished].sort_values("first_token_s", ascending=False).index
+    done = reqs[has & finished].sort_values("finish_s", ascending=False).index
+    picked = reqs.loc[live.append(done)[:n]]
     return pd.DataFrame({"request": picked["id"], "status": picked["status"],
                          "tokens": picked["output_tokens"], "text": text.loc[picked.index]})
 

@@ -19,8 +19,8 @@ DECODE_STEPS = 5
 
 
 def measure_step_times(model, batch_sizes=BATCH_SIZES, decode_steps: int = DECODE_STEPS) -> dict:
-    """{"decode_ms": {batch size: median decode step ms}, "prefill_ms": ms for one 64-token
-    prompt, "seconds": time spent measuring}."""
+    """{"decode_ms": {batch size: median decode step ms}, "prefill_ms": ms for one prompt of
+    "prompt_tokens" tokens, "seconds": time spent measuring}."""
     t0 = time.perf_counter()
     config = EngineConfig(model=model.name, kv_pool_tokens=4096)
     rng = random.Random(0)
