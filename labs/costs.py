@@ -33,13 +33,8 @@ st.markdown(f"{lr.DECODE_STREAMS} requests start decoding at t = 0 ({lr.DECODE_O
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
             f"(as vLLM requires).")
 settings = (long_len, budget)
-got = lr.stall_runs(ui.ref(), long_len, budget, peek=True)
-action = ui.measure_buttons("costs_stall", settings, got is not None, "Run with chunking off and on",
-                            "about 35 s")
-if action:
-    got = ui.measure("costs_stall", settings, action,
-                     lambda **kw: lr.stall_runs(ui.model(), long_len, budget, **kw),
-                     "Chunked prefill off, then on…")
+got = ui.stored_or_measure("costs_stall", settings, lambda m, **kw: lr.stall_runs(m, *settings, **kw),
+                           "Run with chunking off and on", "about 35 s", "Chunked prefill off, then on…")
 if got is not None:
     summ = {k: lr.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
@@ -54,14 +49,7 @@ if got is not None:
                    help="Chunking spreads a long prompt over several steps, so it starts streaming a little later.")
     st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
                f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")
-    series = {}
-    t0 = {}
-    for key, (res, _) in got.items():
-        reqs, _ = lr.frames(res)
-        t0[key] = float(reqs["arrival_s"].min())
-        tt = lr.token_times(res)
-        tt = tt[tt["id"].str.startswith("d")].assign(t_s=lambda d, k=key: d["t_s"] - t0[k])
-        series[f"chunked prefill {key}"] = tt
+    series = {f"chunked prefill {key}": lr.decode_token_times(res) for key, (res, _) in got.items()}
     ui.plot(lc.token_gaps(series, list(lr.LONG_ARRIVALS_S)))
     st.markdown(f"With chunking **off**, the step that carries a whole {long_len}-token prompt makes every "
                 f"running stream wait {off['decode_gap_max_ms']:.0f} ms for its next token. With chunking "
@@ -75,11 +63,8 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lr.KV_SLOTS} running together. "
             f"The cache may hold **{kv} tokens**; all {lr.KV_SLOTS} at their longest need about "
             f"{lr.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-got_kv = lr.kv_run(ui.ref(), kv, peek=True)
-action = ui.measure_buttons("costs_kv", kv, got_kv is not None, "Run at this KV capacity", "about 20–40 s")
-if action:
-    got_kv = ui.measure("costs_kv", kv, action, lambda **kw: lr.kv_run(ui.model(), kv, **kw),
-                        f"KV capacity {kv} tokens…")
+got_kv = ui.stored_or_measure("costs_kv", kv, lambda m, **kw: lr.kv_run(m, kv, **kw),
+                              "Run at this KV capacity", "about 20–40 s", f"KV capacity {kv} tokens…")
 if got_kv is not None:
     res, _ = got_kv
     k = lr.kv_summary(res)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labs.registry import lesson_lab_pages
+
 
 @dataclass(frozen=True, slots=True)
 class LabPage:
@@ -25,13 +27,4 @@ PLAYGROUND = LabPage(
     "afterwards.")
 
 
-def _lesson_labs() -> list[LabPage]:
-    """The labs that go with the lessons (labs/registry.py), when that module is there."""
-    try:
-        from labs.registry import lesson_lab_pages
-    except ImportError:
-        return []
-    return list(lesson_lab_pages())
-
-
-LABS = [PLAYGROUND, *_lesson_labs()]
+LABS = [PLAYGROUND, *lesson_lab_pages()]

@@ -29,11 +29,8 @@ st.markdown(f"The workload: {spec.num_requests} requests arriving at once, promp
             "last point of the throughput-against-p95-TPOT curve, with both axes scaled 0–1 (the \"Kneedle\" "
             "rule: the point of greatest bend). Before it, more slots buy throughput faster than latency; after "
             "it, latency grows faster.")
-got = lr.knee_runs(ui.ref(), values, peek=True)
-action = ui.measure_buttons("knee", tuple(values), got is not None, "Run the sweep", "about 90 s for 1–32")
-if action:
-    got = ui.measure("knee", tuple(values), action, lambda **kw: lr.knee_runs(ui.model(), values, **kw),
-                     "Sweeping max_num_seqs…")
+got = ui.stored_or_measure("knee", tuple(values), lambda m, **kw: lr.knee_runs(m, values, **kw),
+                           "Run the sweep", "about 90 s for 1–32", "Sweeping max_num_seqs…")
 if got is None:
     st.stop()
 

@@ -8,19 +8,18 @@ measured points.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-import textwrap
-
 from labs.charts import COLORS, _empty, _slo_line
 from labs.charts import _layout as _base_layout
+from labs.queueing_math import mm1_time_in_system
 
 MODEL_COLOR = "#555555"
-MODE_COLORS = {"static": "#b35400", "continuous": "#1f4e9c", "off": "#d62728", "on": "#2ca02c"}
-
+PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
 
 SUBTITLE_WIDTH = 105   # characters per subtitle line: plotly does not wrap text by itself
 
@@ -117,7 +116,7 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
         if df is None or len(df) == 0:
             continue
         df = df.dropna(subset=["gap_ms"])
-        color = list(MODE_COLORS.values())[2 + i % 2] if len(series) == 2 else None
+        color = PAIR_COLORS[i] if len(series) == 2 else None
         traces.append(go.Scattergl(name=name, x=df["t_s"], y=df["gap_ms"], mode="markers",
                                    marker=dict(size=5, opacity=0.6, color=color),
                                    text=df["id"],
@@ -190,7 +189,6 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
 
 def time_in_system(points: pd.DataFrame, mu: float, selected: float | None = None) -> go.Figure:
     """Measured mean time in system against utilization, beside the M/M/1 model W = 1/(mu - lambda)."""
-    from labs.queueing_math import mm1_time_in_system
     title = "Time in system as utilization rises"
     good = ("Dots: measured on the engine. Dashed: the M/M/1 model for the measured μ — a model, not a "
             "measurement. Good: stay left of where the curves turn steep.")
@@ -199,7 +197,7 @@ def time_in_system(points: pd.DataFrame, mu: float, selected: float | None = Non
         return _empty(title, good, xlabel, ylabel)
     rho = np.linspace(0.01, 0.99, 200)
     model_w = mm1_time_in_system(rho * mu, mu)
-    measured_max = float(np.nanmax(points["W_s"])) if len(points) else 1.0
+    measured_max = float(np.nanmax(points["W_s"]))
     traces = [
         go.Scatter(name=f"M/M/1 model, μ = {mu:.2f} req/s", x=rho, y=model_w, mode="lines",
                    line=dict(color=MODEL_COLOR, width=2, dash="dash"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -24,12 +24,11 @@ import pandas as pd
 from engine import experiments
 from engine.config import EngineConfig, SchedulerPolicy
 from engine.experiments import RunResult
+from engine.metrics import PERCENTILES
 from engine.workload import LengthDist, WorkloadSpec
 
 from labs import charts
 from labs.queueing_math import littles_law, mm1_time_in_system, time_averaged_from_steps
-
-PERCENTILES = (50, 90, 95, 99)
 
 
 # ----------------------------------------------------------------------------- models and cache
@@ -60,12 +59,8 @@ def _guarded(measure, refresh: bool):
     return measure(refresh) if run_guard is None else run_guard(measure, refresh)
 
 
-def _is_loaded(model) -> bool:
-    return not isinstance(model, ModelRef)
-
-
 def _need_model(model):
-    if not _is_loaded(model):
+    if isinstance(model, ModelRef):
         raise RuntimeError("measuring needs the loaded model, not a ModelRef")
     return model
 
@@ -84,6 +79,25 @@ def _store(path: str, data) -> None:
 def _load(path: str):
     with open(path) as f:
         return json.load(f)
+
+
+def _cached(path: str, model, compute, refresh: bool, peek: bool, load=lambda data: data, dump=lambda result: result):
+    """(result, was_cached): the JSON stored at `path`, or `compute(model)` stored there.
+
+    With peek=True only the stored result, or None: the model is not touched. `load` / `dump`
+    turn the stored JSON into the result and back (for a RunResult: RunResult(**data) / asdict).
+    """
+    if peek:
+        return (load(_load(path)), True) if os.path.exists(path) and not refresh else None
+    model = _need_model(model)
+
+    def measure(again: bool):
+        if os.path.exists(path) and not again:
+            return load(_load(path)), True
+        result = compute(model)
+        _store(path, dump(result))
+        return result, False
+    return _guarded(measure, refresh)
 
 
 def run_path(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None) -> str:
@@ -129,17 +143,8 @@ def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, la
     config = EngineConfig()
     path = _json_path("mix", experiments.machine_fingerprint(model), policy.to_dict(),
                       [p.to_dict() for p in parts], asdict(config))
-    if peek:
-        return (RunResult(**_load(path)), True) if os.path.exists(path) and not refresh else None
-    model = _need_model(model)
-
-    def measure(again: bool):
-        if os.path.exists(path) and not again:
-            return RunResult(**_load(path)), True
-        result = _run_parts(model, policy, parts, config, progress, label)
-        _store(path, asdict(result))
-        return result, False
-    return _guarded(measure, refresh)
+    return _cached(path, model, lambda m: _run_parts(m, policy, parts, config, progress, label), refresh, peek,
+                   load=lambda data: RunResult(**data), dump=asdict)
 
 
 def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
@@ -195,17 +200,8 @@ def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = SCALING_CONTEXT
     """experiments.measure_batch_scaling, cached per machine and settings: (rows, was_cached)."""
     sizes = sorted(set(int(b) for b in batch_sizes))
     path = _json_path("scaling", experiments.machine_fingerprint(model), sizes, context, steps)
-    if peek:
-        return (_load(path), True) if os.path.exists(path) and not refresh else None
-    model = _need_model(model)
-
-    def measure(again: bool):
-        if os.path.exists(path) and not again:
-            return _load(path), True
-        rows = experiments.measure_batch_scaling(model, sizes, context, steps, progress)
-        _store(path, rows)
-        return rows, False
-    return _guarded(measure, refresh)
+    return _cached(path, model, lambda m: experiments.measure_batch_scaling(m, sizes, context, steps, progress),
+                   refresh, peek)
 
 
 def scaling_table(rows: list[dict]) -> pd.DataFrame:
@@ -384,11 +380,18 @@ def token_times(result: RunResult) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["id", "token", "t_s", "gap_ms"])
 
 
+def decode_token_times(result: RunResult) -> pd.DataFrame:
+    """token_times of the requests decoding from t = 0 (ids "d…"), t_s counted from the first arrival."""
+    tt = token_times(result)
+    dec = tt[tt["id"].str.startswith("d")]
+    start = min((float(r["arrival_s"]) for r in result.requests), default=0.0)
+    return dec.assign(t_s=dec["t_s"] - start)
+
+
 def stall_summary(result: RunResult) -> dict:
     """The decodes' inter-token gaps and the long prompts' TTFT in one run."""
     reqs, _ = frames(result)
-    tt = token_times(result)
-    dec = tt[tt["id"].str.startswith("d")]
+    dec = decode_token_times(result)
     longs = reqs[reqs["id"].str.startswith("long")]
     return {
         "decode_gap_max_ms": float(dec["gap_ms"].max()),
@@ -455,10 +458,8 @@ def slo_runs(model, rates=SLO_RATES, progress=None, refresh: bool = False,
 def slo_verdicts(requests: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:
     """Per finished request: met every SLO set? and which target it missed."""
     fin = finished(requests).copy()
-    ttft = pd.to_numeric(fin["ttft_s"], errors="coerce")
-    tpot = pd.to_numeric(fin["tpot_s"], errors="coerce")
-    miss_ttft = (ttft > ttft_slo_s) if ttft_slo_s is not None else pd.Series(False, index=fin.index)
-    miss_tpot = (tpot > tpot_slo_s).fillna(False) if tpot_slo_s is not None else pd.Series(False, index=fin.index)
+    miss_ttft = ~charts.meets_slo(fin, slo_ttft=ttft_slo_s)
+    miss_tpot = ~charts.meets_slo(fin, slo_tpot=tpot_slo_s)
     fin["met_slo"] = ~(miss_ttft | miss_tpot)
     fin["missed"] = np.select([miss_ttft & miss_tpot, miss_ttft, miss_tpot], ["TTFT and TPOT", "TTFT", "TPOT"], "")
     return fin
@@ -500,12 +501,17 @@ def service_rate(result: RunResult) -> float:
     return result.summary["request_throughput_req_s"]
 
 
+def arrival_rate(rho: float, mu: float) -> float:
+    """lambda = rho * mu, rounded: the rate the run at utilization rho is given (and cached under)."""
+    return round(float(rho) * mu, 4)
+
+
 def queue_runs(model, mu: float, utilizations=UTILIZATIONS, progress=None, refresh: bool = False,
                peek: bool = False) -> list[tuple[float, RunResult, bool]] | None:
     """Poisson arrivals at lambda = rho * mu for each utilization rho: [(rho, RunResult, was_cached)]."""
     out = []
     for i, rho in enumerate(utilizations):
-        spec = replace(QUEUE_SPEC, rate=round(float(rho) * mu, 4))
+        spec = replace(QUEUE_SPEC, rate=arrival_rate(rho, mu))
         got = single_run(model, QUEUE_POLICY, spec, _sub(progress, i, len(utilizations), f"ρ = {rho:.0%}"),
                          label=f"rho {rho:g}", refresh=refresh, peek=peek)
         if got is None:
@@ -518,7 +524,7 @@ def queue_point(rho: float, result: RunResult, mu: float) -> dict:
     """One arrival-rate run: measured time in system beside the M/M/1 model, and Little's Law."""
     reqs, steps = frames(result)
     fin = finished(reqs)
-    lam_set = round(float(rho) * mu, 4)   # the rate the run was given
+    lam_set = arrival_rate(rho, mu)
     arr = pd.to_numeric(fin["arrival_s"]).to_numpy(float)
     L, lam, W, lamW = littles_law(fin)
     t0, t1 = float(arr.min()), float(pd.to_numeric(fin["finish_s"]).max())
@@ -557,14 +563,15 @@ def knee_runs(model, values=KNEE_VALUES, progress=None, refresh: bool = False,
 
 
 def knee_table(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> pd.DataFrame:
+    """One row per max_num_seqs: throughput, p50/p95 latency (the run's summary, over its finished
+    requests) and goodput under the given SLO targets."""
     rows = []
     for v, res, _ in runs:
-        reqs, _ = frames(res)
-        fin = finished(reqs)
+        s = res.summary
         g = goodput(res, ttft_slo_s, tpot_slo_s)
-        rows.append({"max_num_seqs": v, "output_tok_s": res.summary["output_throughput_tok_s"],
-                     "tpot_p95_ms": pct(fin["tpot_s"], 95) * 1000, "ttft_p95_s": pct(fin["ttft_s"], 95),
-                     "tpot_p50_ms": pct(fin["tpot_s"], 50) * 1000, "ttft_p50_s": pct(fin["ttft_s"], 50),
+        rows.append({"max_num_seqs": v, "output_tok_s": s["output_throughput_tok_s"],
+                     "tpot_p95_ms": s["tpot_s"]["p95"] * 1000, "ttft_p95_s": s["ttft_s"]["p95"],
+                     "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "ttft_p50_s": s["ttft_s"]["p50"],
                      "goodput_req_s": g["goodput_req_s"], "met_share": g["met_share"]})
     return pd.DataFrame(rows)
 
@@ -605,15 +612,11 @@ def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> l
     n_long = round(per_tenant * long_share)
     rate = TAIL_RATE / 2
     for t, (tenant, burst) in enumerate((("steady", 1.0), ("bursty", 3.0 if bursty else 1.0))):
-        short = per_tenant - n_long
-        if short:
-            out.append(Part(WorkloadSpec(num_requests=short, rate=rate * short / per_tenant, burstiness=burst,
-                                         prompt_len=TAIL_SHORT, output_len=TAIL_OUTPUT, seed=seed + 10 * t,
-                                         id_prefix=f"{tenant}-s"), tenant=tenant, priority=t))
-        if n_long:
-            out.append(Part(WorkloadSpec(num_requests=n_long, rate=rate * n_long / per_tenant, burstiness=burst,
-                                         prompt_len=TAIL_LONG, output_len=TAIL_OUTPUT, seed=seed + 10 * t + 1,
-                                         id_prefix=f"{tenant}-l"), tenant=tenant, priority=t))
+        for k, (n, prompt, kind) in enumerate(((per_tenant - n_long, TAIL_SHORT, "s"), (n_long, TAIL_LONG, "l"))):
+            if n:
+                out.append(Part(WorkloadSpec(num_requests=n, rate=rate * n / per_tenant, burstiness=burst,
+                                             prompt_len=prompt, output_len=TAIL_OUTPUT, seed=seed + 10 * t + k,
+                                             id_prefix=f"{tenant}-{kind}"), tenant=tenant, priority=t))
     return out
 
 

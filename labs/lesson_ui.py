@@ -7,24 +7,17 @@ labs.charts and labs.lesson_charts.
 from __future__ import annotations
 
 import math
-import os
 
 import pandas as pd
 import streamlit as st
 
-from labs import lesson_runs
+from labs import lesson_runs, session
 
-MODEL_ENV = "BATCHING_LAB_MODEL"
 PLOT_CONFIG = {"displayModeBar": False}
-
-
-def model_name() -> str:
-    return os.environ.get(MODEL_ENV, "smollm2") or "smollm2"
 
 
 def model():
     """The loaded model, once per server process (shared with the Playground)."""
-    from labs import session
     return session.model()
 
 
@@ -35,7 +28,7 @@ def _ref(name: str):
 
 def ref():
     """Enough of the model to find this machine's cached results, without loading weights."""
-    return _ref(model_name())
+    return _ref(session.model_name())
 
 
 # ----------------------------------------------------------------------------- links
@@ -128,21 +121,21 @@ class progress_bar:
         return False
 
 
-def measured(name: str, settings) -> None:
-    """Remember that this session measured these settings just now."""
-    st.session_state[f"{name}__fresh"] = repr(settings)
+def stored_or_measure(name: str, settings, run, button: str, estimate: str, text: str):
+    """A lab's experiment as a page shows it: `run(model, **kw)` is a labs.lesson_runs experiment.
 
-
-def measure(name: str, settings, action: str | None, fn, text: str):
-    """Run `fn(progress=..., refresh=...)` under a progress bar when `action` asks for it, then
-    draw the page again: it now finds the stored result and says it was measured just now."""
-    if action is None:
-        return None
-    with progress_bar(text) as cb:
-        out = fn(progress=cb, refresh=action == "refresh")
-    measured(name, settings)
-    st.rerun()
-    return out
+    Returns what is stored for these settings (looked up without loading the model), or None.
+    Draws the run / re-measure button; pressing it measures on the loaded model under a progress
+    bar and draws the page again (st.rerun does not return), which then finds the stored result.
+    """
+    got = run(ref(), peek=True)
+    action = measure_buttons(name, settings, got is not None, button, estimate)
+    if action is not None:
+        with progress_bar(text) as cb:
+            run(model(), progress=cb, refresh=action == "refresh")
+        st.session_state[f"{name}__fresh"] = repr(settings)   # measure_buttons: "measured just now"
+        st.rerun()
+    return got
 
 
 # ----------------------------------------------------------------------------- showing numbers

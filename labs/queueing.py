@@ -29,32 +29,25 @@ st.markdown(f"The workload: {spec.num_requests} requests, prompts {spec.prompt_l
             f"{lr.QUEUE_POLICY.max_num_seqs} slots.")
 
 
-def _peek():
-    cap = lr.service_rate_run(ui.ref(), peek=True)
+def _runs(model, progress=None, refresh=False, peek=False):
+    """μ from the all-at-once run, then a run at each utilization: (μ, runs), or None if not all stored."""
+    cap = lr.service_rate_run(model, progress=progress and (lambda f, t: progress(0.15 * f, t)),
+                              refresh=refresh, peek=peek)
     if cap is None:
         return None
     mu = lr.service_rate(cap[0])
-    runs = lr.queue_runs(ui.ref(), mu, rhos, peek=True)
-    return None if runs is None else (cap[0], mu, runs)
+    runs = lr.queue_runs(model, mu, rhos, progress=progress and (lambda f, t: progress(0.15 + 0.85 * f, t)),
+                         refresh=refresh, peek=peek)
+    return None if runs is None else (mu, runs)
 
 
-def _measure(progress, refresh):
-    cap, _ = lr.service_rate_run(ui.model(), progress=lambda f, t: progress(0.15 * f, t), refresh=refresh)
-    mu = lr.service_rate(cap)
-    runs = lr.queue_runs(ui.model(), mu, rhos, progress=lambda f, t: progress(0.15 + 0.85 * f, t),
-                         refresh=refresh)
-    return cap, mu, runs
-
-
-got = _peek()
-action = ui.measure_buttons("queueing", tuple(rhos), got is not None, "Measure μ, then run each utilization",
-                            f"about {8 + sum(6 / r for r in rhos):.0f} s")
-if action:
-    got = ui.measure("queueing", tuple(rhos), action, _measure, "Measuring capacity, then each arrival rate…")
+got = ui.stored_or_measure("queueing", tuple(rhos), _runs, "Measure μ, then run each utilization",
+                           f"about {8 + sum(6 / r for r in rhos):.0f} s",
+                           "Measuring capacity, then each arrival rate…")
 if got is None:
     st.stop()
 
-cap, mu, runs = got
+mu, runs = got
 points = pd.DataFrame([lr.queue_point(rho, res, mu) for rho, res, _ in runs])
 cols = st.columns(3)
 cols[0].metric("Capacity μ (measured)", ui.fmt(mu, "req/s"),

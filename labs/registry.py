@@ -1,7 +1,7 @@
 """The lesson lab pages, for app.py to register: (lab id, page file, title, icon).
 
 The lab id is the page's address (url_path) and what lessons link to as `lab:<id>`.
-`LESSON_LAB_PAGES` gives the same pages as labs.index.LabPage entries with a line for the home page.
+`lesson_lab_pages()` gives the same pages as labs.index.LabPage entries with a line for the home page.
 No Streamlit here.
 """
 from __future__ import annotations
@@ -35,6 +35,6 @@ SHOWS = {
 
 
 def lesson_lab_pages():
-    """The same pages as labs.index.LabPage entries (imported lazily: index.py is the Playground's)."""
+    """The same pages as labs.index.LabPage entries (LabPage imported here: labs.index imports this module)."""
     from labs.index import LabPage
     return [LabPage(path, title, lab_id, icon, SHOWS[lab_id]) for lab_id, path, title, icon in LESSON_LABS]

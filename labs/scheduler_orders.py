@@ -38,12 +38,8 @@ st.markdown(
       f"{lr.ORDER_POLICY.max_num_batched_tokens}.")
 st.markdown("\n".join(f"- **{o}**: {ORDER_HELP[o]}" for o in orders))
 settings = (tuple(orders), rate, seed)
-got = lr.order_runs(ui.ref(), orders, rate, seed, peek=True)
-action = ui.measure_buttons("orders", settings, got is not None, "Run every order",
-                            f"about {20 * len(orders)} s")
-if action:
-    got = ui.measure("orders", settings, action, lambda **kw: lr.order_runs(ui.model(), orders, rate, seed, **kw),
-                     "Running each order…")
+got = ui.stored_or_measure("orders", settings, lambda m, **kw: lr.order_runs(m, orders, rate, seed, **kw),
+                           "Run every order", f"about {20 * len(orders)} s", "Running each order…")
 if got is None:
     st.stop()
 

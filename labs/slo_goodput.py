@@ -26,11 +26,8 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), Poisson arrivals at "
             f"{', '.join(f'{r:g}' for r in lr.SLO_RATES)} requests/s, continuous batching with "
             f"{lr.SLO_POLICY.max_num_seqs} slots.")
-got = lr.slo_runs(ui.ref(), peek=True)
-action = ui.measure_buttons("slo", "rates", got is not None, "Run the arrival rates", "about 75 s")
-if action:
-    got = ui.measure("slo", "rates", action, lambda **kw: lr.slo_runs(ui.model(), **kw),
-                     "Running each arrival rate…")
+got = ui.stored_or_measure("slo", "rates", lr.slo_runs, "Run the arrival rates", "about 75 s",
+                           "Running each arrival rate…")
 if got is None:
     st.stop()
 

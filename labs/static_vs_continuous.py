@@ -31,12 +31,8 @@ st.markdown(f"**{lr.SVC_WORKLOADS[workload][0]}**: {spec.num_requests} requests 
             f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
 
 settings = (workload, slots, seed)
-got = lr.svc_runs(ui.ref(), workload, slots, seed, peek=True)
-action = ui.measure_buttons("svc", settings, got is not None, "Run both modes", "about 30 s")
-if action:
-    got = ui.measure("svc", settings, action,
-                     lambda **kw: lr.svc_runs(ui.model(), workload, slots, seed, **kw),
-                     "Running static, then continuous…")
+got = ui.stored_or_measure("svc", settings, lambda m, **kw: lr.svc_runs(m, *settings, **kw),
+                           "Run both modes", "about 30 s", "Running static, then continuous…")
 if got is None:
     st.stop()
 

@@ -31,11 +31,8 @@ metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
 st.markdown(f"The workload: {lr.TAIL_REQUESTS} requests at about {lr.TAIL_RATE:g} per second in all, half from "
             f"each tenant, continuous batching with {lr.TAIL_POLICY.max_num_seqs} slots.")
 settings = (share, bursty, seed)
-got = lr.tail_run(ui.ref(), share, bursty, seed, peek=True)
-action = ui.measure_buttons("tail", settings, got is not None, "Run this workload", "about 30 s")
-if action:
-    got = ui.measure("tail", settings, action, lambda **kw: lr.tail_run(ui.model(), share, bursty, seed, **kw),
-                     "Running…")
+got = ui.stored_or_measure("tail", settings, lambda m, **kw: lr.tail_run(m, *settings, **kw),
+                           "Run this workload", "about 30 s", "Running…")
 if got is None:
     st.stop()
 

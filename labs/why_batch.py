@@ -22,13 +22,8 @@ ui.write_link(["wb_sizes", "wb_context", "wb_steps"])
 
 sizes = sorted(st.session_state.wb_sizes) or [1]
 settings = (sizes, st.session_state.wb_context, st.session_state.wb_steps)
-got = lr.batch_scaling(ui.ref(), sizes, settings[1], settings[2], peek=True)
-action = ui.measure_buttons("why_batch", settings, got is not None, "Measure step times",
-                            "about 45 s up to batch 128")
-if action:
-    got = ui.measure("why_batch", settings, action,
-                     lambda **kw: lr.batch_scaling(ui.model(), sizes, settings[1], settings[2], **kw),
-                     "Timing decode steps…")
+got = ui.stored_or_measure("why_batch", settings, lambda m, **kw: lr.batch_scaling(m, *settings, **kw),
+                           "Measure step times", "about 45 s up to batch 128", "Timing decode steps…")
 if got is None:
     st.stop()
 
