@@ -174,7 +174,7 @@ def main(argv=None):
 
     from playwright.sync_api import sync_playwright
     from engine.model import load_model
-    model = load_model(os.environ.get("BATCHING_LAB_MODEL") or "smollm2")
+    model = load_model("smollm2")     # the model the server runs too (start_server drops BATCHING_LAB_MODEL)
     port = free_port()
     server = start_server(port)
     rows = []
