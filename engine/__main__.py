@@ -59,8 +59,8 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
 
 def spec_from(args) -> WorkloadSpec:
     return WorkloadSpec(num_requests=args.num_requests, rate=args.rate, burstiness=args.burstiness,
-                        prompt_len=LengthDist(args.prompt_dist, *args.prompt_len),
-                        output_len=LengthDist(args.output_dist, *args.output_len),
+                        **LengthDist(args.prompt_dist, *args.prompt_len).as_fields("prompt"),
+                        **LengthDist(args.output_dist, *args.output_len).as_fields("output"),
                         tenants=args.tenants, seed=args.seed).validate()
 
 

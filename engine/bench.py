@@ -190,8 +190,8 @@ def bench_command(args) -> int:
     from .workload import PromptMaker, build_requests
 
     spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
-                        prompt_len=LengthDist("uniform", *args.prompt_len),
-                        output_len=LengthDist("uniform", *args.output_len))
+                        **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
+                        **LengthDist("uniform", *args.output_len).as_fields("output"))
     print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")

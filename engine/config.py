@@ -2,6 +2,8 @@
 
 `SchedulerPolicy` holds every knob a learner can move while the engine runs; the engine
 reads a copy of it at the start of each step, so a change takes effect on the next step.
+Each field is declared once, with its label, help, unit and range (engine.knobs): the CLI,
+the Playground's controls, its links and its presets are all derived from these lines.
 `EngineConfig` holds what is fixed for the life of an engine (model, device, KV pool size).
 Knob names follow vLLM where vLLM has the knob.
 """
@@ -9,44 +11,75 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from .knobs import check_all, knob
+
 MODES = ("static", "continuous")
 ORDERS = ("fcfs", "priority", "sjf", "fair", "edf")
+STEP_PRIORITIES = ("decode_first", "prefill_first")
 
 
 @dataclass(slots=True)
 class SchedulerPolicy:
-    mode: str = "continuous"            # "static" (request-level) or "continuous" (iteration-level)
-    max_num_seqs: int = 16              # batch slots: most sequences in one step
-    max_num_batched_tokens: int = 512   # token budget: most tokens (prefill + decode) in one step
-    max_wait_ms: float = 500.0          # static only: start a partial batch once the oldest waited this long
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0   # cap on one prompt's chunk per step (0 = only the budget caps it)
-    order: str = "fcfs"                 # which waiting request is admitted first
-    kv_capacity_tokens: int = 8192      # KV cache size the scheduler may use, in tokens
-    max_waiting: int = 0                # admission control: reject arrivals beyond this many waiting (0 = no limit)
-    ttft_slo_s: float = 2.0             # deadline for "edf" order, and the TTFT target for goodput
-    tpot_slo_s: float = 0.5             # TPOT target for goodput
+    mode: str = knob(
+        "continuous", "Batching mode",
+        "static: a batch forms, runs until every member is done, and nobody joins in between. "
+        "continuous: requests join and leave the batch at every step.", choices=MODES)
+    step_priority: str = knob(
+        "decode_first", "Step priority",
+        "Who fills a step's token budget first. decode_first: running requests take their next "
+        "token (or chunk) first and waiting prompts get what is left, as vLLM v1 does. "
+        "prefill_first: waiting prompts are admitted and prefilled first, as in older engines "
+        "and transformers' prefill-first scheduler; decodes get what is left.",
+        choices=STEP_PRIORITIES)
+    max_num_seqs: int = knob(
+        16, "max_num_seqs (batch slots)",
+        "The most requests that may share one engine step. 1 means no batching at all.",
+        lo=1, hi=256, slider_hi=64)
+    max_num_batched_tokens: int = knob(
+        512, "Token budget per step",
+        "max_num_batched_tokens: the most tokens (prompt chunks plus one per decoding request) "
+        "one step may carry. Bigger steps are more efficient but each one takes longer.",
+        lo=16, hi=16384, step=16, unit="tokens", slider_hi=4096)
+    max_wait_ms: float = knob(
+        500.0, "max_wait_ms (static only)",
+        "Static mode: start a partly filled batch once the oldest waiting request has waited "
+        "this long, instead of waiting for every slot to fill.", lo=0.0, hi=60000.0, step=50.0, unit="ms", slider_hi=5000.0)
+    enable_chunked_prefill: bool = knob(
+        True, "Chunked prefill",
+        "Split a long prompt over several steps so decoding requests keep getting tokens in "
+        "between, instead of one big prompt stalling everyone.")
+    long_prefill_token_threshold: int = knob(
+        0, "Chunk size limit (tokens)",
+        "With chunked prefill: the most prompt tokens one request may prefill in a step. "
+        "0 = no limit beyond the token budget.", lo=0, hi=16384, step=16, unit="tokens", slider_hi=2048)
+    order: str = knob(
+        "fcfs", "Admission order",
+        "Which waiting request gets a free slot first. fcfs: first come first served. priority: "
+        "the lowest priority number first (0 is the most important). sjf: shortest job first. "
+        "fair: tenants take turns. edf: earliest TTFT deadline first.", choices=ORDERS)
+    kv_capacity_tokens: int = knob(
+        8192, "KV cache capacity (tokens)",
+        "How many tokens of keys and values the engine may keep. When it is full, the newest "
+        "request is preempted: it loses its cache and must redo its prompt later. A request "
+        "that could never fit is rejected.", lo=16, hi=1 << 20, step=16, unit="tokens")
+    max_waiting: int = knob(
+        0, "Max waiting (admission control)",
+        "Reject new arrivals while this many requests already wait. 0 = never reject.",
+        lo=0, hi=100000, slider_hi=500)
+    ttft_slo_s: float = knob(
+        2.0, "TTFT target (s)",
+        "Time to first token a user will accept. Requests over it do not count towards goodput; "
+        "the red dotted line on the charts. Also the deadline for the 'edf' order.",
+        lo=0.01, hi=3600.0, step=0.05, unit="s", slider_hi=30.0)
+    tpot_slo_s: float = knob(
+        0.5, "TPOT target (s/token)",
+        "Average gap between output tokens a user will accept (0.1 s = 10 tokens/s). Requests "
+        "over it do not count towards goodput.", lo=0.001, hi=60.0, step=0.01, unit="s", slider_hi=2.0)
 
     def validate(self) -> "SchedulerPolicy":
-        """Raise ValueError with a plain-words message for any value the engine cannot use."""
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}: choose one of {', '.join(MODES)}")
-        if self.order not in ORDERS:
-            raise ValueError(f"unknown order {self.order!r}: choose one of {', '.join(ORDERS)}")
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be at least 1 (got {self.max_num_seqs})")
-        if self.max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be at least 1 (got {self.max_num_batched_tokens})")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms cannot be negative (got {self.max_wait_ms})")
-        if self.long_prefill_token_threshold < 0:
-            raise ValueError("long_prefill_token_threshold cannot be negative")
-        if self.kv_capacity_tokens < 1:
-            raise ValueError(f"kv_capacity_tokens must be at least 1 (got {self.kv_capacity_tokens})")
-        if self.max_waiting < 0:
-            raise ValueError("max_waiting cannot be negative (0 means no limit)")
-        if self.ttft_slo_s <= 0 or self.tpot_slo_s <= 0:
-            raise ValueError("SLO targets must be positive")
+        """Raise ValueError naming the knob, its value and the allowed range for any value the
+        engine cannot use."""
+        check_all(self)
         return self
 
     def changed(self, **changes) -> "SchedulerPolicy":
@@ -68,7 +101,7 @@ class SchedulerPolicy:
 
 @dataclass(slots=True)
 class EngineConfig:
-    model: str = "smollm2"        # bundled SmolLM2-135M-Instruct; "tiny" for tests; or a Llama-family dir / hub id
+    model: str = "smollm2"        # bundled SmolLM2-135M-Instruct; "tiny" for tests; or a Llama-family dir
     device: str = "auto"          # "auto", "cpu", "cuda"
     dtype: str = "auto"           # "auto", "fp32", "bf16"
     block_size: int = 16          # tokens per KV block

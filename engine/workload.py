@@ -10,9 +10,11 @@ import json
 import math
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 
+from .knobs import check_all, knob
 from .request import Request
+
 
 PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
 LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
@@ -45,44 +47,86 @@ class LengthDist:
         # short_plus_long: the first request is long (hi), the many others short (lo..2*lo)
         return hi if index == 0 else min(hi, rng.randint(lo, 2 * lo))
 
+    def as_fields(self, prefix: str) -> dict:
+        """This distribution as WorkloadSpec fields: as_fields("prompt") -> prompt_kind, prompt_lo, prompt_hi."""
+        return {f"{prefix}_kind": self.kind, f"{prefix}_lo": self.lo, f"{prefix}_hi": self.hi}
+
     def sample(self, rng: random.Random, n: int) -> list[int]:
         return [self.draw(rng, i) for i in range(n)]
 
 
+LENGTHS_HELP = ("fixed: every request has the 'from' length. uniform: anywhere in the range. "
+                "longtail: most near 'from', a few reach 'to'. short_plus_long: the very first "
+                "request is long ('to'), all the others short ('from' to twice that).")
+
+
 @dataclass(slots=True)
 class WorkloadSpec:
-    num_requests: int = 32
-    rate: float = 4.0               # mean arrivals per second; 0 = all arrive at once (offline batch)
-    burstiness: float = 1.0         # spread of the gaps between arrivals: 1 = Poisson, >1 = bursty
-    prompt_len: LengthDist = field(default_factory=lambda: LengthDist("uniform", 32, 128))
-    output_len: LengthDist = field(default_factory=lambda: LengthDist("uniform", 16, 64))
-    tenants: int = 1                # tenant-a sends half the traffic, the rest share the other half
-    seed: int = 0
+    num_requests: int = knob(
+        32, "Requests",
+        "How many requests the workload holds in total. Raising it during a run sends more.",
+        lo=0, hi=1_000_000, slider_hi=500)
+    rate: float = knob(
+        4.0, "Arrival rate (requests/s)",
+        "How many requests arrive per second on average. 0 means the whole workload arrives at "
+        "once at the start, like an offline batch job.", lo=0.0, hi=10_000.0, step=0.5,
+        unit="req/s", slider_hi=20.0)
+    burstiness: float = knob(
+        1.0, "Burstiness",
+        "How clumped arrivals are. 1 = random (Poisson) arrivals; above 1 = bursts with quiet "
+        "gaps between them; below 1 = evenly spaced, like a metronome.", lo=0.05, hi=10.0,
+        step=0.25, slider_hi=4.0)
+    prompt_kind: str = knob(
+        "uniform", "Prompt lengths", "How prompt lengths are drawn. " + LENGTHS_HELP,
+        choices=LENGTH_KINDS, flag="--prompt-dist")
+    prompt_lo: int = knob(
+        32, "Prompt tokens (from)", "Shortest prompt, in tokens (the chat template alone is about "
+        "30 tokens, so shorter prompts come out a little longer).", lo=1, hi=32768, step=8,
+        unit="tokens", slider_hi=1536)
+    prompt_hi: int = knob(128, "Prompt tokens (to)", "Longest prompt, in tokens.",
+                          lo=1, hi=32768, step=8, unit="tokens", slider_hi=1536)
+    output_kind: str = knob(
+        "uniform", "Output lengths",
+        "How many tokens each request asks the model to generate. " + LENGTHS_HELP,
+        choices=LENGTH_KINDS, flag="--output-dist")
+    output_lo: int = knob(16, "Output tokens (from)", "Fewest tokens a request generates.",
+                          lo=1, hi=32768, unit="tokens", slider_hi=512)
+    output_hi: int = knob(64, "Output tokens (to)", "Most tokens a request generates.",
+                          lo=1, hi=32768, unit="tokens", slider_hi=512)
+    tenants: int = knob(
+        1, "Tenants",
+        "How many customers send the requests. The first sends half of all traffic; the "
+        "others share the rest. Matters for the 'fair' and 'priority' orders.", lo=1, hi=64,
+        slider_hi=8)
+    seed: int = knob(
+        0, "Seed",
+        "Fixes the random draws (arrival times, lengths, prompts): the same seed and settings "
+        "give the same workload.", lo=0, hi=2**31 - 1)
     start_s: float = 0.0
     id_prefix: str = "r"
 
+    @property
+    def prompt_len(self) -> LengthDist:
+        return LengthDist(self.prompt_kind, self.prompt_lo, self.prompt_hi)
+
+    @property
+    def output_len(self) -> LengthDist:
+        return LengthDist(self.output_kind, self.output_lo, self.output_hi)
+
     def validate(self) -> "WorkloadSpec":
-        if self.num_requests < 0:
-            raise ValueError("num_requests cannot be negative")
-        if self.rate < 0:
-            raise ValueError(f"arrival rate cannot be negative (got {self.rate})")
-        if self.burstiness <= 0:
-            raise ValueError(f"burstiness must be positive (got {self.burstiness})")
-        if self.tenants < 1:
-            raise ValueError("there must be at least one tenant")
+        check_all(self)
         self.prompt_len.validate("prompt")
         self.output_len.validate("output")
         return self
+
+    def changed(self, **changes) -> "WorkloadSpec":
+        return replace(self, **changes).validate()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkloadSpec":
-        d = dict(d)
-        for k in ("prompt_len", "output_len"):
-            if isinstance(d.get(k), dict):
-                d[k] = LengthDist(**d[k])
         return cls(**d).validate()
 
 

@@ -242,11 +242,11 @@ def linear_fit(rows: list[dict]) -> dict:
 
 SVC_WORKLOADS = {
     "mixed": ("Mixed lengths",
-              WorkloadSpec(num_requests=32, rate=8.0, prompt_len=LengthDist("uniform", 32, 96),
-                           output_len=LengthDist("uniform", 8, 64))),
+              WorkloadSpec(num_requests=32, rate=8.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
+                           output_kind="uniform", output_lo=8, output_hi=64)),
     "short_long": ("Many short + one long",
-                   WorkloadSpec(num_requests=32, rate=8.0, prompt_len=LengthDist("uniform", 32, 64),
-                                output_len=LengthDist("short_plus_long", 8, 192))),
+                   WorkloadSpec(num_requests=32, rate=8.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=64,
+                                output_kind="short_plus_long", output_lo=8, output_hi=192)),
 }
 SVC_SLOTS = 8
 
@@ -326,11 +326,11 @@ COSTS_BUDGET = 256
 def stall_parts(long_prompt: int = LONG_PROMPT, seed: int = 0) -> list[Part]:
     """Decodes running from t=0, then long prompts arriving into them."""
     decodes = Part(WorkloadSpec(num_requests=DECODE_STREAMS, rate=0, seed=seed, id_prefix="d",
-                                prompt_len=LengthDist("fixed", DECODE_PROMPT, DECODE_PROMPT),
-                                output_len=LengthDist("fixed", DECODE_OUTPUT, DECODE_OUTPUT)))
+                                prompt_kind="fixed", prompt_lo=DECODE_PROMPT, prompt_hi=DECODE_PROMPT,
+                                output_kind="fixed", output_lo=DECODE_OUTPUT, output_hi=DECODE_OUTPUT))
     longs = [Part(WorkloadSpec(num_requests=1, rate=0, seed=seed + 1 + i, start_s=t, id_prefix=f"long{i}-",
-                               prompt_len=LengthDist("fixed", long_prompt, long_prompt),
-                               output_len=LengthDist("fixed", 16, 16)))
+                               prompt_kind="fixed", prompt_lo=long_prompt, prompt_hi=long_prompt,
+                               output_kind="fixed", output_lo=16, output_hi=16))
              for i, t in enumerate(LONG_ARRIVALS_S)]
     return [decodes, *longs]
 
@@ -402,8 +402,8 @@ def stall_summary(result: RunResult) -> dict:
     }
 
 
-KV_SPEC = WorkloadSpec(num_requests=24, rate=0, prompt_len=LengthDist("uniform", 64, 128),
-                       output_len=LengthDist("uniform", 64, 128))
+KV_SPEC = WorkloadSpec(num_requests=24, rate=0, prompt_kind="uniform", prompt_lo=64, prompt_hi=128,
+                       output_kind="uniform", output_lo=64, output_hi=128)
 KV_SLOTS = 16
 KV_DEFAULT = 4096
 KV_MIN = 256   # one request's prompt + output must fit: 128 + 128
@@ -436,8 +436,8 @@ def kv_summary(result: RunResult) -> dict:
 # ----------------------------------------------------------------------------- 4. SLO and goodput
 
 SLO_RATES = [1.0, 2.0, 4.0, 8.0]
-SLO_SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_len=LengthDist("uniform", 32, 256),
-                        output_len=LengthDist("uniform", 16, 64))
+SLO_SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
+                        output_kind="uniform", output_lo=16, output_hi=64)
 SLO_POLICY = SchedulerPolicy(max_num_seqs=16)
 
 
@@ -484,8 +484,8 @@ def goodput(result: RunResult, ttft_slo_s: float | None, tpot_slo_s: float | Non
 
 # ----------------------------------------------------------------------------- 5. queueing
 
-QUEUE_SPEC = WorkloadSpec(num_requests=40, rate=0, prompt_len=LengthDist("uniform", 16, 64),
-                          output_len=LengthDist("uniform", 8, 24))
+QUEUE_SPEC = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=64,
+                          output_kind="uniform", output_lo=8, output_hi=24)
 QUEUE_POLICY = SchedulerPolicy(max_num_seqs=8)
 UTILIZATIONS = [0.3, 0.5, 0.7, 0.9]
 
@@ -542,8 +542,8 @@ def queue_point(rho: float, result: RunResult, mu: float) -> dict:
 # ----------------------------------------------------------------------------- 6. the knee
 
 KNEE_VALUES = [1, 2, 4, 8, 16, 32]
-KNEE_SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_len=LengthDist("uniform", 32, 96),
-                         output_len=LengthDist("uniform", 16, 32))
+KNEE_SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
+                         output_kind="uniform", output_lo=16, output_hi=32)
 KNEE_X = "tpot_p95_ms"   # the knee is found on the throughput against p95 TPOT curve
 
 
@@ -615,7 +615,7 @@ def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> l
         for k, (n, prompt, kind) in enumerate(((per_tenant - n_long, TAIL_SHORT, "s"), (n_long, TAIL_LONG, "l"))):
             if n:
                 out.append(Part(WorkloadSpec(num_requests=n, rate=rate * n / per_tenant, burstiness=burst,
-                                             prompt_len=prompt, output_len=TAIL_OUTPUT, seed=seed + 10 * t + k,
+                                             **prompt.as_fields("prompt"), **TAIL_OUTPUT.as_fields("output"), seed=seed + 10 * t + k,
                                              id_prefix=f"{tenant}-{kind}"), tenant=tenant, priority=t))
     return out
 
@@ -680,8 +680,8 @@ def order_parts(rate: float = ORDER_RATE, seed: int = 0) -> list[Part]:
     parts = []
     for i, (tenant, share, prio, ttft) in enumerate(ORDER_TENANTS):
         n = round(ORDER_REQUESTS * share)
-        parts.append(Part(WorkloadSpec(num_requests=n, rate=rate * share, prompt_len=ORDER_PROMPT,
-                                       output_len=ORDER_OUTPUT, seed=seed * 100 + i, id_prefix=f"{tenant[-1]}"),
+        parts.append(Part(WorkloadSpec(num_requests=n, rate=rate * share, **ORDER_PROMPT.as_fields("prompt"),
+                                       **ORDER_OUTPUT.as_fields("output"), seed=seed * 100 + i, id_prefix=f"{tenant[-1]}"),
                           tenant=tenant, priority=prio, ttft_slo_s=ttft))
     return parts
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from engine.config import SchedulerPolicy
-from engine.workload import LengthDist, WorkloadSpec
+from engine.workload import WorkloadSpec
 
 from labs.knobs import KNOBS
 
@@ -55,8 +55,8 @@ class Setup:
     def workload(self) -> WorkloadSpec:
         return WorkloadSpec(
             num_requests=self.num_requests, rate=self.rate, burstiness=self.burstiness,
-            prompt_len=LengthDist(self.prompt_kind, self.prompt_lo, max(self.prompt_lo, self.prompt_hi)),
-            output_len=LengthDist(self.output_kind, self.output_lo, max(self.output_lo, self.output_hi)),
+            prompt_kind=self.prompt_kind, prompt_lo=self.prompt_lo, prompt_hi=max(self.prompt_lo, self.prompt_hi),
+            output_kind=self.output_kind, output_lo=self.output_lo, output_hi=max(self.output_lo, self.output_hi),
             tenants=self.tenants, seed=self.seed,
         ).validate()
 

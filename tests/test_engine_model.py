@@ -12,7 +12,7 @@ from engine.config import EngineConfig, SchedulerPolicy
 from engine.engine import build_engine
 from engine.model import load_model
 from engine.request import Request, Status
-from engine.workload import LengthDist, PromptMaker, WorkloadSpec, build_requests
+from engine.workload import PromptMaker, WorkloadSpec, build_requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,8 +37,8 @@ def reference_greedy(model, req: Request) -> list[int]:
 
 
 def test_greedy_tokens_match_generate_under_batching_chunking_and_preemption(smollm2):
-    spec = WorkloadSpec(num_requests=6, rate=40, prompt_len=LengthDist("uniform", 40, 90),
-                        output_len=LengthDist("uniform", 10, 20), seed=5)
+    spec = WorkloadSpec(num_requests=6, rate=40, prompt_kind="uniform", prompt_lo=40, prompt_hi=90,
+                        output_kind="uniform", output_lo=10, output_hi=20, seed=5)
     requests = build_requests(spec, PromptMaker(smollm2.tokenizer))
     # 3 slots, chunks of at most 32 tokens, and a KV cache of 160 tokens: far too small for
     # three requests at once, so the engine must preempt and recompute.

@@ -8,7 +8,7 @@ from engine.engine import build_cost_model_engine
 from engine.kv_cache import BlockPool
 from engine.request import Request, Status
 from engine.scheduler import Scheduler
-from engine.workload import LengthDist, WorkloadSpec, build_requests
+from engine.workload import WorkloadSpec, build_requests
 
 
 def run(policy, spec=None, requests=None, pool_tokens=32768):
@@ -20,7 +20,7 @@ def run(policy, spec=None, requests=None, pool_tokens=32768):
 
 
 SPEC = WorkloadSpec(num_requests=120, rate=30, burstiness=2.0,
-                    prompt_len=LengthDist("uniform", 20, 300), output_len=LengthDist("uniform", 1, 60),
+                    prompt_kind="uniform", prompt_lo=20, prompt_hi=300, output_kind="uniform", output_lo=1, output_hi=60,
                     tenants=3, seed=7)
 
 
@@ -48,8 +48,8 @@ def test_limits_hold_and_nothing_is_lost(mode, order, chunked):
 
 
 def test_small_kv_forces_preemption_and_everyone_still_finishes():
-    spec = WorkloadSpec(num_requests=40, rate=0, prompt_len=LengthDist("uniform", 40, 120),
-                        output_len=LengthDist("uniform", 20, 80), seed=3)
+    spec = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=40, prompt_hi=120,
+                        output_kind="uniform", output_lo=20, output_hi=80, seed=3)
     eng = run(SchedulerPolicy(max_num_seqs=16, kv_capacity_tokens=640), spec)
     assert sum(r.preemptions for r in eng.requests.values()) > 0
     assert sum(s.preempted for s in eng.steps) > 0
@@ -64,7 +64,7 @@ def test_fcfs_admits_in_arrival_order():
 
 
 def test_static_admits_nobody_while_a_batch_runs():
-    spec = WorkloadSpec(num_requests=30, rate=20, output_len=LengthDist("uniform", 2, 40), seed=1)
+    spec = WorkloadSpec(num_requests=30, rate=20, output_kind="uniform", output_lo=2, output_hi=40, seed=1)
     eng = run(SchedulerPolicy(mode="static", max_num_seqs=4, max_wait_ms=100), spec)
     seen: set[str] = set()
     prev: set[str] = set()
@@ -89,14 +89,14 @@ def test_static_waits_for_a_full_batch_or_the_timeout():
 
 
 def test_continuous_admits_into_a_running_batch():
-    spec = WorkloadSpec(num_requests=20, rate=20, output_len=LengthDist("fixed", 30, 30), seed=1)
+    spec = WorkloadSpec(num_requests=20, rate=20, output_kind="fixed", output_lo=30, output_hi=30, seed=1)
     eng = run(SchedulerPolicy(mode="continuous", max_num_seqs=8), spec)
     assert any({"decode"} <= {m[1] for m in s.members} and "prefill" in {m[1] for m in s.members}
                for s in eng.steps)
 
 
 def test_policy_change_takes_effect_on_the_next_step():
-    spec = WorkloadSpec(num_requests=30, rate=0, output_len=LengthDist("fixed", 20, 20))
+    spec = WorkloadSpec(num_requests=30, rate=0, output_kind="fixed", output_lo=20, output_hi=20)
     eng = build_cost_model_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=8))
     for r in build_requests(spec):
         eng.submit(r)

@@ -1,0 +1,131 @@
+"""Knobs: every setting a learner can move, declared once, on the dataclass field it sets.
+
+A knob's label, help text, unit, range and choices live in the field's metadata:
+
+    max_num_seqs: int = knob(16, "Batch slots", "The most requests ...", lo=1, hi=64)
+
+Everything else is derived from that one declaration: the CLI flags (engine.cli), the
+Playground's widgets, its link (URL) state and its presets (which list only the fields they
+change). Adding a knob to SchedulerPolicy or WorkloadSpec is all it takes to see it everywhere.
+No Streamlit here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, Field, dataclass, field, fields
+
+KNOB = "knob"     # the metadata key
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    name: str
+    label: str
+    help: str
+    kind: str                           # "int" | "float" | "bool" | "choice"
+    default: object
+    lo: float | None = None
+    hi: float | None = None
+    step: float | None = None
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    flag: str = ""                      # the CLI flag; "" = derived from the name (--max-num-seqs)
+    slider_hi: float | None = None      # a slider's end, where the allowed range is wider than a learner needs
+
+    @property
+    def ui_hi(self) -> float | None:
+        return self.hi if self.slider_hi is None else self.slider_hi
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def range_text(self) -> str:
+        """The allowed values, in words: "1–64", "one of fcfs, sjf", "true or false"."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "true or false"
+        return f"{self.lo:g}–{self.hi:g}" + (f" {self.unit}" if self.unit else "")
+
+    def check(self, value) -> None:
+        """Raise ValueError naming the field, the value and the allowed range if `value` is not allowed."""
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"unknown {self.name} {value!r}: choose one of {', '.join(self.choices)}")
+            return
+        if self.kind == "bool":
+            problem = "" if isinstance(value, bool) else "is not true/false"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            problem = "is not a number"
+        elif not math.isfinite(value):
+            problem = "is not finite"
+        elif self.kind == "int" and not float(value).is_integer():
+            problem = "is not a whole number"
+        elif value < self.lo:
+            problem = f"must be at least {self.lo:g}"
+        elif value > self.hi:
+            problem = f"must be at most {self.hi:g}"
+        else:
+            problem = ""
+        if problem:
+            raise ValueError(f"{self.name} {problem} (got {value!r}; allowed {self.range_text()})")
+
+    def clamp(self, value):
+        """`value` (a string from a link, or a number) forced into this knob's range and type.
+        A choice outside the list, or text that is not a number, is an error."""
+        if self.kind == "bool":
+            if isinstance(value, str):
+                low = value.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(f"{self.name} must be 0 or 1 (got {value!r})")
+            return bool(value)
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"{self.name} must be one of {', '.join(self.choices)} (got {value!r})")
+            return value
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{self.name} is not a finite number (got {value!r})")
+        number = min(max(number, self.lo), self.hi)
+        return int(round(number)) if self.kind == "int" else number
+
+
+def knob(default, label: str, help: str, *, lo=None, hi=None, step=None, unit: str = "",
+         choices: tuple[str, ...] = (), flag: str = "", slider_hi=None) -> Field:
+    """A dataclass field with its knob metadata. The kind comes from the default's type."""
+    if choices:
+        kind = "choice"
+    elif isinstance(default, bool):
+        kind = "bool"
+    elif isinstance(default, int):
+        kind = "int"
+    else:
+        kind = "float"
+    if kind in ("int", "float"):
+        assert lo is not None and hi is not None, f"{label}: a numeric knob needs lo and hi"
+        step = step if step is not None else (1 if kind == "int" else (hi - lo) / 100)
+    meta = dict(label=label, help=help, kind=kind, lo=lo, hi=hi, step=step, unit=unit,
+                choices=tuple(choices), flag=flag, slider_hi=slider_hi)
+    return field(default=default, metadata={KNOB: meta})
+
+
+def knobs_of(cls) -> dict[str, Knob]:
+    """The knobs a dataclass declares, by field name, in field order (plain fields are skipped)."""
+    out = {}
+    for f in fields(cls):
+        meta = f.metadata.get(KNOB)
+        if meta is None:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()
+        out[f.name] = Knob(name=f.name, default=default, **meta)
+    return out
+
+
+def check_all(obj) -> None:
+    """Every knob of a dataclass instance within its declared range (ValueError otherwise)."""
+    for name, k in knobs_of(type(obj)).items():
+        k.check(getattr(obj, name))
