@@ -4,9 +4,9 @@ import platform
 import streamlit as st
 import torch
 
-from labs import session
+from ui import session
 from engine.runner import fast_paths
-from labs.lab_run import engine_threads
+from playground.run import engine_threads
 
 st.title("About this machine")
 model = session.model()

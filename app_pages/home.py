@@ -1,7 +1,8 @@
 """Home: what Batching Lab is, where to start, what each lab shows."""
 import streamlit as st
 
-from labs.index import LABS
+from lessons.catalog import load_lessons
+from ui.registry import LABS
 
 st.title("Batching Lab")
 st.markdown(
@@ -22,11 +23,7 @@ st.markdown(
 for lab in LABS[:1]:
     st.page_link(lab.path, label=f"Open the {lab.title}", icon=lab.icon)
 
-try:
-    from lessons.catalog import load_lessons
-    lessons, _errors = load_lessons()
-except Exception:   # the lessons are optional for this page: list them when they load
-    lessons = []
+lessons, _errors = load_lessons()
 if lessons:
     st.header("Lessons")
     for lesson in sorted(lessons, key=lambda l: l.order):

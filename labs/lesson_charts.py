@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from labs.charts import COLORS, _empty, _slo_line
-from labs.charts import _layout as _base_layout
-from labs.queueing_math import mm1_time_in_system
+from analysis.queueing import mm1_time_in_system
+from analysis.style import COLORS, empty_figure, slo_line
+from analysis.style import layout as _base_layout
 
 MODEL_COLOR = "#555555"
 PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
@@ -51,7 +51,7 @@ def amortization(table: pd.DataFrame, bend: int | None = None, fit: dict | None 
             "the batch buys less than 20% more throughput.")
     xlabel, ylabel = "batch size (sequences in one decode step)", "tokens / s"
     if table is None or len(table) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     b = table["batch"].to_numpy(float)
     traces = [
         go.Scatter(name="tokens/s (measured)", x=b, y=table["tokens_per_s"], mode="lines+markers",
@@ -87,7 +87,7 @@ def step_time(table: pd.DataFrame, fit: dict | None = None) -> go.Figure:
             "The slope is the per-sequence cost that eventually caps throughput.")
     xlabel, ylabel = "batch size", "step time (ms)"
     if table is None or len(table) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     b = table["batch"].to_numpy(float)
     traces = [go.Scatter(name="measured", x=b, y=table["step_ms"], mode="lines+markers",
                          line=dict(color=COLORS["running"], width=2.5),
@@ -122,7 +122,7 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
                                    text=df["id"],
                                    hovertemplate="%{text}: %{y:.0f} ms gap at %{x:.2f} s<extra></extra>"))
     if not traces:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     shapes, notes = [], []
     for k, t in enumerate(arrivals or []):
         s, n = _vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
@@ -142,7 +142,7 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None) -> go.Fi
             "Where they part, the engine is busy making tokens that arrive too late to count.")
     xlabel, ylabel = "arrival rate (requests / s)", "output tokens / s"
     if table is None or len(table) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     x = table["rate"]
     traces = [
         go.Scatter(name="all output tokens/s", x=x, y=table["output_tok_s"], mode="lines+markers",
@@ -164,7 +164,7 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
     good = "Good: dots inside the box (lower left of both dotted lines) — those requests count toward goodput."
     xlabel, ylabel = "TTFT (s)", "TPOT (ms)"
     if verdicts is None or len(verdicts) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     traces = []
     for ok, name, color in ((True, "met the SLO", COLORS["goodput"]), (False, "missed", COLORS["bad"])):
         d = verdicts[verdicts["met_slo"] == ok]
@@ -173,11 +173,11 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
                                  hovertemplate="%{text}: TTFT %{x:.2f} s, TPOT %{y:.0f} ms<extra></extra>"))
     shapes, notes = [], []
     if ttft_slo_s is not None:
-        s, n = _slo_line(ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", vertical=True)
+        s, n = slo_line(ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", vertical=True)
         shapes.append(s)
         notes.append(n)
     if tpot_slo_s is not None:
-        s, n = _slo_line(tpot_slo_s * 1000, f"TPOT SLO {tpot_slo_s * 1000:g} ms")
+        s, n = slo_line(tpot_slo_s * 1000, f"TPOT SLO {tpot_slo_s * 1000:g} ms")
         shapes.append(s)
         notes.append(n)
     return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
@@ -194,7 +194,7 @@ def time_in_system(points: pd.DataFrame, mu: float, selected: float | None = Non
             "measurement. Good: stay left of where the curves turn steep.")
     xlabel, ylabel = "utilization ρ = λ / μ", "mean time in system W (s)"
     if points is None or len(points) == 0 or not (mu > 0):
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     rho = np.linspace(0.01, 0.99, 200)
     model_w = mm1_time_in_system(rho * mu, mu)
     measured_max = float(np.nanmax(points["W_s"]))
@@ -233,7 +233,7 @@ def knee(table: pd.DataFrame, x: str, knee_value: int | None = None, slo: float 
             "leans right: more latency for little extra height.")
     xlabel, ylabel = label[0], "output tokens / s"
     if table is None or len(table) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     t = table.sort_values("max_num_seqs")
     traces = [go.Scatter(name="measured", x=t[x], y=t["output_tok_s"], mode="lines+markers+text",
                          text=[f"{v}" for v in t["max_num_seqs"]], textposition="top left",
@@ -245,7 +245,7 @@ def knee(table: pd.DataFrame, x: str, knee_value: int | None = None, slo: float 
                                  mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     shapes, notes = [], []
     if slo is not None:
-        s, n = _slo_line(slo, f"SLO {slo:g} {label[1]}", vertical=True)
+        s, n = slo_line(slo, f"SLO {slo:g} {label[1]}", vertical=True)
         shapes, notes = [s], [n]
     return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
                                                  xaxis=dict(rangemode="tozero"), yaxis=dict(rangemode="tozero")))
@@ -262,7 +262,7 @@ def tenant_bars(table: pd.DataFrame, metric: str = "ttft_p95_s", slo_by_tenant: 
             f"what each tenant gains or loses against fcfs.")
     xlabel, ylabel = "admission order", f"{what} (s)"
     if table is None or len(table) == 0:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     traces = [go.Bar(name=str(tenant), x=g["order"], y=g[metric],
                      hovertemplate=f"{tenant} under %{{x}}: %{{y:.2f}} s<extra></extra>")
               for tenant, g in table.groupby("tenant", sort=True)]
@@ -279,5 +279,5 @@ def oldest_waiting(series: dict[str, pd.DataFrame]) -> go.Figure:
     traces = [go.Scatter(name=name, x=df["t_s"], y=df["age_s"], mode="lines", line_shape="hv")
               for name, df in series.items() if df is not None and len(df)]
     if not traces:
-        return _empty(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel)
     return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero")))

@@ -1,5 +1,5 @@
 """The lesson labs' experiments: each lab's workload, its runs on the real engine, and the
-figures it reads off them. No Streamlit here: the lab pages and `python -m labs.measure_all`
+figures it reads off them. No Streamlit here: the lab pages and `python -m tools.measure_all`
 call the same functions, so the numbers in the lessons' notes are the numbers the pages show.
 
 Every run is cached on disk per machine and settings (engine.experiments), so a second visit
@@ -27,8 +27,8 @@ from engine.experiments import RunResult
 from engine.metrics import PERCENTILES
 from engine.workload import LengthDist, WorkloadSpec
 
-from labs import charts
-from labs.queueing_math import littles_law, mm1_time_in_system, time_averaged_from_steps
+from analysis import frame_metrics, membership
+from analysis.queueing import littles_law, mm1_time_in_system, time_averaged_from_steps
 
 
 # ----------------------------------------------------------------------------- models and cache
@@ -50,7 +50,7 @@ def model_ref(name: str) -> ModelRef:
 
 
 # A wrapper for every measurement: `run_guard(measure, refresh)` calls `measure(refresh)` and returns
-# its (result, was_cached). None (the pages) just measures. `python -m labs.measure_all` sets one that
+# its (result, was_cached). None (the pages) just measures. `python -m tools.measure_all` sets one that
 # waits for other processes to go quiet and measures again when they disturbed a run.
 run_guard = None
 
@@ -284,7 +284,7 @@ def idle_slots_while_waiting(steps: pd.DataFrame, max_slots: int) -> int:
     """Slot-steps left empty although requests were waiting: per step min(empty slots, waiting)."""
     if len(steps) == 0:
         return 0
-    empty = np.clip(max_slots - charts.member_counts(steps), 0, None)
+    empty = np.clip(max_slots - membership.member_counts(steps), 0, None)
     waiting = pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).to_numpy(int)
     return int(np.minimum(empty, waiting).sum())
 
@@ -293,7 +293,7 @@ def mode_summary(result: RunResult, max_slots: int) -> dict:
     """The numbers the static-vs-continuous lab compares, from one run."""
     reqs, steps = frames(result)
     fin = finished(reqs)
-    counts = charts.member_counts(steps)
+    counts = membership.member_counts(steps)
     busy = int((counts > 0).sum())
     long_id = long_request_id(fin)
     long_row = fin[fin["id"] == long_id].iloc[0] if long_id is not None else None
@@ -304,7 +304,7 @@ def mode_summary(result: RunResult, max_slots: int) -> dict:
         "steps": s["steps"],
         "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p95_s": s["ttft_s"]["p95"],
         "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "tpot_p95_ms": s["tpot_s"]["p95"] * 1000,
-        "wasted_slot_steps": charts.wasted_slot_steps(steps, max_slots),
+        "wasted_slot_steps": membership.wasted_slot_steps(steps, max_slots),
         "idle_while_waiting": idle_slots_while_waiting(steps, max_slots),
         "slot_steps": busy * max_slots,
         "slot_use": float(counts[counts > 0].sum() / (busy * max_slots)) if busy else math.nan,
@@ -369,7 +369,7 @@ def token_times(result: RunResult) -> pd.DataFrame:
     first = dict(zip(reqs["id"], pd.to_numeric(reqs["first_token_s"], errors="coerce")))
     times: dict[str, list[float]] = {rid: [t] for rid, t in first.items() if not pd.isna(t)}
     for text, t_end in zip(steps.get("members", []), steps.get("t_end_s", [])):
-        for rid, phase, _ in charts.parse_members(text):
+        for rid, phase, _ in membership.parse_members(text):
             if phase == "decode" and rid in times:
                 times[rid].append(float(t_end))
     rows = []
@@ -458,8 +458,8 @@ def slo_runs(model, rates=SLO_RATES, progress=None, refresh: bool = False,
 def slo_verdicts(requests: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:
     """Per finished request: met every SLO set? and which target it missed."""
     fin = finished(requests).copy()
-    miss_ttft = ~charts.meets_slo(fin, slo_ttft=ttft_slo_s)
-    miss_tpot = ~charts.meets_slo(fin, slo_tpot=tpot_slo_s)
+    miss_ttft = ~frame_metrics.meets_slo(fin, slo_ttft=ttft_slo_s)
+    miss_tpot = ~frame_metrics.meets_slo(fin, slo_tpot=tpot_slo_s)
     fin["met_slo"] = ~(miss_ttft | miss_tpot)
     fin["missed"] = np.select([miss_ttft & miss_tpot, miss_ttft, miss_tpot], ["TTFT and TPOT", "TTFT", "TPOT"], "")
     return fin

@@ -28,6 +28,7 @@ import streamlit as st
 
 from lessons import catalog
 from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, search
+from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
 # st.Page(..., url_path=LAB_URL_PATHS[lab_id]), and lesson text links to /<that path>.
@@ -227,7 +228,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
         if _available(page):
             st.page_link(page, label=f"Open the lab: {page.title}", icon=page.icon or ":material/science:")
         else:
-            st.markdown(f":material/science: The lab *{_lab_title(lab_id)}* is not available in this app yet.")
+            st.markdown(f":material/science: The lab *{lab_title(lab_id)}* is not available in this app yet.")
 
     _quiz(lesson)
 
@@ -245,13 +246,6 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
         cols[1].page_link(glossary_page, label="Last lesson done. Review the glossary",
                           icon=GLOSSARY_ICON)
 
-
-def _lab_title(lab_id: str) -> str:
-    try:
-        from labs.registry import LESSON_LABS
-        return next(title for i, _path, title, _icon in LESSON_LABS if i == lab_id)
-    except Exception:
-        return lab_id.replace("_", " ").capitalize()
 
 
 def _quiz(lesson: Lesson) -> None:

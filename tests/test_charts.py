@@ -6,8 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from labs import charts
-from labs.bench_charts import builders, synthetic_trace
+from analysis import frame_metrics, kv, latency, membership, queue, style
+from tools.bench_charts import builders, synthetic_trace
 
 NAN = float("nan")
 
@@ -57,7 +57,7 @@ EXPECTED_IDS = [
 def assert_empty_figure(fig):
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 0
-    assert any(a.text == charts.NO_DATA for a in fig.layout.annotations)
+    assert any(a.text == style.NO_DATA for a in fig.layout.annotations)
     assert fig.layout.title.text
     fig.to_json()
 
@@ -66,15 +66,15 @@ def assert_empty_figure(fig):
 
 
 def test_parse_members():
-    assert charts.parse_members("r3:prefill:128 r7:decode:1") == [
+    assert membership.parse_members("r3:prefill:128 r7:decode:1") == [
         ("r3", "prefill", 128), ("r7", "decode", 1)]
-    assert charts.parse_members("") == []
-    assert charts.parse_members(None) == []
-    assert charts.parse_members(NAN) == []
+    assert membership.parse_members("") == []
+    assert membership.parse_members(None) == []
+    assert membership.parse_members(NAN) == []
 
 
 def test_slot_grid_keeps_rows_and_fills_lowest_free_row():
-    grid = charts.slot_grid(make_steps(MEMBERS), max_slots=3)
+    grid = membership.slot_grid(make_steps(MEMBERS), max_slots=3)
     assert grid.ids.tolist() == EXPECTED_IDS
     assert grid.steps.tolist() == list(range(7))
     assert grid.phase[0].tolist() == [1, 1, 0]  # both prefill
@@ -85,37 +85,37 @@ def test_slot_grid_keeps_rows_and_fills_lowest_free_row():
 
 
 def test_slot_grid_reuses_a_row_freed_in_the_same_step():
-    grid = charts.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1",
+    grid = membership.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1",
                                         "a:decode:1 c:decode:1 d:prefill:9 e:prefill:2"]), 4)
     # b left row 1 this step: d (listed first) takes it, e takes the next free row
     assert grid.ids.tolist() == [["a", "b", "c", ""], ["a", "d", "c", "e"]]
 
 
 def test_slot_grid_grows_when_policy_allows_more_than_max_slots():
-    grid = charts.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1"]), 2)
+    grid = membership.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1"]), 2)
     assert grid.n_slots == 3
     assert grid.ids.tolist() == [["a", "b", "c"]]
 
 
 def test_slot_grid_of_nothing():
-    grid = charts.slot_grid(make_steps([]), 4)
+    grid = membership.slot_grid(make_steps([]), 4)
     assert grid.ids.shape == (0, 4)
 
 
 def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
     steps = make_steps(MEMBERS)
     # empty slots per step: 1, 1, 1, 0, 2, (idle: not counted), 2
-    assert charts.wasted_slot_steps(steps, 3) == 7
-    assert charts.wasted_slot_steps(steps, 4) == 7 + 6
-    assert charts.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
+    assert membership.wasted_slot_steps(steps, 3) == 7
+    assert membership.wasted_slot_steps(steps, 4) == 7 + 6
+    assert membership.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
     # members may be NaN (an empty CSV cell)
     steps.loc[5, "members"] = None
-    assert charts.wasted_slot_steps(steps, 3) == 7
+    assert membership.wasted_slot_steps(steps, 3) == 7
 
 
 def test_batch_membership_figure():
     steps = make_steps(MEMBERS)
-    fig = charts.batch_membership(steps, 3)
+    fig = membership.batch_membership(steps, 3)
     heat = fig.data[0]
     assert isinstance(heat, go.Heatmap)
     assert len(fig.data) == 4  # heatmap + 3 legend swatches (prefill, decode, empty)
@@ -134,22 +134,22 @@ def test_batch_membership_figure():
 
 def test_batch_membership_window_and_scrub_keep_true_rows():
     steps = make_steps(MEMBERS)
-    fig = charts.batch_membership(steps, 3, window=2, upto_step=4)
+    fig = membership.batch_membership(steps, 3, window=2, upto_step=4)
     heat = fig.data[0]
     assert list(heat.x) == [3, 4]
     # history before the window is replayed, so d is still in row 2
     assert np.asarray(heat.text)[:, 1].tolist() == ["empty slot", "empty slot", "d decode"]
     marks = pd.DataFrame({"step": [1, 3], "t_s": [0.2, 0.4], "label": ["x", "max_num_seqs 8→2"]})
-    fig = charts.batch_membership(steps, 3, window=3, marks=marks)
+    fig = membership.batch_membership(steps, 3, window=3, marks=marks)
     assert [a.text for a in fig.layout.annotations] == []  # steps 1 and 3 are outside 4..6
-    fig = charts.batch_membership(steps, 3, marks=marks)
+    fig = membership.batch_membership(steps, 3, marks=marks)
     assert [a.text for a in fig.layout.annotations] == ["x", "max_num_seqs 8→2"]
     assert len(fig.layout.shapes) == 2
 
 
 def test_batch_membership_caps_columns():
     steps = make_steps(["a:decode:1"] * 50)
-    fig = charts.batch_membership(steps, 2, max_steps=20)
+    fig = membership.batch_membership(steps, 2, max_steps=20)
     assert list(fig.data[0].x) == list(range(30, 50))
     assert "last 20 steps" in fig.layout.title.subtitle.text
 
@@ -182,7 +182,7 @@ def make_requests():
 
 def test_headline_numbers_match_hand_computed_percentiles():
     steps = make_steps(MEMBERS, waiting=[0, 0, 0, 0, 0, 2, 3])
-    h = charts.headline(make_requests(), steps, slo_ttft=0.35, slo_tpot=0.035, max_slots=3)
+    h = frame_metrics.headline(make_requests(), steps, slo_ttft=0.35, slo_tpot=0.035, max_slots=3)
     # finished TTFTs 0.1 0.2 0.3 0.4 1.0: p95 sits 0.8 of the way from 0.4 to 1.0
     assert h["ttft_p50_s"] == pytest.approx(0.3)
     assert h["ttft_p95_s"] == pytest.approx(0.4 + 0.8 * 0.6)
@@ -201,19 +201,19 @@ def test_headline_numbers_match_hand_computed_percentiles():
 
 
 def test_headline_without_slos_counts_every_finished_request():
-    h = charts.headline(make_requests(), None)
+    h = frame_metrics.headline(make_requests(), None)
     assert h["goodput_req_s"] == pytest.approx(0.5)
     assert h["wasted_slot_steps"] == 0 and h["waiting_now"] == 0
 
 
 def test_meets_slo():
-    ok = charts.meets_slo(make_requests(), slo_ttft=0.35, slo_tpot=0.035)
+    ok = frame_metrics.meets_slo(make_requests(), slo_ttft=0.35, slo_tpot=0.035)
     assert ok.tolist() == [True, True, True, False, False, False, False]
 
 
 def test_request_timeline():
     req = make_requests()
-    fig = charts.request_timeline(req, now_s=7.0)
+    fig = latency.request_timeline(req, now_s=7.0)
     assert [t.name for t in fig.data] == ["queued", "prefill", "decode", "rejected / failed"]
     queued, prefill, decode, rejected = fig.data
     assert len(queued.y) == 7
@@ -230,19 +230,19 @@ def test_request_timeline():
 
 def test_request_timeline_scrub_and_limit():
     req = make_requests()
-    fig = charts.request_timeline(req, now_s=4.5)
+    fig = latency.request_timeline(req, now_s=4.5)
     queued, prefill, decode, _ = fig.data
     assert list(queued.y) == ["r1", "r2", "r3", "r4", "r5"]  # r6, r7 not arrived yet
     assert decode.x[0] == pytest.approx(1.9)  # r1 decodes 0.1 -> 2.0
     assert queued.x[4] == pytest.approx(0.5) and math.isnan(prefill.x[4])
-    fig = charts.request_timeline(req, limit=3)
+    fig = latency.request_timeline(req, limit=3)
     assert list(fig.data[0].y) == ["r5", "r6", "r7"]
 
 
 def test_latency_over_time():
     req = make_requests()
     marks = pd.DataFrame({"step": [3], "t_s": [2.2], "label": ["max_num_seqs 8→2"]})
-    fig = charts.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2)
+    fig = latency.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2)
     points, p50, p95 = fig.data
     assert len(fig.data) == 3
     assert len(points.x) == 5  # every request with a first token
@@ -250,7 +250,7 @@ def test_latency_over_time():
     assert list(p50.y) == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.7])
     assert len(fig.layout.shapes) == 2  # SLO line + one policy mark
     assert "max_num_seqs 8→2" in [a.text for a in fig.layout.annotations]
-    fig = charts.latency_over_time(req, "tpot_s", slo=0.035)
+    fig = latency.latency_over_time(req, "tpot_s", slo=0.035)
     assert len(fig.data[0].x) == 4  # r2 has no TPOT
     assert max(fig.data[0].y) == pytest.approx(40)  # milliseconds
     assert fig.layout.yaxis.title.text == "TPOT (ms)"
@@ -263,14 +263,14 @@ def test_latency_over_time():
 
 def test_queue_over_time_and_downsampling_keeps_peaks():
     steps = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0])
-    fig = charts.queue_over_time(steps)
+    fig = queue.queue_over_time(steps)
     assert [t.name for t in fig.data] == ["waiting", "running"]
     assert list(fig.data[0].y) == [0, 1, 2, 3, 2, 1, 0]
-    n = 5 * charts.MAX_POINTS
+    n = 5 * style.MAX_POINTS
     long = make_steps(["a:decode:1"] * n, waiting=[0] * (n - 1) + [99])
     long.loc[1234, "waiting"] = 42
-    fig = charts.queue_over_time(long)
-    assert len(fig.data[0].y) <= charts.MAX_POINTS
+    fig = queue.queue_over_time(long)
+    assert len(fig.data[0].y) <= style.MAX_POINTS
     assert 42 in fig.data[0].y and 99 in fig.data[0].y
 
 
@@ -281,7 +281,7 @@ def test_throughput_over_time():
         "finish_s": [0.9, 1.5, 1.9], "ttft_s": [0.05, 0.05, 1.5], "tpot_s": [0.1, 0.1, 0.1],
         "output_tokens": [9, 15, 3], "status": ["finished"] * 3,
     })
-    fig = charts.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0)
+    fig = queue.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0)
     tokens, finished, goodput = fig.data
     assert len(fig.data) == 3
     # bins [0.05, 1.05) and [1.05, 2.05): steps ending in each x 2 tokens + first tokens
@@ -294,12 +294,12 @@ def test_throughput_over_time():
 
 def test_kv_usage_marks_preemptions():
     steps = make_steps(MEMBERS, preempted=[0, 0, 1, 0, 2, 0, 0])
-    fig = charts.kv_usage(steps)
+    fig = kv.kv_usage(steps)
     usage, preempt = fig.data
     assert list(usage.y) == pytest.approx([40, 40, 40, 60, 20, 0, 20])
     assert list(preempt.x) == pytest.approx([0.3, 0.5])
     assert list(preempt.customdata) == [1, 2]
-    fig = charts.kv_usage(make_steps(MEMBERS))  # no preempted column: no markers
+    fig = kv.kv_usage(make_steps(MEMBERS))  # no preempted column: no markers
     assert len(fig.data[1].x) == 0
 
 
@@ -308,15 +308,15 @@ def test_kv_usage_marks_preemptions():
 
 def test_cdf():
     req = make_requests()
-    fig = charts.cdf(req, "ttft_s")
+    fig = latency.cdf(req, "ttft_s")
     assert len(fig.data) == 1
     assert list(fig.data[0].x) == [0.1, 0.2, 0.3, 0.4, 1.0]
     assert list(fig.data[0].y) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
-    fig = charts.cdf(req, "ttft_s", by="tenant", slo=0.5)
+    fig = latency.cdf(req, "ttft_s", by="tenant", slo=0.5)
     assert [t.name for t in fig.data] == ["a (n=3)", "b (n=2)"]
     assert len(fig.layout.shapes) == 1
     big = pd.DataFrame({"ttft_s": np.linspace(0.1, 2, 100), "prompt_tokens": np.arange(100)})
-    fig = charts.cdf(big, "ttft_s", by="prompt_tokens")
+    fig = latency.cdf(big, "ttft_s", by="prompt_tokens")
     assert len(fig.data) == 4  # quantile buckets of a numeric column
     assert sum(int(t.name.split("n=")[1][:-1]) for t in fig.data) == 100
 
@@ -324,10 +324,10 @@ def test_cdf():
 def test_bar_compare():
     df = pd.DataFrame({"policy": ["static", "continuous", "static", "continuous"],
                        "slots": [4, 4, 8, 8], "tok_s": [50, 90, 70, 130]})
-    fig = charts.bar_compare(df, "slots", "tok_s", color="policy", title="tokens/s")
+    fig = latency.bar_compare(df, "slots", "tok_s", color="policy", title="tokens/s")
     assert [t.name for t in fig.data] == ["static", "continuous"]
     assert list(fig.data[1].y) == [90, 130]
-    assert len(charts.bar_compare(df, "policy", "tok_s").data) == 1
+    assert len(latency.bar_compare(df, "policy", "tok_s").data) == 1
 
 
 # ------------------------------------------------------------------------- empty input
@@ -338,16 +338,16 @@ EMPTY_REQUESTS = make_requests().iloc[0:0]
 
 
 @pytest.mark.parametrize("build", [
-    lambda s, r: charts.batch_membership(s, 4),
-    lambda s, r: charts.batch_membership(s, 4, window=10, upto_step=3),
-    lambda s, r: charts.request_timeline(r),
-    lambda s, r: charts.latency_over_time(r, "ttft_s", slo=1.0),
-    lambda s, r: charts.latency_over_time(r, "tpot_s"),
-    lambda s, r: charts.queue_over_time(s),
-    lambda s, r: charts.throughput_over_time(s, r, 1.0, 0.1),
-    lambda s, r: charts.kv_usage(s),
-    lambda s, r: charts.cdf(r, "ttft_s", by="tenant"),
-    lambda s, r: charts.bar_compare(r, "tenant", "ttft_s"),
+    lambda s, r: membership.batch_membership(s, 4),
+    lambda s, r: membership.batch_membership(s, 4, window=10, upto_step=3),
+    lambda s, r: latency.request_timeline(r),
+    lambda s, r: latency.latency_over_time(r, "ttft_s", slo=1.0),
+    lambda s, r: latency.latency_over_time(r, "tpot_s"),
+    lambda s, r: queue.queue_over_time(s),
+    lambda s, r: queue.throughput_over_time(s, r, 1.0, 0.1),
+    lambda s, r: kv.kv_usage(s),
+    lambda s, r: latency.cdf(r, "ttft_s", by="tenant"),
+    lambda s, r: latency.bar_compare(r, "tenant", "ttft_s"),
 ])
 @pytest.mark.parametrize("tables", ["no columns", "no rows"])
 def test_empty_input_gives_an_empty_valid_figure(build, tables):
@@ -359,15 +359,15 @@ def test_empty_input_gives_an_empty_valid_figure(build, tables):
 
 def test_requests_not_yet_measured_give_empty_figures():
     waiting = make_requests().iloc[5:7]  # rejected + running: no first token, no finish
-    assert_empty_figure(charts.latency_over_time(waiting, "ttft_s"))
-    assert_empty_figure(charts.cdf(waiting, "tpot_s"))
+    assert_empty_figure(latency.latency_over_time(waiting, "ttft_s"))
+    assert_empty_figure(latency.cdf(waiting, "tpot_s"))
 
 
 def test_empty_headline():
-    h = charts.headline(pd.DataFrame(), pd.DataFrame(), 1.0, 0.1, 8)
+    h = frame_metrics.headline(pd.DataFrame(), pd.DataFrame(), 1.0, 0.1, 8)
     assert math.isnan(h["ttft_p50_s"]) and math.isnan(h["throughput_tok_s"])
     assert h["waiting_now"] == 0 and h["wasted_slot_steps"] == 0 and h["finished"] == 0
-    h = charts.headline(EMPTY_REQUESTS, EMPTY_STEPS, 1.0, 0.1, 8)
+    h = frame_metrics.headline(EMPTY_REQUESTS, EMPTY_STEPS, 1.0, 0.1, 8)
     assert math.isnan(h["tpot_p95_s"]) and h["running_now"] == 0
 
 
@@ -378,7 +378,7 @@ def test_bench_trace_and_every_builder_run():
     steps, requests, marks = synthetic_trace(n_requests=40, n_steps=2000, max_slots=4)
     assert len(steps) == 2000 and len(requests) == 40
     assert (requests["status"] == "finished").all()
-    assert charts.member_counts(steps).max() <= 4
+    assert membership.member_counts(steps).max() <= 4
     # decode tokens + first tokens = every output token
     assert steps["decode_tokens"].sum() + len(requests) == requests["output_tokens"].sum()
     for name, build in builders(steps, requests, marks, 4).items():

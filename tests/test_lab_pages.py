@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.model import cache_root
 from labs import lesson_runs as lr
-from labs.registry import LESSON_LABS, lesson_lab_pages
+from ui.registry import LESSON_LABS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
@@ -39,15 +39,15 @@ def texts(at: AppTest) -> str:
 
 def test_registry_lists_every_lesson_lab_once():
     from lessons.catalog import LAB_IDS
-    ids = [lab_id for lab_id, *_ in LESSON_LABS]
+    ids = [lab.url_path for lab in LESSON_LABS]
     assert len(ids) == len(set(ids)) == 8
     assert set(ids) == set(LAB_IDS) - {"playground"}
-    for lab_id, path, title, icon in LESSON_LABS:
-        assert (ROOT / path).is_file() and title and icon.startswith(":material/")
-    assert [p.url_path for p in lesson_lab_pages()] == ids
+    for lab in LESSON_LABS:
+        assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")
 
 
-@pytest.mark.parametrize("lab_id, path", [(i, p) for i, p, *_ in LESSON_LABS], ids=[i for i, *_ in LESSON_LABS])
+@pytest.mark.parametrize("lab_id, path", [(lab.url_path, lab.path) for lab in LESSON_LABS],
+                         ids=[lab.url_path for lab in LESSON_LABS])
 def test_page_renders_without_running_anything(lab_env, lab_id, path):
     at = page(path).run()
     assert not at.exception, [e.message for e in at.exception]
@@ -60,7 +60,7 @@ def test_page_renders_without_running_anything(lab_env, lab_id, path):
 
 
 def test_why_batch_measures_then_shows_the_cached_result(lab_env):
-    at = page("labs/why_batch.py").run()
+    at = page("labs/why_batch/page.py").run()
     at.multiselect(key="wb_sizes").set_value([1, 2, 4]).run()
     at.slider(key="wb_context").set_value(32).run()
     at.button(key="why_batch__run").click().run()
@@ -70,7 +70,7 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     assert "Measured just now" in texts(at)
     assert len(at.get("plotly_chart")) == 2
     # a second visit with the same settings is served from the cache, with a re-measure button
-    again = page("labs/why_batch.py")
+    again = page("labs/why_batch/page.py")
     again.session_state["wb_sizes"] = [1, 2, 4]
     again.session_state["wb_context"] = 32
     again.run()
@@ -80,7 +80,7 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
 
 
 def test_knee_sweep_runs_and_marks_the_knee(lab_env):
-    at = page("labs/knee.py").run()
+    at = page("labs/knee/page.py").run()
     at.multiselect(key="kn_values").set_value([1, 4]).run()
     at.button(key="knee__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -91,7 +91,7 @@ def test_knee_sweep_runs_and_marks_the_knee(lab_env):
 
 
 def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
-    at = page("labs/static_vs_continuous.py").run()
+    at = page("labs/static_vs_continuous/page.py").run()
     at.slider(key="svc_slots").set_value(4).run()
     at.button(key="svc__run").click().run()
     assert not at.exception, [e.message for e in at.exception]

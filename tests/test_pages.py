@@ -12,16 +12,16 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
-from labs.input_checks import check
-from labs.knobs import KNOBS
-from labs.lab_run import LabRun, engine_threads
-from labs.playground_setup import Setup
-from labs.presets import PRESETS, matching_preset
-from labs.trace_tables import requests_csv, steps_csv
+from playground.checks import check
+from playground.knobs import KNOBS
+from playground.run import LabRun, engine_threads
+from playground.setup import Setup
+from playground.presets import PRESETS, matching_preset
+from analysis.tables import requests_csv, steps_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
-PLAYGROUND = "labs/playground.py"
+PLAYGROUND = "playground/page.py"
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labs.queueing_math import (littles_law, mm1_time_in_system, time_averaged_from_steps,
+from analysis.queueing import (littles_law, mm1_time_in_system, time_averaged_from_steps,
                                 time_averaged_in_system)
 
 

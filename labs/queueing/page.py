@@ -3,24 +3,24 @@ and Little's Law checked on each run's own trace."""
 import pandas as pd
 import streamlit as st
 
-from labs import charts
+from analysis import queue
 from labs import lesson_charts as lc
 from labs import lesson_runs as lr
-from labs import lesson_ui as ui
+from ui import widgets
 
 st.title("Queueing")
 st.caption("First the engine's capacity μ for this workload is measured (every request at once). Then "
            "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
 
 CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
-ui.defaults({"qu_rhos": lr.UTILIZATIONS})
+widgets.defaults({"qu_rhos": lr.UTILIZATIONS})
 with st.sidebar:
     st.multiselect("Utilizations to run (λ / μ)", CHOICES, key="qu_rhos", format_func=lambda r: f"{r:.0%}",
                    help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
                         "Near 100% a short run is noisy, and takes longer: the run lasts about "
                         "requests / λ seconds. Above 100% requests arrive faster than the engine's measured "
                         "capacity and the queue can only grow.")
-ui.write_link(["qu_rhos"])
+widgets.write_link(["qu_rhos"])
 rhos = sorted(st.session_state.qu_rhos) or [0.5]
 
 spec = lr.QUEUE_SPEC
@@ -41,7 +41,7 @@ def _runs(model, progress=None, refresh=False, peek=False):
     return None if runs is None else (mu, runs)
 
 
-got = ui.stored_or_measure("queueing", tuple(rhos), _runs, "Measure μ, then run each utilization",
+got = widgets.stored_or_measure("queueing", tuple(rhos), _runs, "Measure μ, then run each utilization",
                            f"about {8 + sum(6 / r for r in rhos):.0f} s",
                            "Measuring capacity, then each arrival rate…")
 if got is None:
@@ -50,12 +50,12 @@ if got is None:
 mu, runs = got
 points = pd.DataFrame([lr.queue_point(rho, res, mu) for rho, res, _ in runs])
 cols = st.columns(3)
-cols[0].metric("Capacity μ (measured)", ui.fmt(mu, "req/s"),
+cols[0].metric("Capacity μ (measured)", widgets.fmt(mu, "req/s"),
                help="Finished requests / duration when every request arrives at once.")
-cols[1].metric("Service time 1/μ", ui.fmt(1 / mu, "s"))
+cols[1].metric("Service time 1/μ", widgets.fmt(1 / mu, "s"))
 cols[2].metric(f"W at {points.rho.max():.0%} vs {points.rho.min():.0%}",
                f"{points.W_s.iloc[-1]:.2f} vs {points.W_s.iloc[0]:.2f} s")
-ui.plot(lc.time_in_system(points, mu))
+widgets.plot(lc.time_in_system(points, mu))
 st.markdown("The M/M/1 curve is a model of one server with random service times, drawn for the measured μ. "
             "The engine is not one: it batches, so it serves faster as the queue grows, and even alone a request "
             "takes its full decode time. Its points sit elsewhere, but they bend upward the same way.")
@@ -63,7 +63,7 @@ show = points[["rho", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_
     columns={"rho": "utilization ρ", "lambda_set": "λ set (req/s)", "lambda_arrivals": "λ drawn (req/s)",
              "W_s": "W measured (s)", "W_mm1_s": "W M/M/1 model (s)", "queue_mean_s": "mean queue time (s)",
              "waiting_max": "most waiting"})
-ui.table(show.round(3))
+widgets.table(show.round(3))
 
 st.subheader("Little's Law on each run's own trace")
 st.markdown("L = λ·W holds for any system that starts and ends empty. **L (requests)** is the time-averaged "
@@ -73,14 +73,14 @@ st.markdown("L = λ·W holds for any system that starts and ends empty. **L (req
 little = points[["rho", "L", "L_steps", "lambda", "W_s", "lambda_W"]].rename(
     columns={"rho": "utilization ρ", "L": "L (requests)", "L_steps": "L (engine counters)",
              "lambda": "λ (req/s)", "W_s": "W (s)", "lambda_W": "λ·W"})
-ui.table(little.round(3))
+widgets.table(little.round(3))
 
 pick = st.select_slider("Run shown below", [p for p in points.rho], value=points.rho.iloc[-1],
                         format_func=lambda r: f"{r:.0%}", key="qu_pick",
                         help="Which utilization's queue to draw over time.")
 res = next(r for rho, r, _ in runs if rho == pick)
-ui.plot(charts.queue_over_time(lr.frames(res)[1]))
-ui.definitions("- **μ** (capacity) = finished requests / duration of a run where every request arrives at "
+widgets.plot(queue.queue_over_time(lr.frames(res)[1]))
+widgets.definitions("- **μ** (capacity) = finished requests / duration of a run where every request arrives at "
                "once.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
                "run differ a little (λ drawn).\n- **W** = mean (finish − arrival) = mean E2E latency.\n"
                "- **M/M/1**: W = 1 / (μ − λ), a model, finite only for λ < μ.")

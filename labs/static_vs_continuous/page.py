@@ -2,9 +2,9 @@
 import pandas as pd
 import streamlit as st
 
-from labs import charts
+from analysis import membership
 from labs import lesson_runs as lr
-from labs import lesson_ui as ui
+from ui import widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
@@ -13,7 +13,7 @@ st.title("Static vs continuous batching")
 st.caption("Static batching admits a batch and runs it until its last member finishes. Continuous "
            "batching decides who runs at every step. Same requests, same seed, both modes, on the real engine.")
 
-ui.defaults({"svc_workload": "short_long", "svc_slots": lr.SVC_SLOTS, "svc_seed": 0})
+widgets.defaults({"svc_workload": "short_long", "svc_slots": lr.SVC_SLOTS, "svc_seed": 0})
 with st.sidebar:
     st.radio("Workload", list(lr.SVC_WORKLOADS), key="svc_workload",
              format_func=lambda k: lr.SVC_WORKLOADS[k][0],
@@ -23,7 +23,7 @@ with st.sidebar:
               help="How many requests may share one engine step.")
     st.number_input("Seed", 0, 999, key="svc_seed",
                     help="Draws arrival times and lengths; the same seed gives the same requests.")
-ui.write_link(["svc_workload", "svc_slots", "svc_seed"])
+widgets.write_link(["svc_workload", "svc_slots", "svc_seed"])
 
 workload, slots, seed = st.session_state.svc_workload, st.session_state.svc_slots, st.session_state.svc_seed
 spec = lr.svc_spec(workload, seed)
@@ -31,7 +31,7 @@ st.markdown(f"**{lr.SVC_WORKLOADS[workload][0]}**: {spec.num_requests} requests 
             f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
 
 settings = (workload, slots, seed)
-got = ui.stored_or_measure("svc", settings, lambda m, **kw: lr.svc_runs(m, *settings, **kw),
+got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lr.svc_runs(m, *settings, **kw),
                            "Run both modes", "about 30 s", "Running static, then continuous…")
 if got is None:
     st.stop()
@@ -41,16 +41,16 @@ summ = {mode: lr.mode_summary(res, slots) for mode, (res, _) in got.items()}
 s, c = summ["static"], summ["continuous"]
 
 cols = st.columns(4)
-cols[0].metric("Output throughput (continuous)", ui.fmt(c["output_tok_s"], "tok/s", 1),
+cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
 cols[1].metric("Wasted slot-steps (continuous)", c["wasted_slot_steps"],
                delta=f"{c['wasted_slot_steps'] - s['wasted_slot_steps']:+d} vs static", delta_color="inverse",
                help="Empty batch slots summed over every step that ran something. Of those, "
                     f"{c['idle_while_waiting']} (continuous) and {s['idle_while_waiting']} (static) were empty "
                     "while requests waited in the queue.")
-cols[2].metric("p95 TTFT (continuous)", ui.fmt(c["ttft_p95_s"], "s"),
+cols[2].metric("p95 TTFT (continuous)", widgets.fmt(c["ttft_p95_s"], "s"),
                delta=f"{c['ttft_p95_s'] - s['ttft_p95_s']:+.2f} s vs static", delta_color="inverse")
-cols[3].metric("Longest request's E2E (continuous)", ui.fmt(c["long_e2e_s"], "s"),
+cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"], "s"),
                delta=f"{c['long_e2e_s'] - s['long_e2e_s']:+.2f} s vs static", delta_color="inverse",
                help=f"{c['long_id']}, {c['long_output_tokens']} output tokens. Continuous batching shares its "
                     "steps with more requests, so it can finish later even when everyone else is faster.")
@@ -98,12 +98,12 @@ def replay():
                 done = int((pd.to_numeric(reqs["finish_s"]) <= row.t_end_s).sum())
                 st.caption(f"t = {row.t_end_s - reqs['arrival_s'].min():.2f} s · running {int(row.running)} · "
                            f"waiting {int(row.waiting)} · finished {done}/{len(reqs)} · wasted slot-steps so far "
-                           f"{charts.wasted_slot_steps(upto, slots)}")
+                           f"{membership.wasted_slot_steps(upto, slots)}")
             else:
                 st.caption("not started")
             if k >= len(steps):
                 st.caption(f"finished after {len(steps)} steps")
-            ui.plot(charts.batch_membership(steps, slots, upto_step=k))
+            widgets.plot(membership.batch_membership(steps, slots, upto_step=k))
 
 
 replay()
@@ -115,7 +115,7 @@ rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "dura
         ("p95 TPOT (ms)", "tpot_p95_ms", 1), ("wasted slot-steps", "wasted_slot_steps", 0),
         ("… of them while requests waited", "idle_while_waiting", 0),
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
-ui.table(pd.DataFrame({"": [r[0] for r in rows],
+widgets.table(pd.DataFrame({"": [r[0] for r in rows],
                        "static": [round(s[k], d) for _, k, d in rows],
                        "continuous": [round(c[k], d) for _, k, d in rows]}))
 st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
@@ -124,9 +124,9 @@ st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:
             f"**{c['idle_while_waiting']}** against **{s['idle_while_waiting']}**.")
 with st.expander("Requests, both runs"):
     both = pd.concat([frames[m][0].assign(mode=m) for m in ("static", "continuous")])
-    ui.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+    widgets.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                    "queue_s"]].round(3))
-ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Wasted slot-steps** = over every step that ran something, the "
+widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Wasted slot-steps** = over every step that ran something, the "
                "batch slots (max_num_seqs) left empty, summed. Steps with nothing to run are not counted."
                "\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
                "capacity that work was queueing for."

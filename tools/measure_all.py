@@ -1,8 +1,8 @@
 """Run every lesson lab's experiments on this machine and print the figures each lab shows.
 
-    python -m labs.measure_all            # uses cached results where present
-    python -m labs.measure_all --refresh  # measure everything again
-    python -m labs.measure_all --only knee queueing --json runs/figures.json
+    python -m tools.measure_all            # uses cached results where present
+    python -m tools.measure_all --refresh  # measure everything again
+    python -m tools.measure_all --only knee queueing --json runs/figures.json
 
 The same functions as the lab pages (labs.lesson_runs), so these are the pages' numbers.
 BATCHING_LAB_MODEL picks the model (default smollm2); BATCHING_LAB_CACHE the cache folder.

@@ -1,4 +1,4 @@
-"""Does watching slow the engine down? `python -m labs.bench_ui_overhead`
+"""Does watching slow the engine down? `python -m tools.bench_ui_overhead`
 
 Measures the engine's steps/s on the same policy and workload two ways, in alternating rounds:
 
@@ -28,7 +28,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from labs.playground_setup import Setup
+from playground.setup import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -52,7 +52,7 @@ def rate_in_window(t_start, t_end, warm_s: float, window_s: float) -> float:
 
 
 def headless(model, warm_s: float, window_s: float) -> float:
-    from labs.lab_run import LabRun
+    from playground.run import LabRun
     lab = LabRun(SETUP, model)
     lab.start()
     time.sleep(warm_s + window_s + 0.5)

@@ -1,4 +1,4 @@
-"""How long does each chart take to build? `python -m labs.bench_charts`
+"""How long does each chart take to build? `python -m tools.bench_charts`
 
 Builds every chart from a synthetic continuous-batching trace (2,000 finished requests,
 20,000 engine steps, 16 batch slots) and prints the median of 5 builds per chart, plus the
@@ -15,7 +15,7 @@ from collections import deque
 import numpy as np
 import pandas as pd
 
-from labs import charts
+from analysis import frame_metrics, kv, latency, membership, queue
 
 
 def synthetic_trace(n_requests: int = 2000, n_steps: int = 20000, max_slots: int = 16,
@@ -134,21 +134,21 @@ def builders(steps, requests, marks, max_slots):
     """Every chart a lab page draws, as name -> zero-argument callable."""
     slo_ttft, slo_tpot = 2.0, 0.1
     return {
-        "batch_membership (all)": lambda: charts.batch_membership(steps, max_slots, marks=marks),
-        "batch_membership (window=300)": lambda: charts.batch_membership(steps, max_slots, window=300),
-        "batch_membership (upto_step)": lambda: charts.batch_membership(
+        "batch_membership (all)": lambda: membership.batch_membership(steps, max_slots, marks=marks),
+        "batch_membership (window=300)": lambda: membership.batch_membership(steps, max_slots, window=300),
+        "batch_membership (upto_step)": lambda: membership.batch_membership(
             steps, max_slots, window=300, upto_step=len(steps) // 2),
-        "request_timeline": lambda: charts.request_timeline(requests),
-        "latency_over_time ttft": lambda: charts.latency_over_time(requests, "ttft_s", slo_ttft, marks),
-        "latency_over_time tpot": lambda: charts.latency_over_time(requests, "tpot_s", slo_tpot, marks),
-        "queue_over_time": lambda: charts.queue_over_time(steps, marks),
-        "throughput_over_time": lambda: charts.throughput_over_time(
+        "request_timeline": lambda: latency.request_timeline(requests),
+        "latency_over_time ttft": lambda: latency.latency_over_time(requests, "ttft_s", slo_ttft, marks),
+        "latency_over_time tpot": lambda: latency.latency_over_time(requests, "tpot_s", slo_tpot, marks),
+        "queue_over_time": lambda: queue.queue_over_time(steps, marks),
+        "throughput_over_time": lambda: queue.throughput_over_time(
             steps, requests, slo_ttft, slo_tpot, marks),
-        "kv_usage": lambda: charts.kv_usage(steps, marks),
-        "headline": lambda: charts.headline(requests, steps, slo_ttft, slo_tpot, max_slots),
-        "cdf ttft by tenant": lambda: charts.cdf(requests, "ttft_s", by="tenant", slo=slo_ttft),
-        "cdf tpot by prompt_tokens": lambda: charts.cdf(requests, "tpot_s", by="prompt_tokens"),
-        "bar_compare": lambda: charts.bar_compare(
+        "kv_usage": lambda: kv.kv_usage(steps, marks),
+        "headline": lambda: frame_metrics.headline(requests, steps, slo_ttft, slo_tpot, max_slots),
+        "cdf ttft by tenant": lambda: latency.cdf(requests, "ttft_s", by="tenant", slo=slo_ttft),
+        "cdf tpot by prompt_tokens": lambda: latency.cdf(requests, "tpot_s", by="prompt_tokens"),
+        "bar_compare": lambda: latency.bar_compare(
             requests.groupby("tenant", as_index=False)["ttft_s"].median(), "tenant", "ttft_s",
             title="Median TTFT by tenant", subtitle="Good: bars of similar height (fair)."),
     }

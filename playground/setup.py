@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from engine.config import SchedulerPolicy
 from engine.workload import WorkloadSpec
 
-from labs.knobs import KNOBS
+from playground.knobs import KNOBS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,11 @@
 """Playground: run the real engine live, move any knob while it runs, watch what changes."""
 import streamlit as st
 
-from labs import playground_controls as controls
-from labs import playground_view as view
-from labs import session
-from labs.input_checks import check
-from labs.lab_run import TERMINAL
+from playground import controls
+from playground import view
+from ui import session
+from playground.checks import check
+from playground.run import TERMINAL
 
 RUNNING_REFRESH_S = 0.5     # status, headline and batch chart redraw this often while running
 SLOW_REFRESH_S = 2.0        # the time charts redraw this often while running

@@ -2,16 +2,16 @@
 chunked), and a small KV cache forces preemptions."""
 import streamlit as st
 
-from labs import charts
+from analysis import kv
 from labs import lesson_charts as lc
 from labs import lesson_runs as lr
-from labs import lesson_ui as ui
+from ui import widgets
 
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
            "already decoding, and every admitted request holds KV-cache memory until it finishes.")
 
-ui.defaults({"co_long": lr.LONG_PROMPT, "co_budget": lr.COSTS_BUDGET, "co_kv": 1024})
+widgets.defaults({"co_long": lr.LONG_PROMPT, "co_budget": lr.COSTS_BUDGET, "co_kv": 1024})
 with st.sidebar:
     st.slider("Long prompt length (tokens)", 256, 1536, step=128, key="co_long",
               help="How long the prompts are that arrive while the other requests are decoding.")
@@ -21,7 +21,7 @@ with st.sidebar:
     st.slider("KV capacity (tokens)", lr.KV_MIN, 4096, step=128, key="co_kv",
               help="How many tokens of keys and values the cache may hold across all running requests. "
                    "Too small, and the engine must evict (preempt) a request and recompute it later.")
-ui.write_link(["co_long", "co_budget", "co_kv"])
+widgets.write_link(["co_long", "co_budget", "co_kv"])
 
 # ----- 1. chunked prefill
 st.header("1 · A long prompt arrives into running decodes")
@@ -33,24 +33,24 @@ st.markdown(f"{lr.DECODE_STREAMS} requests start decoding at t = 0 ({lr.DECODE_O
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
             f"(as vLLM requires).")
 settings = (long_len, budget)
-got = ui.stored_or_measure("costs_stall", settings, lambda m, **kw: lr.stall_runs(m, *settings, **kw),
+got = widgets.stored_or_measure("costs_stall", settings, lambda m, **kw: lr.stall_runs(m, *settings, **kw),
                            "Run with chunking off and on", "about 35 s", "Chunked prefill off, then on…")
 if got is not None:
     summ = {k: lr.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
     cols = st.columns(4)
-    cols[0].metric("Max decode gap, chunking off", ui.fmt(off["decode_gap_max_ms"], "ms", 0),
+    cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
-    cols[1].metric("Max decode gap, chunking on", ui.fmt(on["decode_gap_max_ms"], "ms", 0),
+    cols[1].metric("Max decode gap, chunking on", widgets.fmt(on["decode_gap_max_ms"], "ms", 0),
                    delta=f"{on['decode_gap_max_ms'] - off['decode_gap_max_ms']:+.0f} ms vs off", delta_color="inverse")
-    cols[2].metric("Long prompts' TTFT, off", ui.fmt(off["long_ttft_mean_s"], "s"), help="Mean over the long prompts.")
-    cols[3].metric("Long prompts' TTFT, on", ui.fmt(on["long_ttft_mean_s"], "s"),
+    cols[2].metric("Long prompts' TTFT, off", widgets.fmt(off["long_ttft_mean_s"], "s"), help="Mean over the long prompts.")
+    cols[3].metric("Long prompts' TTFT, on", widgets.fmt(on["long_ttft_mean_s"], "s"),
                    delta=f"{on['long_ttft_mean_s'] - off['long_ttft_mean_s']:+.2f} s vs off", delta_color="inverse",
                    help="Chunking spreads a long prompt over several steps, so it starts streaming a little later.")
     st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
                f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")
     series = {f"chunked prefill {key}": lr.decode_token_times(res) for key, (res, _) in got.items()}
-    ui.plot(lc.token_gaps(series, list(lr.LONG_ARRIVALS_S)))
+    widgets.plot(lc.token_gaps(series, list(lr.LONG_ARRIVALS_S)))
     st.markdown(f"With chunking **off**, the step that carries a whole {long_len}-token prompt makes every "
                 f"running stream wait {off['decode_gap_max_ms']:.0f} ms for its next token. With chunking "
                 f"**on** the longest gap is {on['decode_gap_max_ms']:.0f} ms.")
@@ -63,7 +63,7 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lr.KV_SLOTS} running together. "
             f"The cache may hold **{kv} tokens**; all {lr.KV_SLOTS} at their longest need about "
             f"{lr.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-got_kv = ui.stored_or_measure("costs_kv", kv, lambda m, **kw: lr.kv_run(m, kv, **kw),
+got_kv = widgets.stored_or_measure("costs_kv", kv, lambda m, **kw: lr.kv_run(m, kv, **kw),
                               "Run at this KV capacity", "about 20–40 s", f"KV capacity {kv} tokens…")
 if got_kv is not None:
     res, _ = got_kv
@@ -75,14 +75,14 @@ if got_kv is not None:
     cols[1].metric("Requests preempted", k["preempted_requests"])
     cols[2].metric("Tokens recomputed", k["recomputed_tokens"],
                    help="Prefill work done again because of preemptions.")
-    cols[3].metric("Throughput", ui.fmt(k["output_tok_s"], "tok/s", 0), help="Output tokens per second.")
-    ui.plot(charts.kv_usage(steps))
-    st.markdown(f"Mean E2E of preempted requests: **{ui.fmt(k['e2e_preempted_s'], 's')}**; of the others: "
-                f"**{ui.fmt(k['e2e_others_s'], 's')}**.")
+    cols[3].metric("Throughput", widgets.fmt(k["output_tok_s"], "tok/s", 0), help="Output tokens per second.")
+    widgets.plot(kv.kv_usage(steps))
+    st.markdown(f"Mean E2E of preempted requests: **{widgets.fmt(k['e2e_preempted_s'], 's')}**; of the others: "
+                f"**{widgets.fmt(k['e2e_others_s'], 's')}**.")
     with st.expander("Requests"):
-        ui.table(lr.finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
+        widgets.table(lr.finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
                  .sort_values("preemptions", ascending=False).round(3))
-ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Gap** (ITL) here = time between two consecutive tokens of one of "
+widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Gap** (ITL) here = time between two consecutive tokens of one of "
                "the requests that started decoding at t = 0, rebuilt from the engine's step records."
                "\n- **Preemption by recompute**: the request's KV blocks are freed and it goes back to the front "
                "of the queue; later its prompt and the tokens it already made are prefilled again.")

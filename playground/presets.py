@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labs.playground_setup import Setup
+from playground.setup import Setup
 
 
 @dataclass(frozen=True, slots=True)

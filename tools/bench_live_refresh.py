@@ -1,4 +1,4 @@
-"""How long does one live refresh of the Playground take on a long run? `python -m labs.bench_live_refresh`
+"""How long does one live refresh of the Playground take on a long run? `python -m tools.bench_live_refresh`
 
 Builds a finished run of 2,000 requests and ~20,000 engine steps with the engine's own
 scheduler (cost-model clock: this is a measurement of the page, not of the model), then
@@ -22,10 +22,10 @@ import time
 from engine.config import EngineConfig
 from engine.live import LiveRun
 from engine.workload import build_requests
-from labs import charts
-from labs import playground_view as view
-from labs.playground_setup import Setup
-from labs.trace_tables import TraceTables
+from analysis import frame_metrics
+from playground import view
+from playground.setup import Setup
+from analysis.tables import TraceTables
 
 
 def long_run(n_requests: int, max_num_seqs: int, out_lo: int, out_hi: int) -> tuple[LiveRun, Setup]:
@@ -51,7 +51,7 @@ def page_builders(tables, setup) -> dict:
 def page_extras(tables, setup) -> dict:
     """What else a refresh computes: the headline strip, the status line, the texts."""
     return {
-        "headline": lambda: charts.headline(tables.requests, tables.steps, setup.ttft_slo_s,
+        "headline": lambda: frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s,
                                             setup.tpot_slo_s, setup.max_num_seqs),
         "largest_batch": lambda: view.largest_batch(tables.steps),
         "latest_texts": lambda: view.latest_texts(tables),

@@ -12,9 +12,9 @@ import time
 from engine.config import EngineConfig
 from engine.live import THREAD_NAME, LiveRun, Snapshot
 
-from labs.knobs import KV_POOL_TOKENS, WORKLOAD_KNOBS
-from labs.playground_setup import Setup
-from labs.trace_tables import Tables, TraceTables, requests_csv, steps_csv
+from playground.knobs import KV_POOL_TOKENS, WORKLOAD_KNOBS
+from playground.setup import Setup
+from analysis.tables import Tables, TraceTables, requests_csv, steps_csv
 
 TERMINAL = ("finished", "stopped", "error")   # a run in one of these states steps no more
 

@@ -11,7 +11,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from labs import lesson_runs, session
+from labs import lesson_runs
+from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
 

@@ -17,9 +17,9 @@ from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.model import load_model
-from labs.lab_run import LabRun
-from labs.playground_setup import Setup
-from labs.step_timer import measure_step_times
+from playground.run import LabRun
+from playground.setup import Setup
+from engine.step_times import measure_step_times
 
 MODEL_ENV = "BATCHING_LAB_MODEL"
 RUN_KEY = "lab_run"

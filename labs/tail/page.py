@@ -1,9 +1,9 @@
 """Lab: the tail. CDFs and percentile tables of one run, split by prompt length and by tenant."""
 import streamlit as st
 
-from labs import charts
+from analysis import latency
 from labs import lesson_runs as lr
-from labs import lesson_ui as ui
+from ui import widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "none": "nothing (all requests)"}
@@ -12,7 +12,7 @@ st.title("The average hides the tail")
 st.caption("Two tenants share the engine: one sends steadily, one in bursts. A share of each one's prompts "
            "are long. Look past the median: at p95 and p99, and at who they belong to.")
 
-ui.defaults({"ta_long": 0.1, "ta_bursty": True, "ta_seed": 0, "ta_segment": "prompt", "ta_metric": "ttft_s"})
+widgets.defaults({"ta_long": 0.1, "ta_bursty": True, "ta_seed": 0, "ta_segment": "prompt", "ta_metric": "ttft_s"})
 with st.sidebar:
     st.select_slider("Long-prompt share", [0.0, 0.05, 0.1, 0.2], key="ta_long", format_func=lambda s: f"{s:.0%}",
                      help=f"The share of requests whose prompt is {lr.TAIL_LONG.lo}–{lr.TAIL_LONG.hi} tokens "
@@ -24,14 +24,14 @@ with st.sidebar:
              help="Split the percentiles and the CDF into groups, to see whose tail it is.")
     st.radio("Metric", list(METRICS), key="ta_metric", format_func=lambda m: METRICS[m][0],
              help="TTFT: wait for the first token. TPOT: average gap between tokens. E2E: the whole request.")
-ui.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
+widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
 
 st.markdown(f"The workload: {lr.TAIL_REQUESTS} requests at about {lr.TAIL_RATE:g} per second in all, half from "
             f"each tenant, continuous batching with {lr.TAIL_POLICY.max_num_seqs} slots.")
 settings = (share, bursty, seed)
-got = ui.stored_or_measure("tail", settings, lambda m, **kw: lr.tail_run(m, *settings, **kw),
+got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lr.tail_run(m, *settings, **kw),
                            "Run this workload", "about 30 s", "Running…")
 if got is None:
     st.stop()
@@ -44,20 +44,20 @@ table = lr.percentile_table(reqs, metric, by, scale)
 overall = table.iloc[0]
 cols = st.columns(4)
 for col, q in zip(cols, ("p50", "p90", "p95", "p99")):
-    col.metric(f"{q} {name}, all requests", ui.fmt(overall[q], unit))
+    col.metric(f"{q} {name}, all requests", widgets.fmt(overall[q], unit))
 
-ui.plot(charts.cdf(reqs, metric, by=by))
+widgets.plot(latency.cdf(reqs, metric, by=by))
 if by is not None and len(table) > 2:
     groups = table.iloc[1:]
     worst = groups.loc[groups["p99"].idxmax()]
     best = groups.loc[groups["p99"].idxmin()]
-    st.markdown(f"The tail belongs to **{worst.group}**: its p99 {name} is {ui.fmt(worst.p99, unit)} against "
-                f"{ui.fmt(best.p99, unit)} for **{best.group}**, while the medians are {ui.fmt(worst.p50, unit)} "
-                f"and {ui.fmt(best.p50, unit)}.")
-ui.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group"}).round(3))
+    st.markdown(f"The tail belongs to **{worst.group}**: its p99 {name} is {widgets.fmt(worst.p99, unit)} against "
+                f"{widgets.fmt(best.p99, unit)} for **{best.group}**, while the medians are {widgets.fmt(worst.p50, unit)} "
+                f"and {widgets.fmt(best.p50, unit)}.")
+widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group"}).round(3))
 with st.expander("Requests"):
-    ui.table(lr.finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
+    widgets.table(lr.finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                                 "tpot_s", "e2e_s", "queue_s"]].round(3))
-ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Prompt-length buckets**: " +
+widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Prompt-length buckets**: " +
                ", ".join(name for _, _, name in lr.PROMPT_BUCKETS) + " (prompt tokens including the chat template)."
                "\n- A **CDF** point (x, y) says: a share y of the group's requests took x or less.")

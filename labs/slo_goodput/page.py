@@ -4,13 +4,13 @@ import streamlit as st
 
 from labs import lesson_charts as lc
 from labs import lesson_runs as lr
-from labs import lesson_ui as ui
+from ui import widgets
 
 st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
 
-ui.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lr.SLO_RATES[1]})
+widgets.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lr.SLO_RATES[1]})
 with st.sidebar:
     st.slider("TTFT SLO (ms)", 100, 5000, step=50, key="sg_ttft_ms",
               help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
@@ -18,7 +18,7 @@ with st.sidebar:
               help="The longest average gap between tokens once streaming has started.")
     st.select_slider("Arrival rate shown in detail (requests/s)", lr.SLO_RATES, key="sg_rate",
                      help="Which of the measured runs the request table and the scatter below show.")
-ui.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_rate"])
+widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_rate"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
 
 spec = lr.SLO_SPEC
@@ -26,7 +26,7 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), Poisson arrivals at "
             f"{', '.join(f'{r:g}' for r in lr.SLO_RATES)} requests/s, continuous batching with "
             f"{lr.SLO_POLICY.max_num_seqs} slots.")
-got = ui.stored_or_measure("slo", "rates", lr.slo_runs, "Run the arrival rates", "about 75 s",
+got = widgets.stored_or_measure("slo", "rates", lr.slo_runs, "Run the arrival rates", "about 75 s",
                            "Running each arrival rate…")
 if got is None:
     st.stop()
@@ -37,34 +37,34 @@ res = next(r for x, r, _ in got if x == rate)
 g = table[table["rate"] == rate].iloc[0]
 
 cols = st.columns(4)
-cols[0].metric(f"Throughput at {rate:g} req/s", ui.fmt(g.output_tok_s, "tok/s", 0),
+cols[0].metric(f"Throughput at {rate:g} req/s", widgets.fmt(g.output_tok_s, "tok/s", 0),
                help="All output tokens per second, on time or not.")
-cols[1].metric("Useful tokens/s", ui.fmt(g.useful_tok_s, "tok/s", 0),
+cols[1].metric("Useful tokens/s", widgets.fmt(g.useful_tok_s, "tok/s", 0),
                delta=f"{g.useful_tok_s / g.output_tok_s - 1:.0%}" if g.output_tok_s else None,
                help="Output tokens per second of the requests that met both SLOs.")
-cols[2].metric("Goodput", ui.fmt(g.goodput_req_s, "req/s"), help="Requests meeting both SLOs per second.")
+cols[2].metric("Goodput", widgets.fmt(g.goodput_req_s, "req/s"), help="Requests meeting both SLOs per second.")
 cols[3].metric("Within SLO", f"{g.met_share:.0%}",
                help=f"Share of finished requests meeting both targets. Missed TTFT: {int(g.missed_ttft)}, "
                     f"missed TPOT: {int(g.missed_tpot)}.")
 
-ui.plot(lc.goodput_vs_rate(table, rate))
+widgets.plot(lc.goodput_vs_rate(table, rate))
 best = table.loc[table["goodput_req_s"].idxmax()]
 st.markdown(f"With TTFT ≤ {ttft * 1000:g} ms and TPOT ≤ {tpot * 1000:g} ms, goodput peaks at "
             f"**{best.rate:g} requests/s** ({best.goodput_req_s:.2f} req/s within SLO); the highest rate "
             f"makes {table.iloc[-1].output_tok_s:.0f} tokens/s of which {table.iloc[-1].useful_tok_s:.0f} count.")
 
 verdicts = lr.slo_verdicts(lr.frames(res)[0], ttft, tpot)
-ui.plot(lc.slo_scatter(verdicts, ttft, tpot))
+widgets.plot(lc.slo_scatter(verdicts, ttft, tpot))
 first_miss = "TTFT" if g.missed_ttft >= g.missed_tpot else "TPOT"
 if g.missed_ttft or g.missed_tpot:
     st.markdown(f"At {rate:g} requests/s, **{first_miss}** is the target missed most "
                 f"({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses).")
 with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]
-    ui.table(show.assign(tpot_ms=show["tpot_s"] * 1000).drop(columns="tpot_s").round(3))
-ui.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
+    widgets.table(show.assign(tpot_ms=show["tpot_s"] * 1000).drop(columns="tpot_s").round(3))
+widgets.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
                                "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
                                "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
                                "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3))
-ui.definitions(ui.METRIC_DEFINITIONS + "\n- **Useful tokens/s** = output tokens of requests that met every "
+widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Useful tokens/s** = output tokens of requests that met every "
                "SLO / duration. A request with a single output token has no TPOT and passes that check.")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labs.knobs import KNOBS
-from labs.playground_setup import Setup
+from playground.knobs import KNOBS
+from playground.setup import Setup
 
 
 @dataclass(frozen=True, slots=True)

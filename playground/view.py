@@ -12,9 +12,9 @@ import streamlit as st
 
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
-from labs import charts
-from labs.playground_setup import Setup
-from labs.trace_tables import MARK_COLUMNS, Tables
+from analysis import frame_metrics, kv, latency, membership, queue
+from playground.setup import Setup
+from analysis.tables import MARK_COLUMNS, Tables
 
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
@@ -77,7 +77,7 @@ def status_line(state: str, tables: Tables, setup: Setup, arrived: int, message:
 
 
 def headline(tables: Tables, setup: Setup) -> None:
-    h = charts.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
+    h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
                         setup.max_num_seqs)
     items = [
         ("TTFT p50", _fmt(h["ttft_p50_s"], "s"),
@@ -108,7 +108,7 @@ def _plot(fig, key: str) -> None:
 
 def batch_figure(tables: Tables, setup: Setup, upto_step: int | None = None):
     slots = max(setup.max_num_seqs, largest_batch(tables.steps))
-    return charts.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
+    return membership.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
                                    upto_step=upto_step, marks=tables.marks)
 
 
@@ -140,7 +140,7 @@ def step_detail(tables: Tables, step: int) -> None:
     if len(row) == 0:
         return
     r = row.iloc[0]
-    members = charts.parse_members(r["members"])
+    members = membership.parse_members(r["members"])
     who = ", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12])
     more = f" and {len(members) - 12} more" if len(members) > 12 else ""
     st.caption(f"Step {step} at {r['t_start_s']:.2f}–{r['t_end_s']:.2f} s "
@@ -150,16 +150,16 @@ def step_detail(tables: Tables, step: int) -> None:
 
 
 def time_figures(tables: Tables, setup: Setup, now_s: float | None = None) -> dict:
-    """The time charts' builders by chart key, in page order (labs.bench_live_refresh times them)."""
+    """The time charts' builders by chart key, in page order (tools.bench_live_refresh times them)."""
     steps, reqs, marks = tables.steps, tables.requests, tables.marks
     return {
-        "pg_timeline": lambda: charts.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT),
-        "pg_ttft": lambda: charts.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks),
-        "pg_tpot": lambda: charts.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks),
-        "pg_queue": lambda: charts.queue_over_time(steps, marks),
-        "pg_throughput": lambda: charts.throughput_over_time(steps, reqs, setup.ttft_slo_s,
+        "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT),
+        "pg_ttft": lambda: latency.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks),
+        "pg_tpot": lambda: latency.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks),
+        "pg_queue": lambda: queue.queue_over_time(steps, marks),
+        "pg_throughput": lambda: queue.throughput_over_time(steps, reqs, setup.ttft_slo_s,
                                                              setup.tpot_slo_s, marks),
-        "pg_kv": lambda: charts.kv_usage(steps, marks),
+        "pg_kv": lambda: kv.kv_usage(steps, marks),
     }
 
 

@@ -1,6 +1,6 @@
 """The Playground's sidebar: presets, workload, policy and SLO widgets, and the link.
 
-Widgets are drawn from labs.knobs (labels, ranges, help). Their values live in
+Widgets are drawn from playground.knobs (labels, ranges, help). Their values live in
 st.session_state under "pg_<knob>"; on a session's first run they are filled from the
 page's query parameters, and after every run the query parameters are rewritten from
 them, so the address bar always holds a link that reproduces the setup.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from labs.knobs import KNOBS
-from labs.playground_setup import Setup
-from labs.presets import PRESETS, matching_preset
+from playground.knobs import KNOBS
+from playground.setup import Setup
+from playground.presets import PRESETS, matching_preset
 
 PREFIX = "pg_"
 RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}

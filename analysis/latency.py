@@ -1,0 +1,190 @@
+"""Per-request latency charts: the request timeline (Gantt), latency over time, CDFs and bar comparisons.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis.style import COLORS, MAX_POINTS, METRICS, empty_figure, is_empty, layout, mark_lines, num, slo_line, stride
+
+
+def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
+                     limit: int = 200) -> go.Figure:
+    """Gantt chart, one row per request: queued -> prefill -> decode.
+
+    Shows the `limit` most recent arrivals up to now_s (default: the latest time in the
+    table). Phases still open at now_s are drawn up to now_s, so this works live and while
+    scrubbing a replay. Rejected and failed requests get a red x at their arrival.
+    """
+    title = "Request timeline"
+    good = ("Grey = queued, dark = prefill, light = decode. "
+            "Good: short grey bars; long grey bars mean requests wait for a slot.")
+    xlabel, ylabel = "time (s)", "request"
+    if is_empty(requests, "id", "arrival_s"):
+        return empty_figure(title, good, xlabel, ylabel)
+    arrival_all = num(requests, "arrival_s")
+    if now_s is None:
+        known = [arrival_all] + [num(requests, c) for c in
+                                 ("first_scheduled_s", "first_token_s", "finish_s")]
+        now_s = float(np.nanmax(np.concatenate(known)))
+    df = requests[arrival_all <= now_s]
+    if len(df) == 0:
+        return empty_figure(title, good, xlabel, ylabel)
+    df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")[-limit:]]
+
+    ids = df["id"].astype(str).to_numpy()
+    arrival = num(df, "arrival_s")
+    # a phase that has not started yet (NaN or after now) starts "at now" and so has no length
+    sched, first, finish = (np.minimum(np.nan_to_num(num(df, c), nan=now_s), now_s)
+                            for c in ("first_scheduled_s", "first_token_s", "finish_s"))
+    status = (df["status"].astype(str).to_numpy() if "status" in df.columns
+              else np.full(len(df), "finished"))
+    bad = np.isin(status, ["rejected", "failed"])
+    preempt = num(df, "preemptions")
+
+    def bar(name, start, end, color):
+        length = np.where(bad, np.nan, end - start)
+        length[length <= 0] = np.nan
+        return go.Bar(
+            name=name, orientation="h", y=ids, x=length, base=start, marker_color=color,
+            customdata=np.stack([status, np.nan_to_num(preempt)], axis=-1),
+            hovertemplate=(f"<b>%{{y}}</b> {name}<br>from %{{base:.2f}} s for %{{x:.3f}} s"
+                           "<br>%{customdata[0]}, preempted %{customdata[1]}×<extra></extra>"),
+        )
+
+    errors = (df["error"].fillna("").astype(str).to_numpy() if "error" in df.columns
+              else np.full(len(df), ""))
+    rejected = go.Scatter(
+        name="rejected / failed", x=arrival[bad], y=ids[bad], mode="markers",
+        marker=dict(symbol="x", size=9, color=COLORS["bad"]),
+        customdata=np.stack([status[bad], errors[bad]], axis=-1),
+        hovertemplate="<b>%{y}</b> %{customdata[0]} at %{x:.2f} s<br>%{customdata[1]}<extra></extra>",
+    )
+    return go.Figure(
+        data=[bar("queued", arrival, sched, COLORS["queued"]),
+              bar("prefill", sched, first, COLORS["prefill"]),
+              bar("decode", first, finish, COLORS["decode"]), rejected],
+        layout=layout(title, good, xlabel, ylabel, barmode="overlay", bargap=0.15,
+                       height=max(320, min(900, 120 + 12 * len(df))),
+                       yaxis=dict(type="category", autorange="reversed",
+                                  showticklabels=len(df) <= 60)),
+    )
+
+
+def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float | None = None,
+                      marks: pd.DataFrame | None = None, window: int = 50) -> go.Figure:
+    """One point per request (TTFT at its first token, TPOT at its finish), with rolling
+    p50 and p95 over the last `window` requests, the SLO line and policy-change marks.
+
+    slo is in seconds, like the columns.
+    """
+    label, time_col, scale, unit = METRICS[metric]
+    title = f"{label} over time"
+    good = ("Good: the p95 line stays under the SLO; after a policy change (dashed) "
+            "watch whether p95 bends down.")
+    xlabel, ylabel = "time (s)", f"{label} ({unit})"
+    if is_empty(requests, metric, time_col):
+        return empty_figure(title, good, xlabel, ylabel)
+    t, y = num(requests, time_col), num(requests, metric) * scale
+    ok = ~(np.isnan(t) | np.isnan(y))
+    if not ok.any():
+        return empty_figure(title, good, xlabel, ylabel)
+    order = np.argsort(t[ok], kind="stable")
+    t, y = t[ok][order], y[ok][order]
+    ids = requests["id"].astype(str).to_numpy()[ok][order] if "id" in requests.columns else None
+
+    rolling = pd.Series(y).rolling(window, min_periods=1)
+    p50, p95 = rolling.quantile(0.5).to_numpy(), rolling.quantile(0.95).to_numpy()
+    pts = stride(len(t), 5 * MAX_POINTS)  # WebGL copes with many points, but not unlimited
+    line = stride(len(t))
+    shapes, notes = mark_lines(marks, "t_s")
+    if slo is not None:
+        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}")
+        shapes.append(shape)
+        notes.append(note)
+    return go.Figure(
+        data=[
+            go.Scattergl(name="each request", x=t[pts], y=y[pts], mode="markers",
+                         marker=dict(size=5, color=COLORS["points"], opacity=0.45),
+                         text=None if ids is None else ids[pts],
+                         hovertemplate=f"%{{text}}<br>{label} %{{y:.3f}} {unit} at %{{x:.2f}} s"
+                                       "<extra></extra>"),
+            go.Scatter(name=f"p50 (last {window})", x=t[line], y=p50[line], mode="lines",
+                       line=dict(color=COLORS["p50"], width=2)),
+            go.Scatter(name=f"p95 (last {window})", x=t[line], y=p95[line], mode="lines",
+                       line=dict(color=COLORS["p95"], width=2)),
+        ],
+        layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes),
+    )
+
+
+def _buckets(values: pd.Series, n: int = 4) -> pd.Series:
+    """Split a numeric column into n quantile buckets labelled by their ranges."""
+    edges = np.unique(np.nanquantile(values.to_numpy(dtype=float, na_value=np.nan),
+                                     np.linspace(0, 1, n + 1)))
+    if len(edges) < 2:
+        return values.astype(str)
+    labels = [f"{edges[i]:g}–{edges[i + 1]:g}" for i in range(len(edges) - 1)]
+    return pd.cut(values, edges, labels=labels, include_lowest=True).astype(str)
+
+
+def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
+        slo: float | None = None) -> go.Figure:
+    """Empirical CDF of a per-request metric, one curve per group.
+
+    by: None, a column name (e.g. "tenant"), or a Series aligned with requests. A numeric
+    column with many values (e.g. "prompt_tokens") is split into 4 quantile buckets.
+    """
+    label, _, scale, unit = METRICS.get(metric, (metric, None, 1.0, ""))
+    title = f"{label} distribution (CDF)"
+    good = ("Read across at 0.95 for p95. Good: curves rise steeply and early; "
+            "a long flat tail to the right is the slow minority.")
+    xlabel, ylabel = f"{label} ({unit})" if unit else label, "share of requests ≤ x"
+    if is_empty(requests, metric):
+        return empty_figure(title, good, xlabel, ylabel)
+    values = pd.Series(num(requests, metric) * scale, index=requests.index)
+    if by is None:
+        groups = pd.Series("all", index=requests.index)
+    else:
+        groups = requests[by] if isinstance(by, str) else pd.Series(by, index=requests.index)
+        if pd.api.types.is_numeric_dtype(groups) and groups.nunique() > 8:
+            groups = _buckets(groups)
+        groups = groups.astype(str)
+    traces = []
+    for name, vals in values.groupby(groups, sort=True):
+        v = np.sort(vals.dropna().to_numpy())
+        if len(v) == 0:
+            continue
+        idx = stride(len(v), 400)
+        traces.append(go.Scatter(
+            name=f"{name} (n={len(v)})", x=v[idx], y=(idx + 1) / len(v), mode="lines",
+            line_shape="hv",
+            hovertemplate=f"{name}: %{{y:.0%}} of requests ≤ %{{x:.3f}} {unit}<extra></extra>"))
+    if not traces:
+        return empty_figure(title, good, xlabel, ylabel)
+    shapes, notes = [], []
+    if slo is not None:
+        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}", vertical=True)
+        shapes, notes = [shape], [note]
+    return go.Figure(data=traces, layout=layout(
+        title, good, xlabel, ylabel, yaxis=dict(range=[0, 1.02], tickformat=".0%"),
+        shapes=shapes, annotations=notes))
+
+
+def bar_compare(df: pd.DataFrame, x: str, y: str, color: str | None = None,
+                title: str = "", subtitle: str = "", xlabel: str | None = None,
+                ylabel: str | None = None) -> go.Figure:
+    """Grouped bars: one bar per x value, one colour per `color` value (e.g. policy runs)."""
+    title = title or f"{y} by {x}"
+    xlabel, ylabel = xlabel or x, ylabel or y
+    if is_empty(df, x, y) or (color is not None and color not in df.columns):
+        return empty_figure(title, subtitle, xlabel, ylabel)
+    if color is None:
+        traces = [go.Bar(name=y, x=df[x].astype(str), y=df[y], showlegend=False)]
+    else:
+        traces = [go.Bar(name=str(key), x=g[x].astype(str), y=g[y])
+                  for key, g in df.groupby(color, sort=False)]
+    return go.Figure(data=traces, layout=layout(title, subtitle, xlabel, ylabel,
+                                                 xaxis=dict(type="category"), barmode="group"))
