@@ -7,6 +7,7 @@ many cells with one trace, and downsample long series to at most MAX_POINTS poin
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -154,3 +155,26 @@ def slo_line(value: float, label: str, vertical: bool = False) -> tuple[dict, di
     return (dict(type="line", xref="paper", yref="y", x0=0, x1=1, y0=value, y1=value, line=line),
             dict(x=1, y=value, xref="paper", yref="y", text=label, showarrow=False,
                  xanchor="right", yanchor="bottom", font=font))
+
+
+MODEL_COLOR = "#555555"
+PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
+
+SUBTITLE_WIDTH = 105   # characters per subtitle line: plotly does not wrap text by itself
+
+
+def wrapped_layout(title: str, subtitle: str, *args, **kw) -> dict:
+    """layout(), with the subtitle wrapped onto lines that fit a half-width chart."""
+    lines = textwrap.wrap(subtitle, SUBTITLE_WIDTH)
+    out = layout(title, "<br>".join(lines), *args, **kw)
+    extra = 14 * max(0, len(lines) - 1)
+    out["margin"] = {**out["margin"], "t": out["margin"]["t"] + extra}
+    out["height"] = out["height"] + extra
+    return out
+
+
+def vline(x: float, text: str, color: str = "#444", dash: str = "dash") -> tuple[dict, dict]:
+    return (dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                 line=dict(color=color, width=1.5, dash=dash)),
+            dict(x=x, y=1, xref="x", yref="paper", text=text, showarrow=False, xanchor="left",
+                 yanchor="top", font=dict(size=11, color=color), bgcolor="rgba(255,255,255,0.75)"))

@@ -8,38 +8,13 @@ measured points.
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.queueing import mm1_time_in_system
-from analysis.style import COLORS, empty_figure, slo_line
-from analysis.style import layout as _base_layout
-
-MODEL_COLOR = "#555555"
-PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
-
-SUBTITLE_WIDTH = 105   # characters per subtitle line: plotly does not wrap text by itself
-
-
-def _layout(title: str, subtitle: str, *args, **kw) -> dict:
-    """labs.charts' layout, with the subtitle wrapped onto lines that fit a half-width chart."""
-    lines = textwrap.wrap(subtitle, SUBTITLE_WIDTH)
-    layout = _base_layout(title, "<br>".join(lines), *args, **kw)
-    extra = 14 * max(0, len(lines) - 1)
-    layout["margin"] = {**layout["margin"], "t": layout["margin"]["t"] + extra}
-    layout["height"] = layout["height"] + extra
-    return layout
-
-
-def _vline(x: float, text: str, color: str = "#444", dash: str = "dash") -> tuple[dict, dict]:
-    return (dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
-                 line=dict(color=color, width=1.5, dash=dash)),
-            dict(x=x, y=1, xref="x", yref="paper", text=text, showarrow=False, xanchor="left",
-                 yanchor="top", font=dict(size=11, color=color), bgcolor="rgba(255,255,255,0.75)"))
-
+from analysis.style import COLORS, MODEL_COLOR, PAIR_COLORS, empty_figure, slo_line, vline, wrapped_layout
 
 # ----------------------------------------------------------------------------- why batch
 
@@ -70,9 +45,9 @@ def amortization(table: pd.DataFrame, bend: int | None = None, fit: dict | None 
             hovertemplate="model, batch %{x:.0f}: %{y:.0f} tokens/s<extra></extra>"))
     shapes, notes = [], []
     if bend is not None:
-        s, n = _vline(bend, f"bend: from batch {bend}, doubling gains < 20%")
+        s, n = vline(bend, f"bend: from batch {bend}, doubling gains < 20%")
         shapes, notes = [s], [n]
-    return go.Figure(data=traces, layout=_layout(
+    return go.Figure(data=traces, layout=wrapped_layout(
         title, good, xlabel, ylabel, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b]),
         yaxis=dict(rangemode="tozero"),
         yaxis2=dict(title=dict(text="ms per token"), overlaying="y", side="right", rangemode="tozero",
@@ -96,7 +71,7 @@ def step_time(table: pd.DataFrame, fit: dict | None = None) -> go.Figure:
         traces.append(go.Scatter(name=f"model: {fit['t0_ms']:.1f} + {fit['c_ms']:.2f}·B ms", x=b,
                                  y=fit["t0_ms"] + fit["c_ms"] * b, mode="lines",
                                  line=dict(color=MODEL_COLOR, width=1.5, dash="dot")))
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero")))
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero")))
 
 
 # ----------------------------------------------------------------------------- costs
@@ -125,10 +100,10 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
         return empty_figure(title, good, xlabel, ylabel)
     shapes, notes = [], []
     for k, t in enumerate(arrivals or []):
-        s, n = _vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
+        s, n = vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
         shapes.append(s)
         notes.append(n)
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, shapes=shapes,
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, shapes=shapes,
                                                  annotations=notes, yaxis=dict(rangemode="tozero")))
 
 
@@ -152,9 +127,9 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None) -> go.Fi
     ]
     shapes, notes = [], []
     if selected is not None:
-        s, n = _vline(selected, "shown below", color="#999", dash="dot")
+        s, n = vline(selected, "shown below", color="#999", dash="dot")
         shapes, notes = [s], [n]
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero"),
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero"),
                                                  shapes=shapes, annotations=notes))
 
 
@@ -180,7 +155,7 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
         s, n = slo_line(tpot_slo_s * 1000, f"TPOT SLO {tpot_slo_s * 1000:g} ms")
         shapes.append(s)
         notes.append(n)
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
                                                  xaxis=dict(rangemode="tozero"), yaxis=dict(rangemode="tozero")))
 
 
@@ -211,9 +186,9 @@ def time_in_system(points: pd.DataFrame, mu: float, selected: float | None = Non
     ]
     shapes, notes = [], []
     if selected is not None:
-        s, n = _vline(selected, "shown below", color="#999", dash="dot")
+        s, n = vline(selected, "shown below", color="#999", dash="dot")
         shapes, notes = [s], [n]
-    return go.Figure(data=traces, layout=_layout(
+    return go.Figure(data=traces, layout=wrapped_layout(
         title, good, xlabel, ylabel, xaxis=dict(range=[0, max(1.0, float(points["rho"].max()) + 0.05)],
                                                 tickformat=".0%"),
         yaxis=dict(range=[0, max(3 * measured_max, 4 / mu)]), shapes=shapes, annotations=notes))
@@ -247,7 +222,7 @@ def knee(table: pd.DataFrame, x: str, knee_value: int | None = None, slo: float 
     if slo is not None:
         s, n = slo_line(slo, f"SLO {slo:g} {label[1]}", vertical=True)
         shapes, notes = [s], [n]
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
                                                  xaxis=dict(rangemode="tozero"), yaxis=dict(rangemode="tozero")))
 
 
@@ -258,15 +233,15 @@ def tenant_bars(table: pd.DataFrame, metric: str = "ttft_p95_s", slo_by_tenant: 
     """Grouped bars: one group per order, one bar per tenant."""
     what = {"ttft_p95_s": "p95 TTFT", "ttft_p50_s": "p50 TTFT"}.get(metric, metric)
     title = f"{what} per tenant under each order"
-    good = (f"Lower is better. Read across a group to see who an order favours; compare groups to see "
-            f"what each tenant gains or loses against fcfs.")
+    good = ("Lower is better. Read across a group to see who an order favours; compare groups to see "
+            "what each tenant gains or loses against fcfs.")
     xlabel, ylabel = "admission order", f"{what} (s)"
     if table is None or len(table) == 0:
         return empty_figure(title, good, xlabel, ylabel)
     traces = [go.Bar(name=str(tenant), x=g["order"], y=g[metric],
                      hovertemplate=f"{tenant} under %{{x}}: %{{y:.2f}} s<extra></extra>")
               for tenant, g in table.groupby("tenant", sort=True)]
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, barmode="group",
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, barmode="group",
                                                  xaxis=dict(type="category")))
 
 
@@ -280,4 +255,4 @@ def oldest_waiting(series: dict[str, pd.DataFrame]) -> go.Figure:
               for name, df in series.items() if df is not None and len(df)]
     if not traces:
         return empty_figure(title, good, xlabel, ylabel)
-    return go.Figure(data=traces, layout=_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero")))
+    return go.Figure(data=traces, layout=wrapped_layout(title, good, xlabel, ylabel, yaxis=dict(rangemode="tozero")))
