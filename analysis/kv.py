@@ -2,7 +2,6 @@
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -12,12 +11,12 @@ from analysis.style import COLORS, downsample_max, empty_figure, is_empty, layou
 
 def kv_usage(steps: pd.DataFrame, marks: pd.DataFrame | None = None) -> go.Figure:
     """KV-cache blocks in use as a share of all blocks, with preemptions marked."""
-    title = "KV cache use"
-    good = ("Good: high use without touching 100%. Red x = preemption: a request lost its "
-            "blocks and must recompute its prompt.")
-    xlabel, ylabel = "time (s)", "KV blocks used (%)"
+    texts = ("KV cache use",
+             "Good: high use without touching 100%. Red x = preemption: a request lost its "
+             "blocks and must recompute its prompt.",
+             "time (s)", "KV blocks used (%)")   # title, what good looks like, x and y axis
     if is_empty(steps, "t_end_s", "kv_used_blocks", "kv_total_blocks"):
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(*texts)
     t = num(steps, "t_end_s")
     used, total = num(steps, "kv_used_blocks"), num(steps, "kv_total_blocks")
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -38,6 +37,6 @@ def kv_usage(steps: pd.DataFrame, marks: pd.DataFrame | None = None) -> go.Figur
                        customdata=pre[hit],
                        hovertemplate="%{customdata:.0f} preempted at %{x:.2f} s<extra></extra>"),
         ],
-        layout=layout(title, good, xlabel, ylabel, yaxis=dict(range=[0, 105]),
-                       shapes=shapes, annotations=notes),
+        layout=layout(*texts, yaxis=dict(range=[0, 105]),
+                      shapes=shapes, annotations=notes),
     )

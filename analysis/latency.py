@@ -2,12 +2,12 @@
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.style import COLORS, MAX_POINTS, METRICS, empty_figure, is_empty, layout, mark_lines, num, slo_line, stride
+from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, is_empty, layout, mark_lines, num,
+                            slo_line, stride)
 
 
 def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
@@ -18,12 +18,12 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     table). Phases still open at now_s are drawn up to now_s, so this works live and while
     scrubbing a replay. Rejected and failed requests get a red x at their arrival.
     """
-    title = "Request timeline"
-    good = ("Grey = queued, dark = prefill, light = decode. "
-            "Good: short grey bars; long grey bars mean requests wait for a slot.")
-    xlabel, ylabel = "time (s)", "request"
+    texts = ("Request timeline",
+             "Grey = queued, dark = prefill, light = decode. "
+             "Good: short grey bars; long grey bars mean requests wait for a slot.",
+             "time (s)", "request")   # title, what good looks like, x and y axis
     if is_empty(requests, "id", "arrival_s"):
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(*texts)
     arrival_all = num(requests, "arrival_s")
     if now_s is None:
         known = [arrival_all] + [num(requests, c) for c in
@@ -31,7 +31,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
         now_s = float(np.nanmax(np.concatenate(known)))
     df = requests[arrival_all <= now_s]
     if len(df) == 0:
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(*texts)
     df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")[-limit:]]
 
     ids = df["id"].astype(str).to_numpy()
@@ -66,10 +66,9 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
         data=[bar("queued", arrival, sched, COLORS["queued"]),
               bar("prefill", sched, first, COLORS["prefill"]),
               bar("decode", first, finish, COLORS["decode"]), rejected],
-        layout=layout(title, good, xlabel, ylabel, barmode="overlay", bargap=0.15,
-                       height=max(320, min(900, 120 + 12 * len(df))),
-                       yaxis=dict(type="category", autorange="reversed",
-                                  showticklabels=len(df) <= 60)),
+        layout=layout(*texts, barmode="overlay", bargap=0.15,
+                      height=max(320, min(900, 120 + 12 * len(df))),
+                      yaxis=dict(type="category", autorange="reversed", showticklabels=len(df) <= 60)),
     )
 
 

@@ -1,4 +1,7 @@
 """Batch membership: which request sits in which batch slot at each engine step. No Streamlit.
+
+A steps table's `members` column holds, for each step, its (request id, phase, tokens) tuples
+(lists, after a trip through JSON).
 """
 from __future__ import annotations
 
@@ -10,49 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from analysis.style import EMPTY_COLOR, PALETTE, empty_figure, is_empty, layout, mark_lines, num
 
-
 MAX_GRID_STEPS = 600  # most step columns the batch-membership heatmap draws
-
-
 SLOT_WARMUP_STEPS = 500  # history replayed before the shown window to place requests in rows
 
 
-def parse_members(text) -> list[tuple[str, str, int]]:
-    """"r3:prefill:128 r7:decode:1" -> [("r3", "prefill", 128), ("r7", "decode", 1)]."""
-    if not isinstance(text, str):
-        return []
-    out = []
-    for item in text.split():
-        rid, phase, tokens = item.rsplit(":", 2)
-        out.append((rid, phase, int(tokens)))
-    return out
-
-
 def member_counts(steps: pd.DataFrame) -> np.ndarray:
-    """How many sequences ran in each step (items in the `members` column)."""
+    """How many sequences ran in each step."""
     if is_empty(steps, "members"):
         return np.zeros(0 if steps is None else len(steps), dtype=np.int64)
-    text = pa.array(steps["members"].fillna("").astype(str), type=pa.string())
-    text = pc.utf8_trim_whitespace(text)
-    # items are single-space separated, so count = spaces + 1 (0 for an empty step)
-    spaces = pc.count_substring(text, " ").to_numpy(zero_copy_only=False)
-    return np.where(pc.utf8_length(text).to_numpy(zero_copy_only=False) > 0, spaces + 1, 0)
-
-
-def wasted_slot_steps(steps: pd.DataFrame, max_slots: int) -> int:
-    """Empty batch slots summed over every step that ran at least one sequence.
-
-    A step with max_slots=8 and 5 members wastes 3 slot-steps. Idle steps (nothing to run)
-    are not counted: an engine with no work is not wasting its batch.
-    """
-    counts = member_counts(steps)
-    busy = counts > 0
-    return int(np.clip(max_slots - counts[busy], 0, None).sum())
+    return np.fromiter(map(len, steps["members"].tolist()), dtype=np.int64, count=len(steps))
 
 
 @dataclass
@@ -92,9 +64,8 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     slot_of: dict[str, int] = {}  # request id -> row, for requests in the batch
     free = list(range(max_slots))  # a heap: lowest free row first
     width = max_slots
-    texts = steps["members"].tolist() if n and "members" in steps.columns else [None] * n
-    for i, text in enumerate(texts):
-        members = parse_members(text)
+    per_step = steps["members"].tolist() if n and "members" in steps.columns else [()] * n
+    for i, members in enumerate(per_step):
         present = {rid for rid, _, _ in members}
         for rid in [r for r in slot_of if r not in present]:
             heapq.heappush(free, slot_of.pop(rid))

@@ -2,13 +2,13 @@
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished, meets_slo
-from analysis.style import COLORS, MAX_POINTS, downsample_max, empty_figure, is_empty, layout, mark_lines, num
+from analysis.style import (COLORS, MAX_POINTS, downsample_max, empty_figure, is_empty, layout, mark_lines,
+                            num)
 
 
 def queue_over_time(steps: pd.DataFrame, marks: pd.DataFrame | None = None) -> go.Figure:

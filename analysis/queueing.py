@@ -1,6 +1,6 @@
 """Queueing helpers for the queueing lab: the M/M/1 model and Little's Law on a real trace.
 
-Pure functions, no Streamlit, no engine. Times in seconds, rates per second.
+Pure functions over numbers and trace tables, no Streamlit. Times in seconds, rates per second.
 
 - M/M/1 (a model, not a measurement): one server, Poisson arrivals at rate lam, exponential
   service at rate mu. Mean time in system W = 1 / (mu - lam), finite only while lam < mu.
@@ -14,6 +14,9 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from analysis.frame_metrics import finished
+from analysis.style import num
 
 
 def mm1_time_in_system(lam, mu):
@@ -58,13 +61,10 @@ def littles_law(requests: pd.DataFrame) -> tuple[float, float, float, float]:
     L      = time-averaged number in system over [first arrival, last departure]
     lambda = requests / that window (arrival rate = throughput: the window starts and ends empty)
     W      = mean time in system (departure - arrival), i.e. mean E2E latency
-    Uses the columns arrival_s and finish_s (rows without a finish time are left out).
+    Uses the columns arrival_s and finish_s of the finished requests.
     """
-    df = requests
-    if "status" in df.columns:
-        df = df[df["status"] == "finished"]
-    a = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(dtype=float)
-    d = pd.to_numeric(df["finish_s"], errors="coerce").to_numpy(dtype=float)
+    df = finished(requests)
+    a, d = num(df, "arrival_s"), num(df, "finish_s")
     ok = ~(np.isnan(a) | np.isnan(d))
     a, d = a[ok], d[ok]
     if len(a) == 0:
@@ -86,9 +86,7 @@ def time_averaged_from_steps(steps: pd.DataFrame, t0: float, t1: float) -> float
     """
     if steps is None or len(steps) == 0 or t1 <= t0:
         return math.nan
-    start = pd.to_numeric(steps["t_start_s"], errors="coerce").to_numpy(dtype=float)
-    end = pd.to_numeric(steps["t_end_s"], errors="coerce").to_numpy(dtype=float)
-    n = (pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).to_numpy(dtype=float)
-         + pd.to_numeric(steps["running"], errors="coerce").fillna(0).to_numpy(dtype=float))
+    start, end = num(steps, "t_start_s"), num(steps, "t_end_s")
+    n = np.nan_to_num(num(steps, "waiting")) + np.nan_to_num(num(steps, "running"))
     dur = np.clip(np.minimum(end, t1) - np.maximum(start, t0), 0.0, None)
     return float((n * dur).sum() / (t1 - t0))

@@ -13,13 +13,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-
-
 MAX_POINTS = 1500  # most points a line trace gets; longer series are downsampled
-
-
 NO_DATA = "no data yet"
-
 
 # One hue per request (cycled); the darker shade marks a prefill step, the lighter a decode step.
 PALETTE = [
@@ -34,10 +29,7 @@ PALETTE = [
     ("#6b472b", "#d6b89c"),  # brown
     ("#394659", "#b3bfd1"),  # slate
 ]
-
-
 EMPTY_COLOR = "#e4e4e4"
-
 
 COLORS = {
     "waiting": "#d62728",
@@ -54,7 +46,6 @@ COLORS = {
     "kv": "#9467bd",
     "bad": "#d62728",
 }
-
 
 # metric column -> (label, time column it is plotted at, unit scale, unit)
 METRICS = {
@@ -157,9 +148,8 @@ def slo_line(value: float, label: str, vertical: bool = False) -> tuple[dict, di
                  xanchor="right", yanchor="bottom", font=font))
 
 
-MODEL_COLOR = "#555555"
+MODEL_COLOR = "#555555"  # a model's prediction, drawn beside the measurements
 PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
-
 SUBTITLE_WIDTH = 105   # characters per subtitle line: plotly does not wrap text by itself
 
 
@@ -174,6 +164,7 @@ def wrapped_layout(title: str, subtitle: str, *args, **kw) -> dict:
 
 
 def vline(x: float, text: str, color: str = "#444", dash: str = "dash") -> tuple[dict, dict]:
+    """A labelled vertical line at x (shape, annotation)."""
     return (dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
                  line=dict(color=color, width=1.5, dash=dash)),
             dict(x=x, y=1, xref="x", yref="paper", text=text, showarrow=False, xanchor="left",

@@ -2,17 +2,17 @@
 
 Steps never change once recorded, so their rows are converted once and kept: a refresh
 converts only the steps taken since the last one. Requests still running change every step
-and are read fresh from each snapshot. No Streamlit here.
+and are read fresh from each snapshot. Step members stay (request id, phase, tokens) tuples
+in the tables; they become "id:phase:n" text only in steps.csv. No Streamlit here.
 """
 from __future__ import annotations
 
-import csv
 import io
 from dataclasses import dataclass
 
 import pandas as pd
 
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_row
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_csv_row, step_row, write_csv
 
 MARK_COLUMNS = ["step", "t_s", "label"]
 
@@ -53,9 +53,7 @@ class TraceTables:
 
 def _csv(rows, columns) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
+    write_csv(buf, rows, columns)
     return buf.getvalue()
 
 
@@ -66,4 +64,4 @@ def requests_csv(snapshot) -> str:
 
 def steps_csv(snapshot) -> str:
     """steps.csv exactly as `python -m engine run` writes it."""
-    return _csv((step_row(s) for s in snapshot.steps), STEP_COLUMNS)
+    return _csv((step_csv_row(s) for s in snapshot.steps), STEP_COLUMNS)

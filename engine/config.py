@@ -28,8 +28,9 @@ class SchedulerPolicy:
         "decode_first", "Step priority",
         "Who fills a step's token budget first. decode_first: running requests take their next "
         "token (or chunk) first and waiting prompts get what is left, as vLLM v1 does. "
-        "prefill_first: waiting prompts are admitted and prefilled first, as in older engines "
-        "and transformers' prefill-first scheduler; decodes get what is left.",
+        "prefill_first: prompts go first (those part-way through a chunked prefill, then waiting "
+        "ones), as in older engines and transformers' prefill-first scheduler; decodes get what "
+        "is left.",
         choices=STEP_PRIORITIES)
     max_num_seqs: int = knob(
         16, "max_num_seqs (batch slots)",

@@ -10,11 +10,10 @@ from __future__ import annotations
 import bisect
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .clock import VirtualClock, WallClock
-from .config import EngineConfig, SchedulerPolicy
-from .executor import CostModelExecutor, Executor, ModelExecutor, StepCost
+from .config import SchedulerPolicy
+from .executor import Executor
 from .kv_cache import BlockPool
 from .request import Event, EventKind, Request, Status
 from .scheduler import Scheduler
@@ -200,22 +199,3 @@ class Engine:
             return ""
         return self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
 
-
-# ----- building engines -----
-
-def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None) -> Engine:
-    """The real engine: the model on its device, a wall clock. Pass `model` to reuse a loaded one."""
-    from .model import load_model
-    model = model or load_model(config.model, config.device, config.dtype)
-    pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
-    executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
-    max_len = min(config.max_model_len, model.max_model_len)
-    return Engine(executor, WallClock(), policy, pool, max_len, model.tokenizer, model.eos_token_id)
-
-
-def build_cost_model_engine(config: EngineConfig, policy: SchedulerPolicy,
-                            cost: StepCost | None = None) -> Engine:
-    """The same scheduler under a virtual clock and a step-time formula: no model, instant."""
-    clock = VirtualClock()
-    pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
-    return Engine(CostModelExecutor(clock, cost), clock, policy, pool, config.max_model_len)

@@ -51,8 +51,8 @@ class ModelExecutor:
 class StepCost:
     """step_ms = fixed + per_token * tokens + per_seq * sequences + per_context * context tokens read.
 
-    The defaults are a rough fit to SmolLM2-135M in fp32 on a 2-core CPU; `fit()` refits
-    them from a real run's steps so the cost model tracks the machine it runs on.
+    The parameters are set by hand, roughly matching SmolLM2-135M in fp32 on a 2-core CPU.
+    Fitting them to a machine's measured steps (a calibrated simulator) is future work.
     """
     fixed_ms: float = 20.0
     per_token_ms: float = 0.9

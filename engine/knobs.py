@@ -46,7 +46,8 @@ class Knob:
             return "one of " + ", ".join(self.choices)
         if self.kind == "bool":
             return "true or false"
-        return f"{self.lo:g}–{self.hi:g}" + (f" {self.unit}" if self.unit else "")
+        number = "{:,}" if self.kind == "int" else "{:g}"
+        return f"{number.format(self.lo)}–{number.format(self.hi)}" + (f" {self.unit}" if self.unit else "")
 
     def check(self, value) -> None:
         """Raise ValueError naming the field, the value and the allowed range if `value` is not allowed."""

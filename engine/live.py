@@ -9,20 +9,18 @@ still connected?") turns false, so a closed or reloaded tab leaves nothing runni
 """
 from __future__ import annotations
 
-import random
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
-from .clock import VirtualClock, WallClock
+from .arrivals import ArrivalFeed
+from .build import build_engine
+from .clock import VirtualClock
 from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine, PolicyMark, StepRecord
-from .executor import CostModelExecutor, ModelExecutor
-from .kv_cache import BlockPool
+from .engine import PolicyMark, StepRecord
 from .metrics import SLO, request_row, summarize
-from .request import Request, Status
-from .workload import PromptMaker, WorkloadSpec, tenant_name
+from .workload import PromptMaker, WorkloadSpec
 
 THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About page counts them)
 
@@ -41,64 +39,13 @@ class Snapshot:
     message: str = ""
 
 
-class ArrivalFeed:
-    """Draws arrivals on the fly from the current WorkloadSpec; a new spec applies from now on."""
-
-    def __init__(self, spec: WorkloadSpec, prompts: PromptMaker | None):
-        self.prompts = prompts
-        self.count = 0
-        self.set_spec(spec, 0.0)
-
-    def set_spec(self, spec: WorkloadSpec, now_s: float) -> None:
-        self.spec = spec.validate()
-        self.rng = random.Random(f"{spec.seed}-{self.count}")
-        self.next_s = now_s + self._gap() if spec.rate > 0 else now_s
-
-    def _gap(self) -> float:
-        s = self.spec
-        shape = 1.0 / s.burstiness ** 2
-        return self.rng.gammavariate(shape, 1.0 / (s.rate * shape))
-
-    @property
-    def exhausted(self) -> bool:
-        return self.count >= self.spec.num_requests
-
-    def due(self, now_s: float) -> list[Request]:
-        """Requests arriving up to `now_s` (rate 0 = the rest of the workload, all at once)."""
-        out = []
-        while not self.exhausted and self.next_s <= now_s:
-            out.append(self._make(self.next_s))
-            if self.spec.rate > 0:
-                self.next_s += self._gap()
-        return out
-
-    def _make(self, t: float) -> Request:
-        s, rng, i = self.spec, self.rng, self.count
-        self.count += 1
-        plen, olen = s.prompt_len.draw(rng, i), s.output_len.draw(rng, i)
-        t_idx = 0 if s.tenants == 1 or rng.random() < 0.5 else rng.randint(1, s.tenants - 1)
-        ids = self.prompts.make(plen, rng) if self.prompts else [rng.randint(100, 30000) for _ in range(plen)]
-        return Request(id=f"r{i}", prompt_token_ids=ids, max_new_tokens=olen, arrival_s=t,
-                       tenant=tenant_name(t_idx), priority=t_idx)
-
-
 class LiveRun:
     def __init__(self, policy: SchedulerPolicy, spec: WorkloadSpec, model=None,
                  config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600):
         """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock)."""
         self.config = config or EngineConfig()
-        pool = BlockPool(self.config.kv_pool_tokens // self.config.block_size, self.config.block_size)
-        policy = replace(policy, kv_capacity_tokens=min(policy.kv_capacity_tokens, self.config.kv_pool_tokens))
-        if model is None:
-            clock = VirtualClock()
-            executor, tokenizer, eos, max_len = CostModelExecutor(clock), None, None, self.config.max_model_len
-        else:
-            clock = WallClock()
-            executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
-            tokenizer, eos = model.tokenizer, model.eos_token_id
-            max_len = min(self.config.max_model_len, model.max_model_len)
-        self.engine = Engine(executor, clock, policy, pool, max_len, tokenizer, eos)
-        self.feed = ArrivalFeed(spec, PromptMaker(tokenizer) if tokenizer else None)
+        self.engine = build_engine(self.config, policy, model)
+        self.feed = ArrivalFeed(spec, PromptMaker(model.tokenizer) if model is not None else None)
         self.is_alive = is_alive
         self.idle_timeout_s = idle_timeout_s
         self.state = "idle"

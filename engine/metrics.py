@@ -1,13 +1,26 @@
-"""Metrics with the definitions vLLM's benchmarks use (and the UI prints).
+"""Every number the lab reports about a run, defined once, for a finished run and a live one.
 
+Per request (vLLM's benchmark definitions; seconds on the engine's clock):
   TTFT  = first token time - arrival time
-  TPOT  = (E2E - TTFT) / (output_tokens - 1), only for requests with more than one token
+  TPOT  = (E2E - TTFT) / (output tokens - 1), for finished requests with more than one token
   ITL   = every gap between consecutive tokens of a request, pooled over requests
-  E2E   = last token time - arrival time
+  E2E   = finish time - arrival time, for finished requests
   queue = first scheduled time - arrival time
-  output throughput = output tokens / duration
-  goodput = requests that met every SLO that is set (TTFT, TPOT, E2E) / duration
-Percentiles are reported as mean, p50, p90, p95, p99.
+Over a run, or over the part of it run so far:
+  duration           = first arrival to the end of the last step (or the last finish, if later)
+  output throughput  = output tokens made by every request, finished or not / duration
+  request throughput = finished requests / duration
+  goodput            = finished requests that met every SLO that is set (TTFT, TPOT, E2E) / duration
+  percentiles        = mean, p50, p90, p95, p99 over finished requests (linear interpolation)
+  wasted slot-steps  = over every step that ran something, the batch slots left empty, summed
+
+The per-request values are worked out from Request objects once, when a request becomes a row
+of requests.csv (`request_row`). The run's numbers are worked out from tables of those rows
+(`run_totals`, `finished_values`): the CLI's summary, built from the engine's Request objects,
+and a page's headline, built from a DataFrame of the same rows, agree at every moment.
+
+A table here is anything that maps a column name to its values: a pandas DataFrame, or a dict
+of lists. Missing values (None, NaN) are left out of every sum and percentile.
 """
 from __future__ import annotations
 
@@ -20,12 +33,33 @@ from dataclasses import asdict, dataclass
 from .request import Request, Status
 
 PERCENTILES = (50, 90, 95, 99)
+FINISHED = Status.FINISHED.value
 
 REQUEST_COLUMNS = ["id", "tenant", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
                    "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
                    "preemptions", "status", "error", "output_token_ids", "output_text"]
 STEP_COLUMNS = ["step", "t_start_s", "t_end_s", "waiting", "running", "prefill_tokens",
                 "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted", "error"]
+
+DEFINITIONS = """
+Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
+
+- **TTFT** (time to first token) = first token time − arrival time.
+- **TPOT** (time per output token) = (E2E − TTFT) / (output tokens − 1), for requests with more
+  than one output token.
+- **ITL** (inter-token latency) = a gap between two consecutive tokens of one request.
+- **E2E** (end-to-end latency) = last token time − arrival time.
+- **Queue time** = first scheduled time − arrival time.
+- **Duration** = first arrival to the end of the last step.
+- **Output throughput** = output tokens made, by every request / duration.
+- **Goodput** = finished requests that met every SLO target set / duration.
+- **pNN** = the value NN% of finished requests stay at or under (p50 = median).
+- **Wasted slot-steps** = over every step that ran something, the batch slots (`max_num_seqs`)
+  left empty, summed. A step with 8 slots and 5 requests wastes 3.
+"""
+
+
+# ----------------------------------------------------------------------------- per request
 
 
 def ttft(r: Request) -> float | None:
@@ -52,22 +86,9 @@ def itls(requests) -> list[float]:
     return [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), without numpy."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def distribution(values: list[float]) -> dict[str, float]:
-    vals = [v for v in values if v is not None]
-    out = {"mean": sum(vals) / len(vals) if vals else math.nan}
-    out.update({f"p{q}": percentile(vals, q) for q in PERCENTILES})
-    return out
+def measured(value) -> bool:
+    """False for a value that is missing: not measured yet (None, an empty cell: NaN) or undefined."""
+    return value is not None and value == value
 
 
 @dataclass(slots=True)
@@ -76,50 +97,128 @@ class SLO:
     tpot_s: float | None = None
     e2e_s: float | None = None
 
-    def met(self, r: Request) -> bool:
-        if r.status is not Status.FINISHED:
+    def met_by(self, status: str, ttft_s, tpot_s, e2e_s) -> bool:
+        """A finished request meets the SLO when every target that is set holds; a value that
+        is undefined (the TPOT of a one-token request) passes its check."""
+        if status != FINISHED:
             return False
-        checks = ((self.ttft_s, ttft(r)), (self.tpot_s, tpot(r)), (self.e2e_s, e2e(r)))
-        return all(limit is None or value is None or value <= limit for limit, value in checks)
+        checks = ((self.ttft_s, ttft_s), (self.tpot_s, tpot_s), (self.e2e_s, e2e_s))
+        return all(limit is None or not measured(value) or value <= limit for limit, value in checks)
+
+    def met(self, r: Request) -> bool:
+        return self.met_by(r.status.value, ttft(r), tpot(r), e2e(r))
+
+    def met_rows(self, requests) -> list[bool]:
+        """met_by for every row of a requests table."""
+        cols = [column(requests, c) for c in ("status", "ttft_s", "tpot_s", "e2e_s")]
+        return [self.met_by(*row) for row in zip(*cols)]
+
+
+# ----------------------------------------------------------------------------- over a run
+
+
+def column(table, name: str) -> list:
+    """A table's column as a list; a column the table lacks reads as missing values (None)."""
+    if table is None:
+        return []
+    if name in table:
+        values = table[name]
+        return values.tolist() if hasattr(values, "tolist") else list(values)   # a pandas column: fast
+    first = next(iter(table), None)
+    return [] if first is None else [None] * len(table[first])
+
+
+def percentile(values, q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of the measured values; NaN if none."""
+    xs = sorted(v for v in values if measured(v))
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def distribution(values) -> dict[str, float]:
+    vals = [v for v in values if measured(v)]
+    out = {"mean": sum(vals) / len(vals) if vals else math.nan}
+    out.update({f"p{q}": percentile(vals, q) for q in PERCENTILES})
+    return out
+
+
+def finished_values(requests, name: str) -> list[float]:
+    """The measured values of one column over the finished requests of a table."""
+    return [v for v, s in zip(column(requests, name), column(requests, "status"))
+            if s == FINISHED and measured(v)]
 
 
 def duration(requests, steps) -> float:
-    """The run's span: first arrival to the end of the last step."""
-    arrivals = [r.arrival_s for r in requests]
-    if not steps or not arrivals:
+    """Seconds from the first arrival to the end of the last step, or to the last finish if that
+    comes later (a table with no steps); 0.0 while there is nothing to measure."""
+    arrivals = [t for t in column(requests, "arrival_s") if measured(t)]
+    ends = [t for t in column(steps, "t_end_s") if measured(t)] + finished_values(requests, "finish_s")
+    if not arrivals or not ends:
         return 0.0
-    return max(steps[-1].t_end_s - min(arrivals), 1e-9)
+    return max(0.0, max(ends) - min(arrivals))
+
+
+def per_second(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else math.nan
+
+
+def run_totals(requests, steps, slo: SLO | None = None) -> dict:
+    """Duration, output tokens, finished requests, and the throughputs and goodput they give."""
+    span = duration(requests, steps)
+    tokens = int(sum(n for n in column(requests, "output_tokens") if measured(n)))
+    finished = sum(s == FINISHED for s in column(requests, "status"))
+    good = sum((slo or SLO()).met_rows(requests))
+    return {"duration_s": span, "output_tokens": tokens, "finished": finished,
+            "output_throughput_tok_s": per_second(tokens, span),
+            "request_throughput_req_s": per_second(finished, span),
+            "goodput_req_s": per_second(good, span)}
+
+
+def wasted_slot_steps(members, max_slots: int) -> int:
+    """Empty batch slots summed over every step that ran at least one sequence.
+
+    `members` holds each step's members. Idle steps are not counted: an engine with no work is
+    not wasting its batch.
+    """
+    return sum(max_slots - n for n in map(len, members) if 0 < n < max_slots)
 
 
 def summarize(requests, steps, slo: SLO | None = None) -> dict:
-    requests = list(requests)
-    slo = slo or SLO()
-    finished = [r for r in requests if r.status is Status.FINISHED]
-    span = duration(requests, steps)
-    out_tokens = sum(len(r.output_token_ids) for r in requests)
-    busy = sum(s.t_end_s - s.t_start_s for s in steps)
+    """summary.json: the run's numbers from its Request objects and StepRecords."""
+    requests, steps, slo = list(requests), list(steps), slo or SLO()
+    rows = [request_row(r) for r in requests]
+    table = {c: [row[c] for row in rows] for c in REQUEST_COLUMNS}
+    totals = run_totals(table, {"t_end_s": [s.t_end_s for s in steps]}, slo)
+    step_s = [s.t_end_s - s.t_start_s for s in steps]
     return {
         "requests": len(requests),
-        "finished": len(finished),
+        "finished": totals["finished"],
         "rejected": sum(r.status is Status.REJECTED for r in requests),
         "failed": sum(r.status is Status.FAILED for r in requests),
         "preemptions": sum(r.preemptions for r in requests),
         "steps": len(steps),
-        "duration_s": span,
-        "busy_s": busy,
-        "output_tokens": out_tokens,
-        "prompt_tokens": sum(r.prompt_tokens for r in finished),
-        "output_throughput_tok_s": out_tokens / span if span else 0.0,
-        "request_throughput_req_s": len(finished) / span if span else 0.0,
-        "goodput_req_s": sum(slo.met(r) for r in finished) / span if span else 0.0,
+        "duration_s": totals["duration_s"],
+        "busy_s": sum(step_s),
+        "output_tokens": totals["output_tokens"],
+        "prompt_tokens": sum(finished_values(table, "prompt_tokens")),
+        "output_throughput_tok_s": totals["output_throughput_tok_s"],
+        "request_throughput_req_s": totals["request_throughput_req_s"],
+        "goodput_req_s": totals["goodput_req_s"],
         "slo": asdict(slo),
-        "ttft_s": distribution([ttft(r) for r in finished]),
-        "tpot_s": distribution([tpot(r) for r in finished]),
-        "itl_s": distribution(itls(finished)),
-        "e2e_s": distribution([e2e(r) for r in finished]),
-        "queue_s": distribution([queue_time(r) for r in finished]),
-        "step_ms": distribution([(s.t_end_s - s.t_start_s) * 1000 for s in steps]),
+        "ttft_s": distribution(finished_values(table, "ttft_s")),
+        "tpot_s": distribution(finished_values(table, "tpot_s")),
+        "itl_s": distribution(itls(r for r in requests if r.status is Status.FINISHED)),
+        "e2e_s": distribution(finished_values(table, "e2e_s")),
+        "queue_s": distribution(finished_values(table, "queue_s")),
+        "step_ms": distribution([1000 * s for s in step_s]),
     }
+
+
+# ----------------------------------------------------------------------------- rows and files
 
 
 def request_row(r: Request) -> dict:
@@ -135,21 +234,33 @@ def request_row(r: Request) -> dict:
 
 
 def step_row(s) -> dict:
-    row = {k: getattr(s, k) for k in STEP_COLUMNS if k != "members"}
-    row["members"] = " ".join(f"{rid}:{phase}:{n}" for rid, phase, n in s.members)
-    return row
+    """A StepRecord as a row of the steps table; members stay (request id, phase, tokens) tuples."""
+    return {k: getattr(s, k) for k in STEP_COLUMNS}
+
+
+def members_text(members) -> str:
+    """Members as steps.csv writes them: "r3:prefill:128 r7:decode:1"."""
+    return " ".join(f"{rid}:{phase}:{n}" for rid, phase, n in members)
+
+
+def step_csv_row(s) -> dict:
+    """A StepRecord as a line of steps.csv."""
+    return {**step_row(s), "members": members_text(s.members)}
+
+
+def write_csv(f, rows, columns: list[str]) -> None:
+    """Rows (dicts) as CSV with `columns` in order; any other keys are left out."""
+    w = csv.DictWriter(f, columns, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
 
 
 def write_run(out_dir: str, requests, steps, summary: dict) -> None:
     """requests.csv, steps.csv and summary.json, as the CLI contract specifies."""
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "requests.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, REQUEST_COLUMNS)
-        w.writeheader()
-        w.writerows(request_row(r) for r in requests)
+        write_csv(f, (request_row(r) for r in requests), REQUEST_COLUMNS)
     with open(os.path.join(out_dir, "steps.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, STEP_COLUMNS)
-        w.writeheader()
-        w.writerows(step_row(s) for s in steps)
+        write_csv(f, (step_csv_row(s) for s in steps), STEP_COLUMNS)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=str)

@@ -3,12 +3,18 @@
 Pure Python, no torch: the same code drives the real model and the cost model.
 
 Every step, in `continuous` mode (iteration-level batching, as in vLLM v1):
-  1. running requests go first: each gets its next prefill chunk or one decode token,
-     while the token budget lasts; if the KV pool is out of blocks, the most recently
-     admitted request (or, under `priority`, the least important one) is preempted:
-     its blocks are freed and it goes back to the front of the waiting queue (recompute).
-  2. waiting requests fill what is left, in the policy's order, while there is a free
-     slot (max_num_seqs), budget (max_num_batched_tokens) and KV blocks.
+  - running requests each get their next prefill chunk or one decode token, while the token
+    budget lasts; if the KV pool is out of blocks, the most recently admitted request (or,
+    under `priority`, the least important one) is preempted: its blocks are freed and it
+    goes back to the front of the waiting queue (recompute).
+  - waiting requests are admitted in the policy's order, while there is a free slot
+    (max_num_seqs), budget (max_num_batched_tokens) and KV blocks.
+`step_priority` says which of the two fills the token budget first:
+  - decode_first (vLLM v1): running requests first, waiting ones get what is left, and
+    nobody is admitted in a step that had to preempt.
+  - prefill_first (older engines, transformers' prefill-first scheduler): prompt work first
+    (prompts already being prefilled in chunks, then waiting prompts, admitted), and decoding
+    requests get what is left; a preemption never throws out a prompt admitted in that step.
 In `static` mode (request-level batching) nobody joins a batch in flight: a new batch is
 formed only when the previous one has fully finished, and only once max_num_seqs
 requests wait or the oldest has waited max_wait_ms.
@@ -123,12 +129,17 @@ class Scheduler:
                 plan.note = (f"static batch forming: {len(self.waiting)}/{p.max_num_seqs} waiting, "
                              f"oldest {oldest_wait_ms:.0f}/{p.max_wait_ms:.0f} ms")
 
-        # 1. running requests first.
-        budget = self._schedule_running(plan, budget)
-
-        # 2. waiting requests fill what is left (not in a step that had to preempt, as in vLLM).
-        if admit and not plan.preempted:
-            self._admit_waiting(plan, budget, now_s)
+        running = list(self.running)             # admitted before this step
+        if p.step_priority == "prefill_first":
+            prompts = [r for r in running if r.in_prefill]
+            budget = self._schedule_running(plan, budget, prompts, running)
+            if admit and not plan.preempted:
+                budget = self._admit_waiting(plan, budget, now_s)
+            self._schedule_running(plan, budget, [r for r in running if not r.in_prefill], running)
+        else:
+            budget = self._schedule_running(plan, budget, running, running)
+            if admit and not plan.preempted:     # as in vLLM: no admissions in a step that preempted
+                self._admit_waiting(plan, budget, now_s)
 
         for c in plan.chunks:
             self.tenant_service[c.request.tenant] += c.num_tokens
@@ -136,10 +147,14 @@ class Scheduler:
         assert plan.num_tokens <= p.max_num_batched_tokens
         return plan
 
-    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
-        scheduled: dict[Request, ScheduledChunk] = {}
-        for req in list(self.running):
-            if len(scheduled) >= self.policy.max_num_seqs:
+    def _schedule_running(self, plan: StepPlan, budget: int, requests: list[Request],
+                          running: list[Request]) -> int:
+        """The next chunk or token of each of `requests`; returns the budget left. When the KV
+        pool is full, a victim is preempted among `running` (the requests admitted before this
+        step), so a prompt admitted in this very step is never thrown out again."""
+        admitted_before = set(running)
+        for req in requests:
+            if len(plan.chunks) >= self.policy.max_num_seqs:
                 break                                   # max_num_seqs was lowered: the rest pause
             if req.status is not Status.RUNNING:        # preempted earlier in this step
                 continue
@@ -147,22 +162,20 @@ class Scheduler:
             if n == 0:
                 continue
             while not self.pool.can_allocate(req, n):
-                victim = self._pick_victim()
-                if victim in scheduled:                 # give back what it was granted
-                    budget += scheduled.pop(victim).num_tokens
-                self._preempt(victim, plan)
+                victim = self._pick_victim([r for r in self.running if r in admitted_before])
+                budget += self._preempt(victim, plan)
                 if victim is req:
                     break
             if req.status is not Status.RUNNING:        # it had to preempt itself
                 continue
             self.pool.allocate(req, n)
             phase = "decode" if (n == 1 and req.output_token_ids and req.remaining_tokens == 1) else "prefill"
-            scheduled[req] = ScheduledChunk(req, req.num_computed_tokens, n, phase)
+            plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, phase))
             budget -= n
-        plan.chunks.extend(scheduled.values())
         return budget
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> None:
+    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> int:
+        """Admit waiting requests in the policy's order; returns the budget left."""
         p = self.policy
         admitted: set[Request] = set()
         slots = p.max_num_seqs - len(self.running)
@@ -192,6 +205,7 @@ class Scheduler:
                 budget -= n
         if admitted:
             self.waiting = [r for r in self.waiting if r not in admitted]
+        return budget
 
     # ----- helpers -----
 
@@ -212,12 +226,16 @@ class Scheduler:
             return budget   # admitted before the budget shrank below it: chunk rather than stall forever
         return 0
 
-    def _pick_victim(self) -> Request:
+    def _pick_victim(self, candidates: list[Request]) -> Request:
         if self.policy.order == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
-        return self.running[-1]
+            return max(candidates, key=lambda r: (r.priority, r.arrival_s))
+        return candidates[-1]
 
-    def _preempt(self, req: Request, plan: StepPlan) -> None:
+    def _preempt(self, req: Request, plan: StepPlan) -> int:
+        """Back to the front of the queue, its KV freed; returns the tokens it had been granted
+        in this step, which go back to the budget."""
+        granted = sum(c.num_tokens for c in plan.chunks if c.request is req)
+        plan.chunks = [c for c in plan.chunks if c.request is not req]
         self.running.remove(req)
         self.pool.free(req)
         req.num_computed_tokens = 0
@@ -226,6 +244,7 @@ class Scheduler:
         req.was_preempted = True
         self.waiting.insert(0, req)
         plan.preempted.append(req)
+        return granted
 
     def _never_fits(self, req: Request, p: SchedulerPolicy) -> str:
         if req.prompt_tokens == 0:

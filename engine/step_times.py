@@ -1,7 +1,9 @@
-"""Time a few real decode steps of a loaded model on this machine (for the About page).
+"""Timing the real model on this machine: how long a decode step takes at each batch size.
 
-Runs the real engine (packed forward, paged KV) on stand-in prompts: for each batch size,
-prefill the batch, then time the decode steps that follow and report their median.
+Both measurements run the real forward (packed, over the paged KV cache) on stand-in prompts.
+`measure_step_times` runs whole engine runs and reads their step records (the About page);
+`measure_batch_scaling` drives the executor by hand, one decode step at a time, for the
+"why batch" lab.
 """
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import random
 import statistics
 import time
 
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.engine import build_engine
-from engine.request import Request
+from .build import build_engine
+from .config import EngineConfig, SchedulerPolicy
+from .kv_cache import blocks_for
+from .request import Request
+from .scheduler import ScheduledChunk, StepPlan
 
 BATCH_SIZES = (1, 8, 32)
 PROMPT_TOKENS = 32
@@ -41,3 +45,41 @@ def measure_step_times(model, batch_sizes=BATCH_SIZES, decode_steps: int = DECOD
             prefill = next((s.duration_s * 1000 for s in engine.steps if s.prefill_tokens), None)
     return {"decode_ms": decode, "prefill_ms": prefill, "prompt_tokens": PROMPT_TOKENS,
             "seconds": time.perf_counter() - t0}
+
+
+def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, steps: int = 4,
+                          progress=None) -> list[dict]:
+    """Decode-step time against batch size on the real model: `batch` sequences of `context` tokens,
+    each generating one token per step. The heart of "why batch"."""
+    rows = []
+    block_size = EngineConfig().block_size
+    pool_tokens = max(batch_sizes) * blocks_for(context + steps + 1, block_size) * block_size
+    engine = build_engine(EngineConfig(model=model.name, kv_pool_tokens=pool_tokens),
+                          SchedulerPolicy(kv_capacity_tokens=pool_tokens), model)
+    pool, executor = engine.pool, engine.executor
+    for i, b in enumerate(batch_sizes):
+        reqs = [Request(f"b{j}", [100 + (j * 7 + k) % 5000 for k in range(context)], steps + 1) for j in range(b)]
+        for r in reqs:
+            pool.allocate(r, context + steps + 1)
+        # prefill once (not timed), then time the decode steps
+        executor.execute(StepPlan([ScheduledChunk(r, 0, context, "prefill") for r in reqs]))
+        for r in reqs:
+            r.num_computed_tokens = context
+            r.output_token_ids.append(1)
+        times = []
+        for _ in range(steps):
+            plan = StepPlan([ScheduledChunk(r, r.num_computed_tokens, 1, "decode") for r in reqs])
+            t0 = time.perf_counter()
+            toks = executor.execute(plan)
+            times.append(time.perf_counter() - t0)
+            for r in reqs:
+                r.num_computed_tokens += 1
+                r.output_token_ids.append(toks[r])
+        for r in reqs:
+            pool.free(r)
+        step_s = sorted(times)[len(times) // 2]
+        rows.append({"batch": b, "step_ms": step_s * 1000, "tokens_per_s": b / step_s,
+                     "ms_per_token": step_s * 1000 / b})
+        if progress is not None:
+            progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
+    return rows

@@ -1,8 +1,9 @@
 """Workloads: when requests arrive, how long their prompts and outputs are, who sends them.
 
-Everything is drawn from one seeded random generator, so a seed reproduces a run.
-Prompts are real questions and tasks from assets/prompts.jsonl with the model's chat
-template applied, cut or extended to the drawn length so a "256-token prompt" is exactly that.
+The requests themselves are drawn by engine.arrivals from one seeded random generator, so a
+seed reproduces a run. Prompts are real questions and tasks from assets/prompts.jsonl with the
+model's chat template applied, cut or extended to the drawn length so a "256-token prompt" is
+exactly that.
 """
 from __future__ import annotations
 
@@ -134,18 +135,6 @@ def tenant_name(i: int) -> str:
     return "tenant-" + "abcdefghijklmnopqrstuvwxyz"[i % 26] + ("" if i < 26 else str(i // 26))
 
 
-def arrival_times(spec: WorkloadSpec, rng: random.Random) -> list[float]:
-    """Gamma-distributed gaps with mean 1/rate; shape 1/burstiness² (shape 1 = exponential = Poisson)."""
-    if spec.rate == 0:
-        return [spec.start_s] * spec.num_requests
-    shape = 1.0 / spec.burstiness ** 2
-    t, out = spec.start_s, []
-    for _ in range(spec.num_requests):
-        t += rng.gammavariate(shape, 1.0 / (spec.rate * shape))
-        out.append(t)
-    return out
-
-
 class PromptMaker:
     """Builds chat-templated prompts of an exact token length from the project's prompt set."""
 
@@ -168,28 +157,6 @@ class PromptMaker:
         while len(content) < need:
             content += rng.choice(self.texts) + self.separator
         return self.prefix + content[:need] + self.suffix
-
-
-def build_requests(spec: WorkloadSpec, prompts: PromptMaker | None = None) -> list[Request]:
-    """Draw a workload. Without a PromptMaker the prompt ids are stand-ins (for the cost model)."""
-    spec.validate()
-    rng = random.Random(spec.seed)
-    n = spec.num_requests
-    arrivals = arrival_times(spec, rng)
-    prompt_lens = spec.prompt_len.sample(rng, n)
-    output_lens = spec.output_len.sample(rng, n)
-    reqs = []
-    for i in range(n):
-        if spec.tenants == 1:
-            t = 0
-        else:  # tenant-a is the heavy one: half the traffic
-            t = 0 if rng.random() < 0.5 else rng.randint(1, spec.tenants - 1)
-        ids = (prompts.make(prompt_lens[i], rng) if prompts
-               else [rng.randint(100, 30000) for _ in range(prompt_lens[i])])
-        reqs.append(Request(id=f"{spec.id_prefix}{i}", prompt_token_ids=ids,
-                            max_new_tokens=output_lens[i], arrival_s=arrivals[i],
-                            tenant=tenant_name(t), priority=t))
-    return reqs
 
 
 def request_to_json(r: Request) -> dict:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playground.knobs import KNOBS
-from playground.setup import Setup
+from playground.setup import KNOBS, Setup
 
 
 @dataclass(frozen=True, slots=True)

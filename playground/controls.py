@@ -1,21 +1,33 @@
 """The Playground's sidebar: presets, workload, policy and SLO widgets, and the link.
 
-Widgets are drawn from playground.knobs (labels, ranges, help). Their values live in
-st.session_state under "pg_<knob>"; on a session's first run they are filled from the
-page's query parameters, and after every run the query parameters are rewritten from
-them, so the address bar always holds a link that reproduces the setup.
+Widgets are drawn from the knobs (playground.setup.KNOBS: label, range, help), one per
+knob, chosen by its kind: a slider for a number, a toggle for true/false, buttons or a
+dropdown for a choice. A new knob on WorkloadSpec or SchedulerPolicy appears here by
+itself. Only the special cases are named below.
+
+Widget values live in st.session_state under "pg_<knob>"; on a session's first run they are
+filled from the page's query parameters, and after every run the query parameters are
+rewritten from them, so the address bar always holds a link that reproduces the setup.
 """
 from __future__ import annotations
 
 import streamlit as st
 
-from playground.knobs import KNOBS
-from playground.setup import Setup
+from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 
 PREFIX = "pg_"
-RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}
 CUSTOM = "custom"
+
+# The special cases. Two knobs share one from–to slider:
+RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}
+RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output tokens (from – to)"}
+IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
+# SLO targets judge a run rather than steer it: they get their own section.
+SLO_TARGETS = ("ttft_slo_s", "tpot_slo_s")
+# A knob that only matters when another knob has a given value is greyed out otherwise.
+ONLY_WHEN = {"max_wait_ms": ("mode", "static"),
+             "long_prefill_token_threshold": ("enable_chunked_prefill", True)}
 
 
 def _key(name: str) -> str:
@@ -25,9 +37,8 @@ def _key(name: str) -> str:
 def load_setup(setup: Setup) -> None:
     """Put a setup into the widgets' state (before the widgets are drawn)."""
     values = setup.to_dict()
-    in_ranges = {name for pair in RANGES.values() for name in pair}
     for name, value in values.items():
-        if name not in in_ranges:
+        if name not in IN_RANGE:
             st.session_state[_key(name)] = value
     for rng, (lo, hi) in RANGES.items():
         st.session_state[_key(rng + "_len")] = (values[lo], values[hi])
@@ -38,7 +49,7 @@ def current_setup() -> Setup:
     """The setup the widgets hold now."""
     s = st.session_state
     values = {}
-    for name in Setup.__dataclass_fields__:
+    for name in KNOBS:
         if _key(name) in s:
             values[name] = s[_key(name)]
     for rng, (lo, hi) in RANGES.items():
@@ -70,26 +81,55 @@ def _apply_preset() -> None:
         load_setup(PRESETS[pid].setup.changed(seed=seed))
 
 
-def _slider(name: str, disabled: bool = False, fmt: str | None = None):
-    k = KNOBS[name]
-    num = float if k.kind == "float" else int
-    return st.slider(k.label, min_value=num(k.lo), max_value=num(k.hi), step=num(k.step),
-                     key=_key(name), help=k.help, disabled=disabled, format=fmt)
+def _number_format(step: float) -> str:
+    """A float slider shows as many decimals as its step has: 0.25 -> "%.2f", 50 -> "%.0f"."""
+    decimals = len(f"{step:g}".partition(".")[2])
+    return f"%.{decimals}f"
 
 
-def _range(rng: str):
-    lo, hi = RANGES[rng]
-    a, b = KNOBS[lo], KNOBS[hi]
-    label = "Prompt tokens (from – to)" if rng == "prompt" else "Output tokens (from – to)"
-    return st.slider(label, min_value=int(a.lo), max_value=int(b.hi), step=int(a.step),
-                     key=_key(rng + "_len"), help=f"{a.help} {b.help}")
+def _widget(name: str) -> None:
+    """The widget for one knob, chosen by its kind."""
+    k, key = KNOBS[name], _key(name)
+    disabled = False
+    if name in ONLY_WHEN:
+        other, needed = ONLY_WHEN[name]
+        disabled = st.session_state.get(_key(other)) != needed
+    if k.kind == "bool":
+        st.toggle(k.label, key=key, help=k.help, disabled=disabled)
+    elif k.kind == "choice" and len(k.choices) <= 2:
+        st.radio(k.label, k.choices, key=key, help=k.help, horizontal=True, disabled=disabled)
+    elif k.kind == "choice":
+        st.selectbox(k.label, k.choices, key=key, help=k.help, disabled=disabled)
+    elif k.kind == "int":
+        st.slider(k.label, min_value=int(k.lo), max_value=int(k.hi), step=int(k.step), key=key,
+                  help=k.help, disabled=disabled)
+    else:
+        st.slider(k.label, min_value=float(k.lo), max_value=float(k.hi), step=float(k.step),
+                  key=key, help=k.help, disabled=disabled, format=_number_format(k.step))
 
 
-def _select(name: str, horizontal: bool = False):
-    k = KNOBS[name]
-    if horizontal:
-        return st.radio(k.label, k.choices, key=_key(name), help=k.help, horizontal=True)
-    return st.selectbox(k.label, k.choices, key=_key(name), help=k.help)
+def _range(rng: str) -> None:
+    lo, hi = (KNOBS[name] for name in RANGES[rng])
+    st.slider(RANGE_LABELS[rng], min_value=int(lo.lo), max_value=int(hi.hi), step=int(lo.step),
+              key=_key(rng + "_len"), help=f"{lo.help} {hi.help}")
+
+
+def _seed() -> None:
+    k = KNOBS["seed"]
+    st.number_input(k.label, min_value=int(k.lo), max_value=int(k.hi), step=1, key=_key("seed"),
+                    help=k.help)
+
+
+def _widgets(names) -> None:
+    """One widget per knob, in the order the dataclass declares them."""
+    for name in names:
+        if name == "seed":
+            _seed()
+        elif name in IN_RANGE:
+            if name == RANGES[IN_RANGE[name]][0]:    # drawn once, where its 'from' knob stands
+                _range(IN_RANGE[name])
+        else:
+            _widget(name)
 
 
 def sidebar() -> Setup:
@@ -108,37 +148,15 @@ def sidebar() -> Setup:
 
         with st.expander("Workload", expanded=True):
             st.caption("Changes apply to requests arriving from now on.")
-            _slider("rate", fmt="%.1f")
-            _slider("burstiness", fmt="%.2f")
-            _select("prompt_kind")
-            _range("prompt")
-            _select("output_kind")
-            _range("output")
-            _slider("tenants")
-            _slider("num_requests")
-            k = KNOBS["seed"]
-            st.number_input(k.label, min_value=int(k.lo), max_value=int(k.hi), step=1,
-                            key=_key("seed"), help=k.help)
+            _widgets(WORKLOAD_KNOBS)
 
         with st.expander("Policy", expanded=True):
             st.caption("Changes apply to the running engine at its next step.")
-            _select("mode", horizontal=True)
-            static = st.session_state.get(_key("mode")) == "static"
-            _slider("max_num_seqs")
-            _slider("max_wait_ms", disabled=not static, fmt="%.0f")
-            _slider("max_num_batched_tokens")
-            k = KNOBS["enable_chunked_prefill"]
-            st.toggle(k.label, key=_key("enable_chunked_prefill"), help=k.help)
-            chunked = bool(st.session_state.get(_key("enable_chunked_prefill")))
-            _slider("long_prefill_token_threshold", disabled=not chunked)
-            _select("order")
-            _slider("kv_capacity_tokens")
-            _slider("max_waiting")
+            _widgets(name for name in POLICY_KNOBS if name not in SLO_TARGETS)
 
         with st.expander("SLO targets", expanded=True):
             st.caption("Used for goodput and drawn as red dotted lines on the charts.")
-            _slider("ttft_slo_s", fmt="%.2f")
-            _slider("tpot_slo_s", fmt="%.2f")
+            _widgets(SLO_TARGETS)
 
         st.caption("The page address holds every setting and the seed: copy it to share or "
                    "reproduce this setup.")

@@ -1,11 +1,10 @@
 """Playground: run the real engine live, move any knob while it runs, watch what changes."""
 import streamlit as st
 
-from playground import controls
-from playground import view
-from ui import session
+from playground import controls, slot, view
 from playground.checks import check
 from playground.run import TERMINAL
+from ui import session
 
 RUNNING_REFRESH_S = 0.5     # status, headline and batch chart redraw this often while running
 SLOW_REFRESH_S = 2.0        # the time charts redraw this often while running
@@ -23,7 +22,7 @@ for problem in link_problems:
     st.warning(problem)
 
 model = session.model()
-lab = session.run()
+lab = slot.run()
 if lab is not None and lab.state not in TERMINAL:
     try:
         changes = lab.apply(setup)
@@ -38,14 +37,14 @@ if lab is not None and lab.state not in TERMINAL:
 
 def _fresh_run():
     try:
-        return session.new_run(controls.current_setup())
+        return slot.new_run(controls.current_setup())
     except ValueError as exc:          # a setup the engine cannot use: say so on the page
         st.session_state["pg_error"] = f"Cannot start: {exc}"
         return None
 
 
 def _start():
-    lab = session.run()
+    lab = slot.run()
     if lab is None or not lab.can_continue:
         lab = _fresh_run()
     if lab is not None:
@@ -53,7 +52,7 @@ def _start():
 
 
 def _step():
-    lab = session.run()
+    lab = slot.run()
     if lab is None or lab.state in TERMINAL:
         lab = _fresh_run()
     if lab is not None:
@@ -61,7 +60,7 @@ def _step():
 
 
 def _reset():
-    session.reset_run()
+    slot.reset_run()
     for key in ("pg_scrub", "pg_scrub_last"):
         st.session_state.pop(key, None)
 
@@ -72,9 +71,9 @@ cols[0].button("Start", key="start", on_click=_start, type="primary", width="str
                disabled=state in ("running", "paused"),
                help="Start a fresh run with the settings on the left (or go on, if you raised "
                     "the number of requests after it finished).")
-cols[1].button("Pause", key="pause", on_click=lambda: session.run().pause(), width="stretch",
+cols[1].button("Pause", key="pause", on_click=lambda: slot.run().pause(), width="stretch",
                disabled=state != "running", help="Freeze the engine between two steps.")
-cols[2].button("Resume", key="resume", on_click=lambda: session.run().resume(), width="stretch",
+cols[2].button("Resume", key="resume", on_click=lambda: slot.run().resume(), width="stretch",
                disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_step, width="stretch",
                disabled=state == "running",
@@ -118,7 +117,7 @@ def read(lab):
 if state == "running":
     @st.fragment(run_every=RUNNING_REFRESH_S)
     def live_fast():
-        snap, tables = read(session.run())
+        snap, tables = read(slot.run())
         view.headline(tables, setup)
         view.batch_chart(tables, setup)
         view.generated_texts(tables)
@@ -127,7 +126,7 @@ if state == "running":
 
     @st.fragment(run_every=SLOW_REFRESH_S)
     def live_slow():
-        lab = session.run()
+        lab = slot.run()
         if lab is None or lab.steps_taken == 0:
             tables, now = view.empty_tables(), None
         else:

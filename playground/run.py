@@ -12,8 +12,7 @@ import time
 from engine.config import EngineConfig
 from engine.live import THREAD_NAME, LiveRun, Snapshot
 
-from playground.knobs import KV_POOL_TOKENS, WORKLOAD_KNOBS
-from playground.setup import Setup
+from playground.setup import KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
 from analysis.tables import Tables, TraceTables, requests_csv, steps_csv
 
 TERMINAL = ("finished", "stopped", "error")   # a run in one of these states steps no more

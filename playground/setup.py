@@ -1,64 +1,71 @@
-"""What a Playground run is set up with: workload, policy and SLO targets in one flat record.
+"""What a Playground run is set up with: one value for every workload and policy knob.
 
-A Setup turns into the engine's `SchedulerPolicy` and `WorkloadSpec`, and into query
-parameters and back, so a copied link reproduces a run (the seed is part of it).
-No Streamlit here.
+Setup's fields are generated from the knobs the engine's dataclasses declare (engine.knobs):
+every WorkloadSpec knob and every SchedulerPolicy knob is a field of the same name, so a new
+knob becomes a field, a widget and a link parameter without an edit here. A Setup turns into
+the engine's `WorkloadSpec` and `SchedulerPolicy`, and into query parameters and back, so a
+copied link reproduces a run (the seed is part of it). No Streamlit here.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import math
+from dataclasses import asdict, field, make_dataclass, replace
 
 from engine.config import SchedulerPolicy
+from engine.knobs import Knob, knobs_of
 from engine.workload import WorkloadSpec
 
-from playground.knobs import KNOBS
+# Physical KV pool of a Playground run and the KV capacity slider's end: twice the engine's default
+# pool, so capacity can be raised past its default (SmolLM2 fp32: 46 KB a token, about 750 MB).
+KV_POOL_TOKENS = 16384
+
+# Where the Playground starts from a value of its own instead of the engine's default, and why.
+PLAYGROUND_DEFAULTS = {
+    "num_requests": 64,   # at the default rate, 16 s of arrivals: time to move sliders while it runs
+}
+
+WORKLOAD_KNOBS = knobs_of(WorkloadSpec)
+POLICY_KNOBS = knobs_of(SchedulerPolicy)
+assert not WORKLOAD_KNOBS.keys() & POLICY_KNOBS.keys(), "a knob name must say which object it sets"
 
 
-@dataclass(frozen=True, slots=True)
-class Setup:
-    # workload
-    rate: float = 4.0
-    burstiness: float = 1.0
-    prompt_kind: str = "uniform"
-    prompt_lo: int = 32
-    prompt_hi: int = 128
-    output_kind: str = "uniform"
-    output_lo: int = 16
-    output_hi: int = 64
-    tenants: int = 1
-    num_requests: int = 64
-    seed: int = 0
-    # policy
-    mode: str = "continuous"
-    max_num_seqs: int = 16
-    max_wait_ms: float = 500.0
-    max_num_batched_tokens: int = 512
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0
-    order: str = "fcfs"
-    kv_capacity_tokens: int = 8192
-    max_waiting: int = 0
-    # SLO targets
-    ttft_slo_s: float = 2.0
-    tpot_slo_s: float = 0.25
+def on_slider(k: Knob) -> Knob:
+    """A knob as the Playground offers it: the range its slider covers and the Playground's default.
+
+    A slider moves in steps counted from its start, so it starts at the first step at or above
+    the knob's lowest value (burstiness 0.05 in steps of 0.25 starts at 0.25, and 1.0 stays
+    reachable). It ends at the knob's slider end; KV capacity also at the Playground's KV pool.
+    """
+    default = PLAYGROUND_DEFAULTS.get(k.name, k.default)
+    if k.kind not in ("int", "float"):
+        return replace(k, default=default)
+    lo = round(math.ceil(k.lo / k.step - 1e-9) * k.step, 9)
+    hi = min(k.ui_hi, KV_POOL_TOKENS) if k.name == "kv_capacity_tokens" else k.ui_hi
+    if k.kind == "int":
+        lo, hi = int(lo), int(hi)
+    return replace(k, lo=lo, hi=hi, default=default)
+
+
+KNOBS = {name: on_slider(k) for name, k in {**WORKLOAD_KNOBS, **POLICY_KNOBS}.items()}
+
+
+class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default=k.default))
+                                           for name, k in KNOBS.items()], frozen=True, slots=True)):
+    """One Playground setup: a field per knob, e.g. Setup(rate=2.0, max_num_seqs=8)."""
+
+    __slots__ = ()
+
+    def _values(self, knobs: dict) -> dict:
+        return {name: getattr(self, name) for name in knobs}
 
     def policy(self) -> SchedulerPolicy:
-        return SchedulerPolicy(
-            mode=self.mode, max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens, max_wait_ms=self.max_wait_ms,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            long_prefill_token_threshold=self.long_prefill_token_threshold, order=self.order,
-            kv_capacity_tokens=self.kv_capacity_tokens, max_waiting=self.max_waiting,
-            ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s,
-        ).validate()
+        return SchedulerPolicy(**self._values(POLICY_KNOBS)).validate()
 
     def workload(self) -> WorkloadSpec:
-        return WorkloadSpec(
-            num_requests=self.num_requests, rate=self.rate, burstiness=self.burstiness,
-            prompt_kind=self.prompt_kind, prompt_lo=self.prompt_lo, prompt_hi=max(self.prompt_lo, self.prompt_hi),
-            output_kind=self.output_kind, output_lo=self.output_lo, output_hi=max(self.output_lo, self.output_hi),
-            tenants=self.tenants, seed=self.seed,
-        ).validate()
+        values = self._values(WORKLOAD_KNOBS)
+        for what in ("prompt", "output"):     # a 'to' below 'from' is raised to match
+            values[what + "_hi"] = max(values[what + "_lo"], values[what + "_hi"])
+        return WorkloadSpec(**values).validate()
 
     def changed(self, **changes) -> "Setup":
         return replace(self, **changes)
@@ -84,13 +91,12 @@ class Setup:
     def from_query(cls, params: dict) -> tuple["Setup", list[str]]:
         """A Setup from query parameters, and a list of the problems found.
 
-        Unknown keys are ignored; a value out of range is clamped into it; a value that is not
-        a number, or not one of the choices, keeps the default. Each of those is reported.
+        Unknown keys are ignored; a value outside its slider is clamped onto it; a value that is
+        not a number, or not one of the choices, keeps the default. Each of those is reported.
         """
         values, problems = {}, []
-        known = {f.name for f in fields(cls)}
         for name, raw in params.items():
-            if name not in known:
+            if name not in KNOBS:
                 continue
             if isinstance(raw, list):
                 raw = raw[-1] if raw else ""

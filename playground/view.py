@@ -1,55 +1,33 @@
 """The Playground's live views: headline strip, charts, streaming texts, rejected requests.
 
 Every function takes the Tables of one snapshot (plus the setup) and draws with the pure
-builders in labs.charts; nothing here runs or steers the engine.
+builders in analysis/; nothing here runs or steers the engine.
 """
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 import streamlit as st
 
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
-
 from analysis import frame_metrics, kv, latency, membership, queue
-from playground.setup import Setup
 from analysis.tables import MARK_COLUMNS, Tables
+from engine import metrics
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from playground.setup import Setup
+from ui import widgets
 
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
 TEXTS_SHOWN = 4
-PLOT_CONFIG = {"displayModeBar": False}
 
-DEFINITIONS = """
-Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
-
-- **TTFT** (time to first token) = first token time − arrival time.
-- **TPOT** (time per output token) = (E2E − TTFT) / (output tokens − 1), for requests with more
-  than one output token.
-- **ITL** (inter-token latency) = every gap between consecutive tokens of a request, pooled over
-  requests.
-- **E2E** (end-to-end latency) = last token time − arrival time.
-- **Queue time** = first scheduled time − arrival time.
-- **Output throughput** = output tokens of finished requests / duration (first arrival to the last step).
-- **Goodput** = finished requests that met every SLO target set (TTFT and TPOT) / duration.
-- **p50 / p95**: the value half / 95% of finished requests stay at or under.
-- **Wasted slot-steps**: over every step that ran something, the batch slots (`max_num_seqs`) left
-  empty, summed. A step with 8 slots and 5 requests wastes 3.
-- **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.
-"""
+DEFINITIONS = metrics.DEFINITIONS + (
+    "- **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.\n")
 
 
 def empty_tables() -> Tables:
     return Tables(pd.DataFrame(columns=STEP_COLUMNS),
                   pd.DataFrame(columns=REQUEST_COLUMNS + ["partial_text"]),
                   pd.DataFrame(columns=MARK_COLUMNS))
-
-
-def _fmt(value: float, unit: str, scale: float = 1.0, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value * scale:.{digits}f} {unit}".strip()
 
 
 def largest_batch(steps: pd.DataFrame) -> int:
@@ -80,17 +58,17 @@ def headline(tables: Tables, setup: Setup) -> None:
     h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
                         setup.max_num_seqs)
     items = [
-        ("TTFT p50", _fmt(h["ttft_p50_s"], "s"),
+        ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"),
          "Time to first token, median over finished requests."),
-        ("TTFT p95", _fmt(h["ttft_p95_s"], "s"),
+        ("TTFT p95", widgets.fmt(h["ttft_p95_s"], "s"),
          "Time to first token that 95% of finished requests beat."),
-        ("TPOT p50", _fmt(h["tpot_p50_s"], "ms", 1000, 0),
+        ("TPOT p50", widgets.fmt(h["tpot_p50_s"], "ms", digits=0, scale=1000),
          "Time per output token after the first, median."),
-        ("TPOT p95", _fmt(h["tpot_p95_s"], "ms", 1000, 0),
+        ("TPOT p95", widgets.fmt(h["tpot_p95_s"], "ms", digits=0, scale=1000),
          "Time per output token, 95th percentile."),
-        ("Throughput", _fmt(h["throughput_tok_s"], "tok/s", digits=1),
-         "Output tokens of finished requests per second of run."),
-        ("Goodput", _fmt(h["goodput_req_s"], "req/s"),
+        ("Throughput", widgets.fmt(h["throughput_tok_s"], "tok/s", digits=1),
+         "Output tokens made (by every request) per second of run."),
+        ("Goodput", widgets.fmt(h["goodput_req_s"], "req/s"),
          "Finished requests per second that met both SLO targets."),
         ("Waiting now", str(h["waiting_now"]), "Requests in the queue after the latest step."),
         ("Running now", str(h["running_now"]), "Requests in the batch in the latest step."),
@@ -103,7 +81,7 @@ def headline(tables: Tables, setup: Setup) -> None:
 
 
 def _plot(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, config=PLOT_CONFIG, width="stretch")
+    st.plotly_chart(fig, key=key, config=widgets.PLOT_CONFIG, width="stretch")
 
 
 def batch_figure(tables: Tables, setup: Setup, upto_step: int | None = None):
@@ -140,7 +118,7 @@ def step_detail(tables: Tables, step: int) -> None:
     if len(row) == 0:
         return
     r = row.iloc[0]
-    members = membership.parse_members(r["members"])
+    members = list(r["members"])          # (request id, phase, tokens) of each member
     who = ", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12])
     more = f" and {len(members) - 12} more" if len(members) > 12 else ""
     st.caption(f"Step {step} at {r['t_start_s']:.2f}–{r['t_end_s']:.2f} s "

@@ -7,15 +7,19 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis import frame_metrics, kv, latency, membership, queue, style
+from engine import metrics
 from tools.bench_charts import builders, synthetic_trace
 
 NAN = float("nan")
 
 
+P, D = "prefill", "decode"
+
+
 def make_steps(members, **cols):
-    """A steps table with one row per members string; other columns get simple defaults."""
+    """A steps table with one row per step's members; other columns get simple defaults."""
     n = len(members)
-    counts = [len(m.split()) for m in members]
+    counts = [len(m) for m in members]
     data = {
         "step": list(range(n)),
         "t_start_s": [0.1 * i for i in range(n)],
@@ -23,7 +27,7 @@ def make_steps(members, **cols):
         "waiting": [0] * n,
         "running": counts,
         "prefill_tokens": [0] * n,
-        "decode_tokens": [m.count(":decode:") for m in members],
+        "decode_tokens": [sum(phase == D for _, phase, _ in m) for m in members],
         "kv_used_blocks": [c * 2 for c in counts],
         "kv_total_blocks": [10] * n,
         "members": members,
@@ -35,13 +39,13 @@ def make_steps(members, **cols):
 # a -> row 0 and b -> row 1; a leaves, c takes row 0; d joins into row 2;
 # step 5 is idle; e joins an empty batch and takes row 0.
 MEMBERS = [
-    "a:prefill:10 b:prefill:5",
-    "a:decode:1 b:decode:1",
-    "b:decode:1 c:prefill:7",
-    "b:decode:1 c:decode:1 d:prefill:3",
-    "d:decode:1",
-    "",
-    "e:prefill:4",
+    (("a", P, 10), ("b", P, 5)),
+    (("a", D, 1), ("b", D, 1)),
+    (("b", D, 1), ("c", P, 7)),
+    (("b", D, 1), ("c", D, 1), ("d", P, 3)),
+    (("d", D, 1),),
+    (),
+    (("e", P, 4),),
 ]
 EXPECTED_IDS = [
     ["a", "b", ""],
@@ -65,12 +69,9 @@ def assert_empty_figure(fig):
 # ------------------------------------------------------------------------- slots
 
 
-def test_parse_members():
-    assert membership.parse_members("r3:prefill:128 r7:decode:1") == [
-        ("r3", "prefill", 128), ("r7", "decode", 1)]
-    assert membership.parse_members("") == []
-    assert membership.parse_members(None) == []
-    assert membership.parse_members(NAN) == []
+def test_members_text_is_the_steps_csv_format():
+    assert metrics.members_text((("r3", "prefill", 128), ("r7", "decode", 1))) == "r3:prefill:128 r7:decode:1"
+    assert metrics.members_text(()) == ""
 
 
 def test_slot_grid_keeps_rows_and_fills_lowest_free_row():
@@ -85,14 +86,14 @@ def test_slot_grid_keeps_rows_and_fills_lowest_free_row():
 
 
 def test_slot_grid_reuses_a_row_freed_in_the_same_step():
-    grid = membership.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1",
-                                        "a:decode:1 c:decode:1 d:prefill:9 e:prefill:2"]), 4)
+    grid = membership.slot_grid(make_steps([(("a", D, 1), ("b", D, 1), ("c", D, 1)),
+                                            (("a", D, 1), ("c", D, 1), ("d", P, 9), ("e", P, 2))]), 4)
     # b left row 1 this step: d (listed first) takes it, e takes the next free row
     assert grid.ids.tolist() == [["a", "b", "c", ""], ["a", "d", "c", "e"]]
 
 
 def test_slot_grid_grows_when_policy_allows_more_than_max_slots():
-    grid = membership.slot_grid(make_steps(["a:decode:1 b:decode:1 c:decode:1"]), 2)
+    grid = membership.slot_grid(make_steps([(("a", D, 1), ("b", D, 1), ("c", D, 1))]), 2)
     assert grid.n_slots == 3
     assert grid.ids.tolist() == [["a", "b", "c"]]
 
@@ -105,12 +106,12 @@ def test_slot_grid_of_nothing():
 def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
     steps = make_steps(MEMBERS)
     # empty slots per step: 1, 1, 1, 0, 2, (idle: not counted), 2
-    assert membership.wasted_slot_steps(steps, 3) == 7
-    assert membership.wasted_slot_steps(steps, 4) == 7 + 6
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
+    assert frame_metrics.wasted_slot_steps(steps, 4) == 7 + 6
     assert membership.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
-    # members may be NaN (an empty CSV cell)
-    steps.loc[5, "members"] = None
-    assert membership.wasted_slot_steps(steps, 3) == 7
+    # members may be lists (as they come back from JSON)
+    steps["members"] = [[list(m) for m in step] for step in MEMBERS]
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
 
 
 def test_batch_membership_figure():
@@ -148,7 +149,7 @@ def test_batch_membership_window_and_scrub_keep_true_rows():
 
 
 def test_batch_membership_caps_columns():
-    steps = make_steps(["a:decode:1"] * 50)
+    steps = make_steps([(("a", D, 1),)] * 50)
     fig = membership.batch_membership(steps, 2, max_steps=20)
     assert list(fig.data[0].x) == list(range(30, 50))
     assert "last 20 steps" in fig.layout.title.subtitle.text
@@ -267,7 +268,7 @@ def test_queue_over_time_and_downsampling_keeps_peaks():
     assert [t.name for t in fig.data] == ["waiting", "running"]
     assert list(fig.data[0].y) == [0, 1, 2, 3, 2, 1, 0]
     n = 5 * style.MAX_POINTS
-    long = make_steps(["a:decode:1"] * n, waiting=[0] * (n - 1) + [99])
+    long = make_steps([(("a", D, 1),)] * n, waiting=[0] * (n - 1) + [99])
     long.loc[1234, "waiting"] = 42
     fig = queue.queue_over_time(long)
     assert len(fig.data[0].y) <= style.MAX_POINTS
@@ -275,7 +276,7 @@ def test_queue_over_time_and_downsampling_keeps_peaks():
 
 
 def test_throughput_over_time():
-    steps = make_steps(["a:decode:1 b:decode:1"] * 20)  # t_end 0.1 .. 2.0, 2 decode tokens each
+    steps = make_steps([(("a", D, 1), ("b", D, 1))] * 20)  # t_end 0.1 .. 2.0, 2 decode tokens each
     req = pd.DataFrame({
         "id": ["a", "b", "c"], "arrival_s": [0.0, 0.0, 0.0], "first_token_s": [0.05, 0.05, 1.5],
         "finish_s": [0.9, 1.5, 1.9], "ttft_s": [0.05, 0.05, 1.5], "tpot_s": [0.1, 0.1, 0.1],

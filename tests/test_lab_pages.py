@@ -3,14 +3,15 @@
 Runs use BATCHING_LAB_MODEL=tiny and a fresh BATCHING_LAB_CACHE, so nothing here reads or
 writes the machine's real cached results.
 """
-import os
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.config import SchedulerPolicy
 from engine.model import cache_root
-from labs import lesson_runs as lr
+from labs import runs
+from labs.knee import experiment as knee
 from ui.registry import LESSON_LABS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,13 +109,13 @@ def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
 def test_peek_finds_what_cached_run_stored(lab_env):
     from engine.model import load_model
     model = load_model("tiny")
-    spec = lr.KNEE_SPEC.__class__.from_dict({**lr.KNEE_SPEC.to_dict(), "num_requests": 3})
-    policy = lr.SchedulerPolicy(max_num_seqs=2)
-    ref = lr.model_ref("tiny")
-    assert lr.single_run(ref, policy, spec, peek=True) is None
-    res, hit = lr.single_run(model, policy, spec)
+    spec = knee.SPEC.__class__.from_dict({**knee.SPEC.to_dict(), "num_requests": 3})
+    policy = SchedulerPolicy(max_num_seqs=2)
+    ref = "tiny"   # a model name finds stored results without loading the model
+    assert runs.single_run(ref, policy, spec, peek=True) is None
+    res, hit = runs.single_run(model, policy, spec)
     assert not hit
-    peeked, hit = lr.single_run(ref, policy, spec, peek=True)
+    peeked, hit = runs.single_run(ref, policy, spec, peek=True)
     assert hit and peeked.summary["output_tokens"] == res.summary["output_tokens"] and peeked.requests == res.requests
     with pytest.raises(RuntimeError):
-        lr.single_run(ref, policy.changed(max_num_seqs=3), spec)
+        runs.single_run(ref, policy.changed(max_num_seqs=3), spec)

@@ -1,5 +1,4 @@
 """Lesson texts, quizzes and glossary: they parse, their links resolve, search works."""
-from pathlib import Path
 import shutil
 
 import pytest

@@ -13,9 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from playground.checks import check
-from playground.knobs import KNOBS
 from playground.run import LabRun, engine_threads
-from playground.setup import Setup
+from playground.setup import KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 from analysis.tables import requests_csv, steps_csv
 

@@ -1,18 +1,17 @@
 """Scheduler semantics under the cost-model executor (a virtual clock, no torch)."""
-import random
-
 import pytest
 
+from engine.arrivals import build_requests
+from engine.build import build_engine
 from engine.config import EngineConfig, SchedulerPolicy
-from engine.engine import build_cost_model_engine
 from engine.kv_cache import BlockPool
 from engine.request import Request, Status
 from engine.scheduler import Scheduler
-from engine.workload import WorkloadSpec, build_requests
+from engine.workload import WorkloadSpec
 
 
 def run(policy, spec=None, requests=None, pool_tokens=32768):
-    eng = build_cost_model_engine(EngineConfig(kv_pool_tokens=pool_tokens), policy)
+    eng = build_engine(EngineConfig(kv_pool_tokens=pool_tokens), policy)
     for r in requests if requests is not None else build_requests(spec):
         eng.submit(r)
     eng.run()
@@ -27,9 +26,11 @@ SPEC = WorkloadSpec(num_requests=120, rate=30, burstiness=2.0,
 @pytest.mark.parametrize("mode", ["continuous", "static"])
 @pytest.mark.parametrize("order", ["fcfs", "priority", "sjf", "fair", "edf"])
 @pytest.mark.parametrize("chunked", [True, False])
-def test_limits_hold_and_nothing_is_lost(mode, order, chunked):
+@pytest.mark.parametrize("step_priority", ["decode_first", "prefill_first"])
+def test_limits_hold_and_nothing_is_lost(mode, order, chunked, step_priority):
     policy = SchedulerPolicy(mode=mode, order=order, max_num_seqs=6, max_num_batched_tokens=320,
-                             enable_chunked_prefill=chunked, kv_capacity_tokens=1200, max_wait_ms=50)
+                             enable_chunked_prefill=chunked, kv_capacity_tokens=1200, max_wait_ms=50,
+                             step_priority=step_priority)
     eng = run(policy, SPEC)
     cap_blocks = policy.kv_capacity_tokens // 16
     for s in eng.steps:
@@ -97,7 +98,7 @@ def test_continuous_admits_into_a_running_batch():
 
 def test_policy_change_takes_effect_on_the_next_step():
     spec = WorkloadSpec(num_requests=30, rate=0, output_kind="fixed", output_lo=20, output_hi=20)
-    eng = build_cost_model_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=8))
+    eng = build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=8))
     for r in build_requests(spec):
         eng.submit(r)
     for _ in range(3):
@@ -214,3 +215,70 @@ def test_cost_model_run_is_reproducible():
     a = run(SchedulerPolicy(), SPEC)
     b = run(SchedulerPolicy(), SPEC)
     assert [s.members for s in a.steps] == [s.members for s in b.steps]
+
+
+def _decoders_then_a_long_prompt(step_priority):
+    """Four requests decoding, then a 1,000-token prompt arrives: the step that follows."""
+    s = Scheduler(SchedulerPolicy(step_priority=step_priority, max_num_seqs=8, max_num_batched_tokens=256),
+                  BlockPool(1000, 16))
+    decoders = [Request(f"d{i}", [1] * 10, 50) for i in range(4)]
+    for r in decoders:
+        s.add(r)
+    plan = s.schedule(0.0)                            # their prompts
+    for c in plan.chunks:
+        c.request.num_computed_tokens += c.num_tokens
+        c.request.output_token_ids.append(7)
+    s.add(Request("long", [1] * 1000, 5, arrival_s=0.1))
+    return s.schedule(0.1)
+
+
+def test_decode_first_running_requests_fill_the_budget_first():
+    plan = _decoders_then_a_long_prompt("decode_first")
+    assert plan.decode_tokens == 4                    # every decoder gets its token
+    assert plan.prefill_tokens == 256 - 4             # the new prompt gets what is left
+
+
+def test_prefill_first_waiting_prompts_fill_the_budget_first():
+    plan = _decoders_then_a_long_prompt("prefill_first")
+    assert plan.prefill_tokens == 256                 # the new prompt takes the whole budget
+    assert plan.decode_tokens == 0                    # the decoders stall for this step
+
+
+def _long_prompt_among_decoders(step_priority):
+    """32 requests decoding when a 512-token prompt arrives; a budget of 128 tokens a step."""
+    decoders = [Request(f"d{i}", [1] * 10, 60) for i in range(32)]
+    eng = run(SchedulerPolicy(step_priority=step_priority, max_num_seqs=64, max_num_batched_tokens=128),
+              requests=decoders + [Request("long", [1] * 512, 4, arrival_s=0.5)])
+    assert all(r.status is Status.FINISHED for r in eng.requests.values())
+    return eng
+
+
+def test_step_priority_sets_how_many_steps_a_new_prompt_takes():
+    def prefill_steps(step_priority):
+        eng = _long_prompt_among_decoders(step_priority)
+        return sum(1 for s in eng.steps for m in s.members if m[0] == "long" and m[1] == "prefill")
+    assert prefill_steps("prefill_first") == 512 // 128           # the whole budget, every step
+    assert prefill_steps("decode_first") == -(-512 // (128 - 32))  # 32 decode tokens come first
+
+
+def test_prefill_first_gives_a_new_prompt_a_lower_ttft():
+    def ttft(step_priority):
+        long = _long_prompt_among_decoders(step_priority).requests["long"]
+        return long.first_token_s - long.arrival_s
+    assert ttft("prefill_first") < ttft("decode_first")
+
+
+def test_prefill_first_never_preempts_a_prompt_it_just_admitted():
+    spec = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=40, prompt_hi=120,
+                        output_kind="uniform", output_lo=20, output_hi=80, seed=3)
+    eng = run(SchedulerPolicy(max_num_seqs=16, kv_capacity_tokens=640, step_priority="prefill_first"), spec)
+    assert sum(r.preemptions for r in eng.requests.values()) > 0
+    admitted_at = {}
+    for s in eng.steps:
+        for rid, phase, _ in s.members:
+            admitted_at.setdefault(rid, s.step)
+    for e in eng.events:
+        if e.kind.value == "PREEMPTED":
+            step = next(s.step for s in eng.steps if s.t_start_s >= e.t_s)
+            assert admitted_at.get(e.request_id, -1) < step
+    assert all(r.status is Status.FINISHED for r in eng.requests.values())

@@ -1,133 +1,61 @@
 """How long does each chart take to build? `python -m tools.bench_charts`
 
-Builds every chart from a synthetic continuous-batching trace (2,000 finished requests,
-20,000 engine steps, 16 batch slots) and prints the median of 5 builds per chart, plus the
-time plotly needs to turn the figure into JSON (what Streamlit sends to the browser).
-This is a measurement, not a test: nothing here fails on a slow machine.
+Builds every chart from a long continuous-batching run of the engine's own scheduler on the
+cost model (2,000 requests, 20,000 engine steps, 16 batch slots) and prints the median of
+5 builds per chart, plus the time plotly needs to turn the figure into JSON (what Streamlit
+sends to the browser). This is a measurement, not a test: nothing here fails on a slow machine.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
-from collections import deque
 
-import numpy as np
 import pandas as pd
 
 from analysis import frame_metrics, kv, latency, membership, queue
+from analysis.tables import MARK_COLUMNS
+from engine.arrivals import build_requests
+from engine.build import build_engine
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
+from engine.request import Request
+from engine.workload import WorkloadSpec
+
+STEP_S_GUESS = 0.05  # rough mean step time on the cost model, to spread arrivals over half the run
 
 
 def synthetic_trace(n_requests: int = 2000, n_steps: int = 20000, max_slots: int = 16,
-                    seed: int = 0, kv_blocks: int = 480, block_size: int = 16):
-    """A toy continuous-batching run in the engine's CSV formats.
+                    seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A long run of the real scheduler and engine on the cost model, as the pages' tables.
 
-    Returns (steps, requests, marks). Prefill runs in chunks of up to 256 tokens; each
-    decode step makes one token; when the KV pool is full the newest request is preempted
-    (its blocks freed, it recomputes from the front of the queue). Arrivals come in bursts
-    so the queue grows and drains. If every request finishes early, idle steps fill the
-    trace up to n_steps.
+    Returns (steps, requests, marks). Requests arrive in bursts over about the first half of
+    the run, so the queue grows and drains; long prompts are prefilled in chunks. One
+    background request ("bg") makes a token in every step from the first to the last, so the
+    run takes exactly n_steps steps. Three policy changes are marked on the way.
     """
-    rng = np.random.default_rng(seed)
-    prompt = rng.integers(16, 700, n_requests)
-    output = rng.integers(8, 130, n_requests)
-    # bursty arrivals over the first ~55% of the run
-    gaps = rng.exponential(1.0, n_requests) * np.where(rng.random(n_requests) < 0.2, 4.0, 0.6)
-    arrival = np.cumsum(gaps)
-    arrival *= 0.55 * n_steps * 0.03 / arrival[-1]
-    tenant = rng.choice(["alice", "bob", "carol"], n_requests, p=[0.5, 0.3, 0.2])
-
-    first_sched = np.full(n_requests, np.nan)
-    first_token = np.full(n_requests, np.nan)
-    finish = np.full(n_requests, np.nan)
-    preemptions = np.zeros(n_requests, dtype=int)
-    done_prompt = np.zeros(n_requests, dtype=int)  # prompt tokens already prefilled
-    made = np.zeros(n_requests, dtype=int)  # output tokens made so far
-
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    next_arrival = 0
-    t = 0.0
-    rows = []
-    for step in range(n_steps):
-        while next_arrival < n_requests and arrival[next_arrival] <= t:
-            waiting.append(next_arrival)
-            next_arrival += 1
-        while waiting and len(running) < max_slots:
-            running.append(waiting.popleft())
-
-        def blocks(r):
-            return -(-(done_prompt[r] + made[r] + 1) // block_size)
-
-        preempted = 0
-        while running and sum(blocks(r) for r in running) > kv_blocks:
-            victim = running.pop()  # newest first, as vLLM does
-            done_prompt[victim] = 0  # recompute: prompt (and made tokens) prefilled again
-            preemptions[victim] += 1
-            waiting.appendleft(victim)
-            preempted += 1
-
-        members, prefill_tokens, decode_tokens = [], 0, 0
-        budget = 512
-        for r in running:
-            if done_prompt[r] < prompt[r]:
-                chunk = int(min(256, prompt[r] - done_prompt[r], budget))
-                if chunk <= 0:
-                    continue
-                members.append(f"r{r}:prefill:{chunk}")
-                prefill_tokens += chunk
-                budget -= chunk
-            else:
-                members.append(f"r{r}:decode:1")
-                decode_tokens += 1
-                budget -= 1
-        dt = 0.02 + 0.00004 * (prefill_tokens + decode_tokens) if members else 0.03
-        t_start, t = t, t + dt
-
-        finished = []
-        for item in members:
-            rid, phase, n = item.rsplit(":", 2)
-            r = int(rid[1:])
-            if np.isnan(first_sched[r]):
-                first_sched[r] = t_start
-            if phase == "prefill":
-                done_prompt[r] += int(n)
-                if done_prompt[r] < prompt[r]:
-                    continue
-            made[r] += 1
-            if np.isnan(first_token[r]):
-                first_token[r] = t
-            if made[r] >= output[r]:
-                finish[r] = t
-                finished.append(r)
-        for r in finished:
-            running.remove(r)
-        rows.append((step, t_start, t, len(waiting), len(running) + len(finished),
-                     prefill_tokens, decode_tokens,
-                     sum(blocks(r) for r in running), kv_blocks, " ".join(members), preempted))
-
-    steps = pd.DataFrame(rows, columns=[
-        "step", "t_start_s", "t_end_s", "waiting", "running", "prefill_tokens",
-        "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted"])
-    ttft = first_token - arrival
-    e2e = finish - arrival
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
-    status = np.where(~np.isnan(finish), "finished",
-                      np.where(~np.isnan(first_sched), "running", "waiting"))
-    requests = pd.DataFrame({
-        "id": [f"r{i}" for i in range(n_requests)], "tenant": tenant, "arrival_s": arrival,
-        "first_scheduled_s": first_sched, "first_token_s": first_token, "finish_s": finish,
-        "prompt_tokens": prompt, "output_tokens": output, "ttft_s": ttft, "tpot_s": tpot,
-        "e2e_s": e2e, "queue_s": first_sched - arrival, "preemptions": preemptions,
-        "status": status, "error": "", "output_text": "",
-    })
-    mark_steps = [n_steps // 4, n_steps // 2, 3 * n_steps // 4]
-    marks = pd.DataFrame({
-        "step": mark_steps, "t_s": steps["t_end_s"].to_numpy()[mark_steps],
-        "label": ["max_num_seqs 16→8", "max_num_seqs 8→16", "order fcfs→sjf"],
-    })
-    return steps, requests, marks
+    policy = SchedulerPolicy(max_num_seqs=max_slots, long_prefill_token_threshold=256,
+                             kv_capacity_tokens=n_steps + 16 + 400 * max_slots)
+    engine = build_engine(EngineConfig(max_model_len=n_steps + 16), policy)
+    engine.submit(Request("bg", [1] * 16, n_steps, tenant="background"))
+    spec = WorkloadSpec(num_requests=n_requests - 1, rate=(n_requests - 1) / (0.5 * n_steps * STEP_S_GUESS),
+                        burstiness=2.0, prompt_lo=16, prompt_hi=700, output_lo=8, output_hi=130,
+                        tenants=3, seed=seed)
+    for r in build_requests(spec):
+        engine.submit(r)
+    changes = [(n_steps // 4, {"max_num_seqs": max(1, max_slots // 2)}),
+               (n_steps // 2, {"max_num_seqs": max_slots}), (3 * n_steps // 4, {"order": "sjf"})]
+    for at, change in changes:
+        engine.run(should_stop=lambda: len(engine.steps) >= at)
+        policy = policy.changed(**change)
+        engine.set_policy(policy)
+    engine.run()
+    if len(engine.steps) != n_steps:
+        raise ValueError(f"the requests outlasted the background request ({len(engine.steps)} steps): "
+                         "raise n_steps or lower n_requests")
+    return (pd.DataFrame([step_row(s) for s in engine.steps], columns=STEP_COLUMNS),
+            pd.DataFrame([request_row(r) for r in engine.requests.values()], columns=REQUEST_COLUMNS),
+            pd.DataFrame([(m.step, m.t_s, m.label) for m in engine.marks], columns=MARK_COLUMNS))
 
 
 def builders(steps, requests, marks, max_slots):
@@ -175,7 +103,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     steps, requests, marks = synthetic_trace(args.requests, args.steps, args.slots)
     n_fin = int((requests["status"] == "finished").sum())
-    print(f"synthetic trace: {len(steps)} steps, {n_fin}/{len(requests)} requests finished, "
+    print(f"trace: {len(steps)} steps, {n_fin}/{len(requests)} requests finished, "
           f"{int(steps['preempted'].sum())} preemptions ({time.perf_counter() - t0:.1f} s to make)")
 
     print(f"{'chart':32s} {'build ms':>9s} {'to_json ms':>11s}")

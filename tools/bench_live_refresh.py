@@ -19,13 +19,13 @@ import argparse
 import statistics
 import time
 
+from analysis import frame_metrics
+from analysis.tables import TraceTables
+from engine.arrivals import build_requests
 from engine.config import EngineConfig
 from engine.live import LiveRun
-from engine.workload import build_requests
-from analysis import frame_metrics
 from playground import view
 from playground.setup import Setup
-from analysis.tables import TraceTables
 
 
 def long_run(n_requests: int, max_num_seqs: int, out_lo: int, out_hi: int) -> tuple[LiveRun, Setup]:
@@ -52,7 +52,7 @@ def page_extras(tables, setup) -> dict:
     """What else a refresh computes: the headline strip, the status line, the texts."""
     return {
         "headline": lambda: frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s,
-                                            setup.tpot_slo_s, setup.max_num_seqs),
+                                                   setup.tpot_slo_s, setup.max_num_seqs),
         "largest_batch": lambda: view.largest_batch(tables.steps),
         "latest_texts": lambda: view.latest_texts(tables),
     }

@@ -4,7 +4,7 @@
     python -m tools.measure_all --refresh  # measure everything again
     python -m tools.measure_all --only knee queueing --json runs/figures.json
 
-The same functions as the lab pages (labs.lesson_runs), so these are the pages' numbers.
+The same functions as the lab pages (labs/<lab>/experiment.py), so these are the pages' numbers.
 BATCHING_LAB_MODEL picks the model (default smollm2); BATCHING_LAB_CACHE the cache folder.
 """
 from __future__ import annotations
@@ -16,7 +16,16 @@ import os
 import sys
 import time
 
-from labs import lesson_runs as lr
+from engine.config import STEP_PRIORITIES
+from labs import runs
+from labs.costs import experiment as costs_lab
+from labs.knee import experiment as knee_lab
+from labs.queueing import experiment as queueing_lab
+from labs.scheduler_orders import experiment as orders_lab
+from labs.slo_goodput import experiment as slo_lab
+from labs.static_vs_continuous import experiment as svc_lab
+from labs.tail import experiment as tail_lab
+from labs.why_batch import experiment as why_batch_lab
 
 LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
         "scheduler_orders"]
@@ -111,7 +120,7 @@ def wait_quiet(max_other_cores: float, max_wait_s: float) -> float:
 
 
 class QuietGuard:
-    """lesson_runs.run_guard for this script: before each measurement wait for the other processes
+    """labs.runs.run_guard for this script: before each measurement wait for the other processes
     to go quiet; measure again (up to `retries` times) when they took more than `max_cores` at any
     moment during it. Run-sized retries succeed far more often than retrying a whole lab."""
 
@@ -156,13 +165,13 @@ def _r(x, d=3):
 
 
 def why_batch(model, refresh):
-    rows, hit = lr.batch_scaling(model, progress=_progress("why_batch"), refresh=refresh)
-    table = lr.scaling_table(rows)
-    fit = lr.linear_fit(rows)
+    rows, hit = why_batch_lab.batch_scaling(model, progress=_progress("why_batch"), refresh=refresh)
+    table = why_batch_lab.scaling_table(rows)
+    fit = why_batch_lab.linear_fit(rows)
     return {
         "cached": hit,
         "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")],
-        "bend_batch": lr.bend(rows),
+        "bend_batch": why_batch_lab.bend(rows),
         "tok_s_batch1": _r(rows[0]["tokens_per_s"], 1),
         "tok_s_batch32": _r(next(r["tokens_per_s"] for r in rows if r["batch"] == 32), 1),
         "linear_fit": {k: _r(v) for k, v in fit.items()},
@@ -171,70 +180,73 @@ def why_batch(model, refresh):
 
 def static_vs_continuous(model, refresh):
     out = {}
-    for key in lr.SVC_WORKLOADS:
-        runs = lr.svc_runs(model, key, progress=_progress(f"svc {key}"), refresh=refresh)
-        s = {m: lr.mode_summary(res, lr.SVC_SLOTS) for m, (res, _) in runs.items()}
+    for key in svc_lab.WORKLOADS:
+        both = svc_lab.both_modes(model, key, progress=_progress(f"svc {key}"), refresh=refresh)
+        s = {m: svc_lab.mode_summary(res, svc_lab.SLOTS) for m, (res, _) in both.items()}
         out[key] = {
             "static": {k: _r(v) for k, v in s["static"].items()},
             "continuous": {k: _r(v) for k, v in s["continuous"].items()},
             "throughput_ratio_cont_over_static": _r(s["continuous"]["output_tok_s"] / s["static"]["output_tok_s"]),
-            "cached": all(h for _, h in runs.values()),
+            "cached": all(h for _, h in both.values()),
         }
     return out
 
 
 def costs(model, refresh):
-    runs = lr.stall_runs(model, progress=_progress("costs stall"), refresh=refresh)
-    stall = {k: {m: _r(v) for m, v in lr.stall_summary(res).items()} for k, (res, _) in runs.items()}
+    out = {}
+    for priority in STEP_PRIORITIES:   # the default step priority keeps the key "chunked_prefill"
+        stall = costs_lab.stall_runs(model, step_priority=priority, progress=_progress(f"costs stall {priority}"),
+                                     refresh=refresh)
+        key = "chunked_prefill" if priority == costs_lab.STEP_PRIORITY else f"chunked_prefill_{priority}"
+        out[key] = {k: {m: _r(v) for m, v in costs_lab.stall_summary(res).items()} for k, (res, _) in stall.items()}
     kv = {}
-    for cap in (lr.KV_DEFAULT, 1024, 512):
-        res, _ = lr.kv_run(model, cap, progress=_progress(f"costs kv {cap}"), refresh=refresh)
-        kv[cap] = {m: _r(v) for m, v in lr.kv_summary(res).items()}
-    return {"chunked_prefill": stall, "kv_capacity": kv}
+    for cap in (costs_lab.KV_DEFAULT, 1024, 512):
+        res, _ = costs_lab.kv_run(model, cap, progress=_progress(f"costs kv {cap}"), refresh=refresh)
+        kv[cap] = {m: _r(v) for m, v in costs_lab.kv_summary(res).items()}
+    return {**out, "kv_capacity": kv}
 
 
 def slo_goodput(model, refresh):
-    runs = lr.slo_runs(model, progress=_progress("slo"), refresh=refresh)
+    rate_runs = slo_lab.rate_runs(model, progress=_progress("slo"), refresh=refresh)
     out = {}
     for ttft, tpot in ((0.8, 0.06), (2.0, 0.1)):
         out[f"ttft<={ttft}s,tpot<={tpot * 1000:g}ms"] = {
-            f"rate {rate:g}/s": {k: _r(v) for k, v in lr.goodput(res, ttft, tpot).items()}
-            for rate, res, _ in runs}
+            f"rate {rate:g}/s": {k: _r(v) for k, v in slo_lab.goodput(res, ttft, tpot).items()}
+            for rate, res, _ in rate_runs}
     return out
 
 
 def queueing(model, refresh):
-    cap, _ = lr.service_rate_run(model, progress=_progress("queueing mu"), refresh=refresh)
-    mu = lr.service_rate(cap)
-    runs = lr.queue_runs(model, mu, progress=_progress("queueing"), refresh=refresh)
+    mu, rho_runs = queueing_lab.capacity_and_runs(model, progress=_progress("queueing"), refresh=refresh)
     return {"mu_req_s": _r(mu),
-            "points": [{k: _r(v) for k, v in lr.queue_point(rho, res, mu).items()} for rho, res, _ in runs]}
+            "points": [{k: _r(v) for k, v in queueing_lab.queue_point(rho, res, mu).items()}
+                       for rho, res, _ in rho_runs]}
 
 
 def knee(model, refresh):
-    runs = lr.knee_runs(model, progress=_progress("knee"), refresh=refresh)
-    table = lr.knee_table(runs, None, 0.06)
-    return {"knee_max_num_seqs": lr.find_knee(table),
+    sweep = knee_lab.max_num_seqs_runs(model, progress=_progress("knee"), refresh=refresh)
+    table = knee_lab.knee_table(sweep, None, 0.06)
+    return {"knee_max_num_seqs": knee_lab.find_knee(table),
             "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
 
 
 def tail(model, refresh):
     out = {}
     for share in (0.0, 0.1):
-        res, _ = lr.tail_run(model, share, progress=_progress(f"tail {share:.0%}"), refresh=refresh)
-        reqs, _ = lr.frames(res)
+        res, _ = tail_lab.tail_run(model, share, progress=_progress(f"tail {share:.0%}"), refresh=refresh)
+        reqs, _ = runs.frames(res)
         out[f"long share {share:.0%}"] = {
-            "ttft_by_prompt": lr.percentile_table(reqs, "ttft_s", lr.prompt_bucket(reqs["prompt_tokens"]))
+            "ttft_by_prompt": tail_lab.percentile_table(reqs, "ttft_s", tail_lab.prompt_bucket(reqs["prompt_tokens"]))
                               .round(3).to_dict("records"),
-            "ttft_by_tenant": lr.percentile_table(reqs, "ttft_s", reqs["tenant"]).round(3).to_dict("records"),
+            "ttft_by_tenant": tail_lab.percentile_table(reqs, "ttft_s", reqs["tenant"]).round(3).to_dict("records"),
         }
     return out
 
 
 def scheduler_orders(model, refresh):
-    runs = lr.order_runs(model, progress=_progress("orders"), refresh=refresh)
-    table = lr.tenant_table(runs)
-    return {"table": table.round(3).to_dict("records"), "sentences": lr.winners(table)}
+    by_order = orders_lab.order_runs(model, progress=_progress("orders"), refresh=refresh)
+    table = orders_lab.tenant_table(by_order)
+    return {"table": table.round(3).to_dict("records"), "sentences": orders_lab.winners(table)}
 
 
 def main(argv=None) -> int:
@@ -255,7 +267,7 @@ def main(argv=None) -> int:
     report = {"model": model.name, "dtype": str(model.dtype), "labs": {}}
     guard = None
     if args.wait_quiet:
-        guard = lr.run_guard = QuietGuard(args.wait_quiet, 2 * args.wait_quiet, args.retries, args.max_wait)
+        guard = runs.run_guard = QuietGuard(args.wait_quiet, 2 * args.wait_quiet, args.retries, args.max_wait)
     for name in args.only or LABS:
         t = time.perf_counter()
         with ContentionMonitor() as mon:

@@ -1,10 +1,9 @@
-"""Streamlit glue: the model once per server process, one engine run per browser session.
+"""Streamlit glue: the model once per server process, and whether a browser session is still there.
 
 - `model()` loads the model named by BATCHING_LAB_MODEL (default "smollm2") once per process.
-- `run()` / `new_run()` / `reset_run()` keep this session's LabRun in st.session_state.
-- A run's engine thread asks `session_alive()` before every step: once this browser tab is
-  closed or reloaded, Streamlit drops its session and the thread stops. A heartbeat from the
-  page (see LabRun.heartbeat) is the second guard.
+- `step_times()` times a few real decode steps of it on this machine, once per process.
+- An engine thread started for a page asks `session_alive()` before every step: once this
+  browser tab is closed or reloaded, Streamlit drops its session and the thread stops.
 """
 from __future__ import annotations
 
@@ -17,13 +16,9 @@ from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.model import load_model
-from playground.run import LabRun
-from playground.setup import Setup
 from engine.step_times import measure_step_times
 
 MODEL_ENV = "BATCHING_LAB_MODEL"
-RUN_KEY = "lab_run"
-HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
 GONE_GRACE_S = 2.0            # a session missing this long is gone (not a websocket reconnecting)
 log = logging.getLogger("batching_lab")
 
@@ -84,21 +79,3 @@ def session_alive(grace_s: float = GONE_GRACE_S):
         return False
 
     return alive
-
-
-def run() -> LabRun | None:
-    return st.session_state.get(RUN_KEY)
-
-
-def new_run(setup: Setup) -> LabRun:
-    """A fresh run for this session (stopping any previous one)."""
-    reset_run()
-    lab = LabRun(setup, model(), is_alive=session_alive(), idle_timeout_s=HEARTBEAT_TIMEOUT_S)
-    st.session_state[RUN_KEY] = lab
-    return lab
-
-
-def reset_run() -> None:
-    lab = st.session_state.pop(RUN_KEY, None)
-    if lab is not None:
-        lab.stop()

@@ -1,8 +1,9 @@
-"""Streamlit glue shared by the lesson lab pages: the model, the measure / re-measure buttons,
-progress bars, the "cached result from this machine" note, and links that reproduce a lab.
+"""Streamlit glue shared by the lesson lab pages: the measure / re-measure buttons, progress
+bars, the "cached result from this machine" note, links that reproduce a lab, and how numbers,
+charts and tables are shown.
 
-Pages stay thin: widgets here and in the page, experiments in labs.lesson_runs, charts in
-labs.charts and labs.lesson_charts.
+Pages stay thin: widgets here and in the page; each lab's workload, runs, analysis and figures
+in labs/<lab>/experiment.py.
 """
 from __future__ import annotations
 
@@ -11,25 +12,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from labs import lesson_runs
+from engine import metrics
 from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
-
-
-def model():
-    """The loaded model, once per server process (shared with the Playground)."""
-    return session.model()
-
-
-@st.cache_resource(show_spinner=False)
-def _ref(name: str):
-    return lesson_runs.model_ref(name)
-
-
-def ref():
-    """Enough of the model to find this machine's cached results, without loading weights."""
-    return _ref(session.model_name())
 
 
 # ----------------------------------------------------------------------------- links
@@ -77,7 +63,7 @@ def write_link(keys) -> None:
 # ----------------------------------------------------------------------------- measuring
 
 
-def measure_buttons(name: str, settings, has_result: bool, label: str, estimate: str) -> str | None:
+def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate: str) -> str | None:
     """The lab's run button, or, once a result exists, where it came from and a re-measure button.
 
     Returns "run", "refresh" or None. `settings` identifies the current settings (any value
@@ -104,8 +90,8 @@ def measure_buttons(name: str, settings, has_result: bool, label: str, estimate:
     return None
 
 
-class progress_bar:
-    """`with progress_bar("…") as cb: experiment(progress=cb)`: a bar the experiment advances."""
+class _progress_bar:
+    """`with _progress_bar("…") as cb: experiment(progress=cb)`: a bar the experiment advances."""
 
     def __init__(self, text: str):
         self.text = text
@@ -122,20 +108,23 @@ class progress_bar:
         return False
 
 
-def stored_or_measure(name: str, settings, run, button: str, estimate: str, text: str):
-    """A lab's experiment as a page shows it: `run(model, **kw)` is a labs.lesson_runs experiment.
+def stored_or_measure(name: str, settings, run, button: str, estimate: str, text: str, stop: bool = True):
+    """A lab's experiment as a page shows it: `run(model, **kw)` is one of its experiment.py's runs.
 
-    Returns what is stored for these settings (looked up without loading the model), or None.
-    Draws the run / re-measure button; pressing it measures on the loaded model under a progress
-    bar and draws the page again (st.rerun does not return), which then finds the stored result.
+    Returns what is stored for these settings (looked up without loading the model). Draws the
+    run / re-measure button; pressing it measures on the loaded model under a progress bar and
+    draws the page again (st.rerun does not return), which then finds the stored result. While
+    nothing is stored the page ends here (st.stop), or with stop=False this returns None.
     """
-    got = run(ref(), peek=True)
-    action = measure_buttons(name, settings, got is not None, button, estimate)
+    got = run(session.model_name(), peek=True)   # the name is enough to look up stored results
+    action = _measure_buttons(name, settings, got is not None, button, estimate)
     if action is not None:
-        with progress_bar(text) as cb:
-            run(model(), progress=cb, refresh=action == "refresh")
-        st.session_state[f"{name}__fresh"] = repr(settings)   # measure_buttons: "measured just now"
+        with _progress_bar(text) as cb:
+            run(session.model(), progress=cb, refresh=action == "refresh")
+        st.session_state[f"{name}__fresh"] = repr(settings)   # _measure_buttons: "measured just now"
         st.rerun()
+    if got is None and stop:
+        st.stop()
     return got
 
 
@@ -156,17 +145,7 @@ def table(df: pd.DataFrame, **kw) -> None:
     st.dataframe(df, hide_index=True, width="stretch", **kw)
 
 
-def definitions(text: str) -> None:
+def definitions(text: str, with_metrics: bool = True) -> None:
+    """The lab's "How these numbers are defined" box: engine.metrics' definitions, then `text`."""
     with st.expander("How these numbers are defined"):
-        st.markdown(text)
-
-
-METRIC_DEFINITIONS = """
-Definitions follow vLLM's benchmarks; times are on the engine's clock.
-
-- **TTFT** = first token time − arrival time. **TPOT** = (E2E − TTFT) / (output tokens − 1).
-- **ITL** = a gap between two consecutive tokens of one request. **E2E** = last token time − arrival time.
-- **Output throughput** = output tokens / duration (first arrival to the end of the last step).
-- **Goodput** = requests that met every SLO target set / duration.
-- **pNN** = the value NN% of requests stay at or under.
-"""
+        st.markdown((metrics.DEFINITIONS if with_metrics else "") + text)

@@ -1,42 +1,52 @@
 """Lab: what continuous batching costs. A long prompt stalls running decodes (unless prefill is
-chunked), and a small KV cache forces preemptions."""
+chunked, and depending on who fills a step first), and a small KV cache forces preemptions."""
 import streamlit as st
 
 from analysis import kv
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from analysis.frame_metrics import finished
+from engine.config import SchedulerPolicy
+from engine.knobs import knobs_of
+from labs.costs import experiment as lab
+from labs.runs import frames
 from ui import widgets
+
+STEP_PRIORITY = knobs_of(SchedulerPolicy)["step_priority"]
 
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
            "already decoding, and every admitted request holds KV-cache memory until it finishes.")
 
-widgets.defaults({"co_long": lr.LONG_PROMPT, "co_budget": lr.COSTS_BUDGET, "co_kv": 1024})
+widgets.defaults({"co_long": lab.LONG_PROMPT, "co_budget": lab.BUDGET, "co_priority": lab.STEP_PRIORITY,
+                  "co_kv": 1024})
 with st.sidebar:
     st.slider("Long prompt length (tokens)", 256, 1536, step=128, key="co_long",
               help="How long the prompts are that arrive while the other requests are decoding.")
     st.slider("Token budget per step (chunked run)", 64, 512, step=64, key="co_budget",
               help="max_num_batched_tokens: the most tokens one step may carry. With chunked prefill on, "
                    "a long prompt is cut into pieces that fit what the decodes leave of it.")
-    st.slider("KV capacity (tokens)", lr.KV_MIN, 4096, step=128, key="co_kv",
+    st.radio(STEP_PRIORITY.label, STEP_PRIORITY.choices, key="co_priority", help=STEP_PRIORITY.help)
+    st.slider("KV capacity (tokens)", lab.KV_MIN, 4096, step=128, key="co_kv",
               help="How many tokens of keys and values the cache may hold across all running requests. "
                    "Too small, and the engine must evict (preempt) a request and recompute it later.")
-widgets.write_link(["co_long", "co_budget", "co_kv"])
+widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 
 # ----- 1. chunked prefill
 st.header("1 · A long prompt arrives into running decodes")
-long_len, budget = st.session_state.co_long, st.session_state.co_budget
-off_budget = lr.stall_policy(False, budget, long_len).max_num_batched_tokens
-st.markdown(f"{lr.DECODE_STREAMS} requests start decoding at t = 0 ({lr.DECODE_OUTPUT} tokens each). "
-            f"Prompts of {long_len} tokens arrive at t = {', '.join(f'{t:g}' for t in lr.LONG_ARRIVALS_S)} s. "
+long_len, budget, priority = st.session_state.co_long, st.session_state.co_budget, st.session_state.co_priority
+off_budget = lab.stall_policy(False, budget, long_len).max_num_batched_tokens
+first = ("running decodes take their tokens first and the prompt gets what is left" if priority == "decode_first"
+         else "the waiting prompt is admitted first and the decodes get what is left")
+st.markdown(f"{lab.DECODE_STREAMS} requests start decoding at t = 0 ({lab.DECODE_OUTPUT} tokens each). "
+            f"Prompts of {long_len} tokens arrive at t = {', '.join(f'{t:g}' for t in lab.LONG_ARRIVALS_S)} s. "
             f"Chunked prefill **on**: budget {budget} tokens a step, so a long prompt is prefilled over several "
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
-            f"(as vLLM requires).")
-settings = (long_len, budget)
-got = widgets.stored_or_measure("costs_stall", settings, lambda m, **kw: lr.stall_runs(m, *settings, **kw),
-                           "Run with chunking off and on", "about 35 s", "Chunked prefill off, then on…")
+            f"(as vLLM requires). Step priority **{priority}**: in each step {first}.")
+settings = (long_len, budget, priority)
+got = widgets.stored_or_measure("costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw),
+                                "Run with chunking off and on", "about 35 s", "Chunked prefill off, then on…",
+                                stop=False)
 if got is not None:
-    summ = {k: lr.stall_summary(res) for k, (res, _) in got.items()}
+    summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
     cols = st.columns(4)
     cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
@@ -49,26 +59,27 @@ if got is not None:
                    help="Chunking spreads a long prompt over several steps, so it starts streaming a little later.")
     st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
                f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")
-    series = {f"chunked prefill {key}": lr.decode_token_times(res) for key, (res, _) in got.items()}
-    widgets.plot(lc.token_gaps(series, list(lr.LONG_ARRIVALS_S)))
+    series = {f"chunked prefill {key}": lab.decode_token_times(res) for key, (res, _) in got.items()}
+    widgets.plot(lab.token_gaps(series, list(lab.LONG_ARRIVALS_S)))
     st.markdown(f"With chunking **off**, the step that carries a whole {long_len}-token prompt makes every "
                 f"running stream wait {off['decode_gap_max_ms']:.0f} ms for its next token. With chunking "
                 f"**on** the longest gap is {on['decode_gap_max_ms']:.0f} ms.")
 
 # ----- 2. KV capacity
 st.header("2 · A KV cache too small for the batch")
-kv = st.session_state.co_kv
-spec = lr.KV_SPEC
+capacity = st.session_state.co_kv
+spec = lab.KV_SPEC
 st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_len.lo}–{spec.prompt_len.hi}, "
-            f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lr.KV_SLOTS} running together. "
-            f"The cache may hold **{kv} tokens**; all {lr.KV_SLOTS} at their longest need about "
-            f"{lr.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-got_kv = widgets.stored_or_measure("costs_kv", kv, lambda m, **kw: lr.kv_run(m, kv, **kw),
-                              "Run at this KV capacity", "about 20–40 s", f"KV capacity {kv} tokens…")
+            f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lab.KV_SLOTS} running together. "
+            f"The cache may hold **{capacity} tokens**; all {lab.KV_SLOTS} at their longest need about "
+            f"{lab.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
+got_kv = widgets.stored_or_measure("costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw),
+                                   "Run at this KV capacity", "about 20–40 s", f"KV capacity {capacity} tokens…",
+                                   stop=False)
 if got_kv is not None:
     res, _ = got_kv
-    k = lr.kv_summary(res)
-    reqs, steps = lr.frames(res)
+    k = lab.kv_summary(res)
+    reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "
                    "and went back to the queue, to be prefilled again later.")
@@ -80,9 +91,11 @@ if got_kv is not None:
     st.markdown(f"Mean E2E of preempted requests: **{widgets.fmt(k['e2e_preempted_s'], 's')}**; of the others: "
                 f"**{widgets.fmt(k['e2e_others_s'], 's')}**.")
     with st.expander("Requests"):
-        widgets.table(lr.finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
-                 .sort_values("preemptions", ascending=False).round(3))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Gap** (ITL) here = time between two consecutive tokens of one of "
-               "the requests that started decoding at t = 0, rebuilt from the engine's step records."
-               "\n- **Preemption by recompute**: the request's KV blocks are freed and it goes back to the front "
-               "of the queue; later its prompt and the tokens it already made are prefilled again.")
+        widgets.table(finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
+                      .sort_values("preemptions", ascending=False).round(3))
+widgets.definitions("\n- **Gap** (ITL) here = time between two consecutive tokens of one of the requests that "
+                    "started decoding at t = 0, rebuilt from the engine's step records."
+                    "\n- **Step priority**: decode_first hands each step's token budget to the running decodes "
+                    "first (vLLM v1's order); prefill_first admits and prefills waiting prompts first."
+                    "\n- **Preemption by recompute**: the request's KV blocks are freed and it goes back to the "
+                    "front of the queue; later its prompt and the tokens it already made are prefilled again.")

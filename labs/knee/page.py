@@ -1,15 +1,14 @@
 """Lab: the knee. Sweep max_num_seqs on the real engine; throughput against p95 TPOT and p95 TTFT."""
 import streamlit as st
 
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from labs.knee import experiment as lab
 from ui import widgets
 
 st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
            "mostly latency. The knee is the operating point, not the engine's maximum.")
 
-widgets.defaults({"kn_values": lr.KNEE_VALUES, "kn_tpot_ms": 60, "kn_ttft_s": 10.0})
+widgets.defaults({"kn_values": lab.VALUES, "kn_tpot_ms": 60, "kn_ttft_s": 10.0})
 with st.sidebar:
     st.multiselect("max_num_seqs values", [1, 2, 4, 8, 16, 32, 64], key="kn_values",
                    help="Each value is one run of the same workload with at most this many requests per step.")
@@ -22,20 +21,18 @@ widgets.write_link(["kn_values", "kn_tpot_ms", "kn_ttft_s"])
 values = sorted(st.session_state.kn_values) or [1]
 tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s
 
-spec = lr.KNEE_SPEC
+spec = lab.SPEC
 st.markdown(f"The workload: {spec.num_requests} requests arriving at once, prompts "
             f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}. "
             "**The knee** here = the setting that lies furthest above the straight line from the first to the "
             "last point of the throughput-against-p95-TPOT curve, with both axes scaled 0–1 (the \"Kneedle\" "
             "rule: the point of greatest bend). Before it, more slots buy throughput faster than latency; after "
             "it, latency grows faster.")
-got = widgets.stored_or_measure("knee", tuple(values), lambda m, **kw: lr.knee_runs(m, values, **kw),
-                           "Run the sweep", "about 90 s for 1–32", "Sweeping max_num_seqs…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("knee", tuple(values), lambda m, **kw: lab.max_num_seqs_runs(m, values, **kw),
+                                "Run the sweep", "about 90 s for 1–32", "Sweeping max_num_seqs…")
 
-table = lr.knee_table(got, ttft, tpot)
-knee = lr.find_knee(table)
+table = lab.knee_table(got, ttft, tpot)
+knee = lab.find_knee(table)
 if knee is None:
     st.info("No knee in this sweep: throughput and p95 TPOT grew in step (or fewer than three settings). "
             "Add settings at both ends.")
@@ -55,17 +52,17 @@ cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs),
 
 left, right = st.columns(2)
 with left:
-    widgets.plot(lc.knee(table, "tpot_p95_ms", knee, tpot * 1000))
+    widgets.plot(lab.throughput_vs_latency(table, "tpot_p95_ms", knee, tpot * 1000))
 with right:
-    widgets.plot(lc.knee(table, "ttft_p95_s", knee, ttft))
+    widgets.plot(lab.throughput_vs_latency(table, "ttft_p95_s", knee, ttft))
 st.markdown(f"Going from the knee ({knee}) to {int(top.max_num_seqs)} slots changes throughput by "
             f"{top.output_tok_s / k.output_tok_s - 1:+.0%} and p95 TPOT by {top.tpot_p95_ms / k.tpot_p95_ms - 1:+.0%}. "
             f"Goodput (requests/s meeting both SLOs): {k.goodput_req_s:.2f} at the knee, "
             f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)}.")
 widgets.table(table.rename(columns={"output_tok_s": "output tok/s", "tpot_p95_ms": "p95 TPOT (ms)",
-                               "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)",
-                               "ttft_p50_s": "p50 TTFT (s)", "goodput_req_s": "goodput (req/s)",
-                               "met_share": "share within SLO"}).round(3))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Knee** = scale p95 TPOT and throughput to 0–1 between the first and "
-               "the last setting; the knee is the setting whose point lies furthest above the straight line "
-               "joining those two (the Kneedle rule).")
+                                    "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)",
+                                    "ttft_p50_s": "p50 TTFT (s)", "goodput_req_s": "goodput (req/s)",
+                                    "met_share": "share within SLO"}).round(3))
+widgets.definitions("\n- **Knee** = scale p95 TPOT and throughput to 0–1 between the first and "
+                    "the last setting; the knee is the setting whose point lies furthest above the straight line "
+                    "joining those two (the Kneedle rule).")

@@ -4,8 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from analysis import queue
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from labs.queueing import experiment as lab
+from labs.runs import frames
 from ui import widgets
 
 st.title("Queueing")
@@ -13,7 +13,7 @@ st.caption("First the engine's capacity μ for this workload is measured (every 
            "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
 
 CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
-widgets.defaults({"qu_rhos": lr.UTILIZATIONS})
+widgets.defaults({"qu_rhos": lab.UTILIZATIONS})
 with st.sidebar:
     st.multiselect("Utilizations to run (λ / μ)", CHOICES, key="qu_rhos", format_func=lambda r: f"{r:.0%}",
                    help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
@@ -23,39 +23,26 @@ with st.sidebar:
 widgets.write_link(["qu_rhos"])
 rhos = sorted(st.session_state.qu_rhos) or [0.5]
 
-spec = lr.QUEUE_SPEC
+spec = lab.SPEC
 st.markdown(f"The workload: {spec.num_requests} requests, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} "
             f"tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}, continuous batching with "
-            f"{lr.QUEUE_POLICY.max_num_seqs} slots.")
+            f"{lab.POLICY.max_num_seqs} slots.")
 
 
-def _runs(model, progress=None, refresh=False, peek=False):
-    """μ from the all-at-once run, then a run at each utilization: (μ, runs), or None if not all stored."""
-    cap = lr.service_rate_run(model, progress=progress and (lambda f, t: progress(0.15 * f, t)),
-                              refresh=refresh, peek=peek)
-    if cap is None:
-        return None
-    mu = lr.service_rate(cap[0])
-    runs = lr.queue_runs(model, mu, rhos, progress=progress and (lambda f, t: progress(0.15 + 0.85 * f, t)),
-                         refresh=refresh, peek=peek)
-    return None if runs is None else (mu, runs)
-
-
-got = widgets.stored_or_measure("queueing", tuple(rhos), _runs, "Measure μ, then run each utilization",
-                           f"about {8 + sum(6 / r for r in rhos):.0f} s",
-                           "Measuring capacity, then each arrival rate…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
+                                "Measure μ, then run each utilization",
+                                f"about {8 + sum(6 / r for r in rhos):.0f} s",
+                                "Measuring capacity, then each arrival rate…")
 
 mu, runs = got
-points = pd.DataFrame([lr.queue_point(rho, res, mu) for rho, res, _ in runs])
+points = pd.DataFrame([lab.queue_point(rho, res, mu) for rho, res, _ in runs])
 cols = st.columns(3)
 cols[0].metric("Capacity μ (measured)", widgets.fmt(mu, "req/s"),
                help="Finished requests / duration when every request arrives at once.")
 cols[1].metric("Service time 1/μ", widgets.fmt(1 / mu, "s"))
 cols[2].metric(f"W at {points.rho.max():.0%} vs {points.rho.min():.0%}",
                f"{points.W_s.iloc[-1]:.2f} vs {points.W_s.iloc[0]:.2f} s")
-widgets.plot(lc.time_in_system(points, mu))
+widgets.plot(lab.time_in_system(points, mu))
 st.markdown("The M/M/1 curve is a model of one server with random service times, drawn for the measured μ. "
             "The engine is not one: it batches, so it serves faster as the queue grows, and even alone a request "
             "takes its full decode time. Its points sit elsewhere, but they bend upward the same way.")
@@ -79,8 +66,9 @@ pick = st.select_slider("Run shown below", [p for p in points.rho], value=points
                         format_func=lambda r: f"{r:.0%}", key="qu_pick",
                         help="Which utilization's queue to draw over time.")
 res = next(r for rho, r, _ in runs if rho == pick)
-widgets.plot(queue.queue_over_time(lr.frames(res)[1]))
+widgets.plot(queue.queue_over_time(frames(res)[1]))
 widgets.definitions("- **μ** (capacity) = finished requests / duration of a run where every request arrives at "
-               "once.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
-               "run differ a little (λ drawn).\n- **W** = mean (finish − arrival) = mean E2E latency.\n"
-               "- **M/M/1**: W = 1 / (μ − λ), a model, finite only for λ < μ.")
+                    "once.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
+                    "run differ a little (λ drawn).\n- **W** = mean (finish − arrival) = mean E2E latency.\n"
+                    "- **M/M/1**: W = 1 / (μ − λ), a model, finite only for λ < μ.",
+                    with_metrics=False)

@@ -1,8 +1,7 @@
 """Lab: scheduler orders. One multi-tenant workload under fcfs, priority, sjf, fair and edf: who wins, who loses."""
 import streamlit as st
 
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from labs.scheduler_orders import experiment as lab
 from ui import widgets
 
 ORDER_HELP = {
@@ -17,48 +16,42 @@ st.title("Who the scheduler favours")
 st.caption("When requests queue, the admission order decides who waits. Same requests, same seed, one run "
            "per order on the real engine.")
 
-widgets.defaults({"so_orders": lr.ORDER_NAMES, "so_rate": lr.ORDER_RATE, "so_seed": 0})
+widgets.defaults({"so_orders": lab.ORDER_NAMES, "so_rate": lab.RATE, "so_seed": 0})
 with st.sidebar:
-    st.multiselect("Orders", lr.ORDER_NAMES, key="so_orders",
+    st.multiselect("Orders", lab.ORDER_NAMES, key="so_orders",
                    help="Which admission orders to run. fcfs is the baseline the others are compared with.")
     st.slider("Arrival rate (requests/s)", 2.0, 12.0, step=1.0, key="so_rate",
               help="All tenants together. Orders only matter when requests queue, so near or above capacity.")
     st.number_input("Seed", 0, 999, key="so_seed", help="Draws arrival times and lengths; same seed, same requests.")
 widgets.write_link(["so_orders", "so_rate", "so_seed"])
-orders = [o for o in lr.ORDER_NAMES if o in st.session_state.so_orders] or ["fcfs"]
+orders = [o for o in lab.ORDER_NAMES if o in st.session_state.so_orders] or ["fcfs"]
 if "fcfs" not in orders:
     orders = ["fcfs", *orders]
 rate, seed = st.session_state.so_rate, st.session_state.so_seed
 
 st.markdown(
     "Three tenants: " + "; ".join(f"**{t}** sends {s:.0%} of the requests, priority {p}, its own TTFT target {slo:g} s"
-                                  for t, s, p, slo in lr.ORDER_TENANTS)
-    + f". Prompts are long-tailed ({lr.ORDER_PROMPT.lo} tokens typical, up to {lr.ORDER_PROMPT.hi}); "
-      f"{lr.ORDER_REQUESTS} requests, {lr.ORDER_POLICY.max_num_seqs} slots, token budget "
-      f"{lr.ORDER_POLICY.max_num_batched_tokens}.")
+                                  for t, s, p, slo in lab.TENANTS)
+    + f". Prompts are long-tailed ({lab.PROMPT.lo} tokens typical, up to {lab.PROMPT.hi}); "
+      f"{lab.REQUESTS} requests, {lab.POLICY.max_num_seqs} slots, token budget "
+      f"{lab.POLICY.max_num_batched_tokens}.")
 st.markdown("\n".join(f"- **{o}**: {ORDER_HELP[o]}" for o in orders))
 settings = (tuple(orders), rate, seed)
-got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lr.order_runs(m, orders, rate, seed, **kw),
-                           "Run every order", f"about {20 * len(orders)} s", "Running each order…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lab.order_runs(m, orders, rate, seed, **kw),
+                                "Run every order", f"about {20 * len(orders)} s", "Running each order…")
 
-table = lr.tenant_table(got)
-sentences = lr.winners(table)
+table = lab.tenant_table(got)
+sentences = lab.winners(table)
 for order in orders:
     st.markdown(f"- {sentences[order]}")
-widgets.plot(lc.tenant_bars(table, "ttft_p95_s"))
-widgets.plot(lc.tenant_bars(table, "ttft_p50_s"))
+widgets.plot(lab.tenant_bars(table, "ttft_p95_s"))
+widgets.plot(lab.tenant_bars(table, "ttft_p50_s"))
 widgets.table(table.rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p95_s": "p95 TTFT (s)",
-                               "ttft_p99_s": "p99 TTFT (s)", "met_own_ttft": "share within own TTFT target",
-                               "output_tok_s": "run output tok/s"}).round(3))
+                                    "ttft_p99_s": "p99 TTFT (s)", "met_own_ttft": "share within own TTFT target",
+                                    "output_tok_s": "run output tok/s"}).round(3))
 with st.expander("By prompt length: who pays for short-first orders"):
-    widgets.table(lr.bucket_table(got).rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p99_s": "p99 TTFT (s)"})
-             .round(3))
-ages = {}
-for order, (res, _) in got.items():
-    age = lr.oldest_waiting_age(res)
-    ages[order] = age.assign(t_s=age["t_s"] - float(lr.frames(res)[0]["arrival_s"].min()))
-widgets.plot(lc.oldest_waiting(ages))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Wins / loses**: against fcfs, the tenant whose p95 TTFT fell "
-               "the most wins and the one whose p95 TTFT rose the most loses.")
+    widgets.table(lab.bucket_table(got).rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p99_s": "p99 TTFT (s)"})
+                  .round(3))
+widgets.plot(lab.oldest_waiting(lab.waiting_ages(got)))
+widgets.definitions("\n- **Wins / loses**: against fcfs, the tenant whose p95 TTFT fell "
+                    "the most wins and the one whose p95 TTFT rose the most loses.")

@@ -2,36 +2,34 @@
 import pandas as pd
 import streamlit as st
 
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from labs.runs import frames
+from labs.slo_goodput import experiment as lab
 from ui import widgets
 
 st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
 
-widgets.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lr.SLO_RATES[1]})
+widgets.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lab.RATES[1]})
 with st.sidebar:
     st.slider("TTFT SLO (ms)", 100, 5000, step=50, key="sg_ttft_ms",
               help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
     st.slider("TPOT SLO (ms)", 10, 300, step=5, key="sg_tpot_ms",
               help="The longest average gap between tokens once streaming has started.")
-    st.select_slider("Arrival rate shown in detail (requests/s)", lr.SLO_RATES, key="sg_rate",
+    st.select_slider("Arrival rate shown in detail (requests/s)", lab.RATES, key="sg_rate",
                      help="Which of the measured runs the request table and the scatter below show.")
 widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_rate"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
 
-spec = lr.SLO_SPEC
+spec = lab.SPEC
 st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_len.lo}–{spec.prompt_len.hi}, "
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), Poisson arrivals at "
-            f"{', '.join(f'{r:g}' for r in lr.SLO_RATES)} requests/s, continuous batching with "
-            f"{lr.SLO_POLICY.max_num_seqs} slots.")
-got = widgets.stored_or_measure("slo", "rates", lr.slo_runs, "Run the arrival rates", "about 75 s",
-                           "Running each arrival rate…")
-if got is None:
-    st.stop()
+            f"{', '.join(f'{r:g}' for r in lab.RATES)} requests/s, continuous batching with "
+            f"{lab.POLICY.max_num_seqs} slots.")
+got = widgets.stored_or_measure("slo", "rates", lab.rate_runs, "Run the arrival rates", "about 75 s",
+                                "Running each arrival rate…")
 
-table = pd.DataFrame([{"rate": rate, **lr.goodput(res, ttft, tpot)} for rate, res, _ in got])
+table = pd.DataFrame([{"rate": rate, **lab.goodput(res, ttft, tpot)} for rate, res, _ in got])
 rate = st.session_state.sg_rate
 res = next(r for x, r, _ in got if x == rate)
 g = table[table["rate"] == rate].iloc[0]
@@ -47,14 +45,14 @@ cols[3].metric("Within SLO", f"{g.met_share:.0%}",
                help=f"Share of finished requests meeting both targets. Missed TTFT: {int(g.missed_ttft)}, "
                     f"missed TPOT: {int(g.missed_tpot)}.")
 
-widgets.plot(lc.goodput_vs_rate(table, rate))
+widgets.plot(lab.goodput_vs_rate(table, rate))
 best = table.loc[table["goodput_req_s"].idxmax()]
 st.markdown(f"With TTFT ≤ {ttft * 1000:g} ms and TPOT ≤ {tpot * 1000:g} ms, goodput peaks at "
             f"**{best.rate:g} requests/s** ({best.goodput_req_s:.2f} req/s within SLO); the highest rate "
             f"makes {table.iloc[-1].output_tok_s:.0f} tokens/s of which {table.iloc[-1].useful_tok_s:.0f} count.")
 
-verdicts = lr.slo_verdicts(lr.frames(res)[0], ttft, tpot)
-widgets.plot(lc.slo_scatter(verdicts, ttft, tpot))
+verdicts = lab.slo_verdicts(frames(res)[0], ttft, tpot)
+widgets.plot(lab.slo_scatter(verdicts, ttft, tpot))
 first_miss = "TTFT" if g.missed_ttft >= g.missed_tpot else "TPOT"
 if g.missed_ttft or g.missed_tpot:
     st.markdown(f"At {rate:g} requests/s, **{first_miss}** is the target missed most "
@@ -63,8 +61,8 @@ with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]
     widgets.table(show.assign(tpot_ms=show["tpot_s"] * 1000).drop(columns="tpot_s").round(3))
 widgets.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
-                               "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
-                               "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
-                               "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Useful tokens/s** = output tokens of requests that met every "
-               "SLO / duration. A request with a single output token has no TPOT and passes that check.")
+                                    "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
+                                    "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
+                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3))
+widgets.definitions("\n- **Useful tokens/s** = output tokens of requests that met every "
+                    "SLO / duration. A request with a single output token has no TPOT and passes that check.")

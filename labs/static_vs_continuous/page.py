@@ -3,7 +3,9 @@ import pandas as pd
 import streamlit as st
 
 from analysis import membership
-from labs import lesson_runs as lr
+from analysis.frame_metrics import wasted_slot_steps
+from labs.runs import frames
+from labs.static_vs_continuous import experiment as lab
 from ui import widgets
 
 REPLAY_TICK_S = 0.3
@@ -13,10 +15,10 @@ st.title("Static vs continuous batching")
 st.caption("Static batching admits a batch and runs it until its last member finishes. Continuous "
            "batching decides who runs at every step. Same requests, same seed, both modes, on the real engine.")
 
-widgets.defaults({"svc_workload": "short_long", "svc_slots": lr.SVC_SLOTS, "svc_seed": 0})
+widgets.defaults({"svc_workload": "short_long", "svc_slots": lab.SLOTS, "svc_seed": 0})
 with st.sidebar:
-    st.radio("Workload", list(lr.SVC_WORKLOADS), key="svc_workload",
-             format_func=lambda k: lr.SVC_WORKLOADS[k][0],
+    st.radio("Workload", list(lab.WORKLOADS), key="svc_workload",
+             format_func=lambda k: lab.WORKLOADS[k][0],
              help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
                   "request writes 192 tokens, every other one 8 to 16.")
     st.slider("Batch slots (max_num_seqs)", 2, 16, key="svc_slots",
@@ -26,18 +28,16 @@ with st.sidebar:
 widgets.write_link(["svc_workload", "svc_slots", "svc_seed"])
 
 workload, slots, seed = st.session_state.svc_workload, st.session_state.svc_slots, st.session_state.svc_seed
-spec = lr.svc_spec(workload, seed)
-st.markdown(f"**{lr.SVC_WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving at about "
+spec = lab.workload_spec(workload, seed)
+st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving at about "
             f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
 
 settings = (workload, slots, seed)
-got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lr.svc_runs(m, *settings, **kw),
-                           "Run both modes", "about 30 s", "Running static, then continuous…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
+                                "Run both modes", "about 30 s", "Running static, then continuous…")
 
-frames = {mode: lr.frames(res) for mode, (res, _) in got.items()}
-summ = {mode: lr.mode_summary(res, slots) for mode, (res, _) in got.items()}
+tables = {mode: frames(res) for mode, (res, _) in got.items()}
+summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in got.items()}
 s, c = summ["static"], summ["continuous"]
 
 cols = st.columns(4)
@@ -57,7 +57,7 @@ cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"]
 
 # ----- synchronized replay
 st.subheader("Replay, step by step")
-n_steps = max(len(frames["static"][1]), len(frames["continuous"][1]))
+n_steps = max(len(tables["static"][1]), len(tables["continuous"][1]))
 last = max(0, n_steps - 1)
 if st.session_state.get("svc_step", 0) > last:
     st.session_state.svc_step = last
@@ -89,7 +89,7 @@ def replay():
     k = st.session_state.svc_step
     left, right = st.columns(2)
     for col, mode in ((left, "static"), (right, "continuous")):
-        reqs, steps = frames[mode]
+        reqs, steps = tables[mode]
         upto = steps[steps["step"] <= k]
         with col:
             st.markdown(f"**{mode}**")
@@ -98,7 +98,7 @@ def replay():
                 done = int((pd.to_numeric(reqs["finish_s"]) <= row.t_end_s).sum())
                 st.caption(f"t = {row.t_end_s - reqs['arrival_s'].min():.2f} s · running {int(row.running)} · "
                            f"waiting {int(row.waiting)} · finished {done}/{len(reqs)} · wasted slot-steps so far "
-                           f"{membership.wasted_slot_steps(upto, slots)}")
+                           f"{wasted_slot_steps(upto, slots)}")
             else:
                 st.caption("not started")
             if k >= len(steps):
@@ -116,19 +116,17 @@ rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "dura
         ("… of them while requests waited", "idle_while_waiting", 0),
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
 widgets.table(pd.DataFrame({"": [r[0] for r in rows],
-                       "static": [round(s[k], d) for _, k, d in rows],
-                       "continuous": [round(c[k], d) for _, k, d in rows]}))
+                            "static": [round(s[k], d) for _, k, d in rows],
+                            "continuous": [round(c[k], d) for _, k, d in rows]}))
 st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
             f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
             f"static's **{s['wasted_slot_steps']}**; slots left empty while requests waited: "
             f"**{c['idle_while_waiting']}** against **{s['idle_while_waiting']}**.")
 with st.expander("Requests, both runs"):
-    both = pd.concat([frames[m][0].assign(mode=m) for m in ("static", "continuous")])
+    both = pd.concat([tables[m][0].assign(mode=m) for m in ("static", "continuous")])
     widgets.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
-                   "queue_s"]].round(3))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Wasted slot-steps** = over every step that ran something, the "
-               "batch slots (max_num_seqs) left empty, summed. Steps with nothing to run are not counted."
-               "\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
-               "capacity that work was queueing for."
-               "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
-               "500 ms, and runs until every member has finished; nobody joins mid-batch.")
+                        "queue_s"]].round(3))
+widgets.definitions("\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
+                    "capacity that work was queueing for."
+                    "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
+                    "500 ms, and runs until every member has finished; nobody joins mid-batch.")

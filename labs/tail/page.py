@@ -2,7 +2,9 @@
 import streamlit as st
 
 from analysis import latency
-from labs import lesson_runs as lr
+from analysis.frame_metrics import finished
+from labs.runs import frames
+from labs.tail import experiment as lab
 from ui import widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
@@ -15,8 +17,8 @@ st.caption("Two tenants share the engine: one sends steadily, one in bursts. A s
 widgets.defaults({"ta_long": 0.1, "ta_bursty": True, "ta_seed": 0, "ta_segment": "prompt", "ta_metric": "ttft_s"})
 with st.sidebar:
     st.select_slider("Long-prompt share", [0.0, 0.05, 0.1, 0.2], key="ta_long", format_func=lambda s: f"{s:.0%}",
-                     help=f"The share of requests whose prompt is {lr.TAIL_LONG.lo}–{lr.TAIL_LONG.hi} tokens "
-                          f"instead of {lr.TAIL_SHORT.lo}–{lr.TAIL_SHORT.hi}.")
+                     help=f"The share of requests whose prompt is {lab.LONG_PROMPT.lo}–{lab.LONG_PROMPT.hi} tokens "
+                          f"instead of {lab.SHORT_PROMPT.lo}–{lab.SHORT_PROMPT.hi}.")
     st.toggle("Bursty tenant", key="ta_bursty",
               help="On: the second tenant sends in bursts with quiet gaps (same average rate). Off: both send steadily.")
     st.number_input("Seed", 0, 999, key="ta_seed", help="Draws arrival times and lengths; same seed, same requests.")
@@ -28,19 +30,17 @@ widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
 
-st.markdown(f"The workload: {lr.TAIL_REQUESTS} requests at about {lr.TAIL_RATE:g} per second in all, half from "
-            f"each tenant, continuous batching with {lr.TAIL_POLICY.max_num_seqs} slots.")
+st.markdown(f"The workload: {lab.REQUESTS} requests at about {lab.RATE:g} per second in all, half from "
+            f"each tenant, continuous batching with {lab.POLICY.max_num_seqs} slots.")
 settings = (share, bursty, seed)
-got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lr.tail_run(m, *settings, **kw),
-                           "Run this workload", "about 30 s", "Running…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw),
+                                "Run this workload", "about 30 s", "Running…")
 
 res, _ = got
-reqs, _ = lr.frames(res)
+reqs, _ = frames(res)
 name, scale, unit = METRICS[metric]
-by = {"prompt": lr.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
-table = lr.percentile_table(reqs, metric, by, scale)
+by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
+table = lab.percentile_table(reqs, metric, by, scale)
 overall = table.iloc[0]
 cols = st.columns(4)
 for col, q in zip(cols, ("p50", "p90", "p95", "p99")):
@@ -56,8 +56,8 @@ if by is not None and len(table) > 2:
                 f"and {widgets.fmt(best.p50, unit)}.")
 widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group"}).round(3))
 with st.expander("Requests"):
-    widgets.table(lr.finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
-                                "tpot_s", "e2e_s", "queue_s"]].round(3))
-widgets.definitions(widgets.METRIC_DEFINITIONS + "\n- **Prompt-length buckets**: " +
-               ", ".join(name for _, _, name in lr.PROMPT_BUCKETS) + " (prompt tokens including the chat template)."
-               "\n- A **CDF** point (x, y) says: a share y of the group's requests took x or less.")
+    widgets.table(finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
+                                  "tpot_s", "e2e_s", "queue_s"]].round(3))
+widgets.definitions("\n- **Prompt-length buckets**: " + ", ".join(name for _, _, name in lab.PROMPT_BUCKETS)
+                    + " (prompt tokens including the chat template)."
+                    "\n- A **CDF** point (x, y) says: a share y of the group's requests took x or less.")

@@ -1,15 +1,14 @@
 """Lab: why batch. Decode step time and tokens/s against batch size, measured on the real model."""
 import streamlit as st
 
-from labs import lesson_charts as lc
-from labs import lesson_runs as lr
+from labs.why_batch import experiment as lab
 from ui import widgets
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
            "Here the real engine times decode steps at growing batch sizes on this machine.")
 
-widgets.defaults({"wb_sizes": lr.BATCH_SIZES, "wb_context": lr.SCALING_CONTEXT, "wb_steps": lr.SCALING_STEPS})
+widgets.defaults({"wb_sizes": lab.BATCH_SIZES, "wb_context": lab.CONTEXT, "wb_steps": lab.STEPS})
 with st.sidebar:
     st.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64, 128], key="wb_sizes",
                    help="How many sequences share one decode step. Each size is measured separately.")
@@ -22,15 +21,13 @@ widgets.write_link(["wb_sizes", "wb_context", "wb_steps"])
 
 sizes = sorted(st.session_state.wb_sizes) or [1]
 settings = (sizes, st.session_state.wb_context, st.session_state.wb_steps)
-got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lr.batch_scaling(m, *settings, **kw),
-                           "Measure step times", "about 45 s up to batch 128", "Timing decode steps…")
-if got is None:
-    st.stop()
+got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
+                                "Measure step times", "about 45 s up to batch 128", "Timing decode steps…")
 
 rows, _ = got
-table = lr.scaling_table(rows)
-bend = lr.bend(rows)
-fit = lr.linear_fit(rows)
+table = lab.scaling_table(rows)
+bend = lab.bend(rows)
+fit = lab.linear_fit(rows)
 first, last = table.iloc[0], table.iloc[-1]
 
 c = st.columns(4)
@@ -43,14 +40,14 @@ c[2].metric(f"step time, batch {int(first.batch)} → {int(last.batch)}",
 c[3].metric("the bend", f"batch {bend}" if bend else "not reached",
             help="The first batch size from which doubling the batch gains less than 20% throughput.")
 
-widgets.plot(lc.amortization(table, bend, fit))
+widgets.plot(lab.amortization(table, bend, fit))
 if bend:
     st.markdown(f"**Where it bends:** from batch **{bend}**, doubling the batch adds less than 20% "
                 f"throughput on this machine. Below it every doubling nearly doubles tokens/s.")
 else:
     st.markdown("**No bend yet:** every measured doubling still adds at least 20% throughput; add larger "
                 "batch sizes to find it.")
-widgets.plot(lc.step_time(table, fit))
+widgets.plot(lab.step_time(table, fit))
 if fit["c_ms"] > 0:
     st.markdown(
         f"A straight line through the measured step times (a model fitted to them) gives "
@@ -64,6 +61,7 @@ show = table.rename(columns={"batch": "batch size", "step_ms": "step (ms)", "tok
                              "ms_per_token": "ms per token", "gain_per_doubling": "gain per doubling"})
 widgets.table(show.round(2))
 widgets.definitions("Each batch size: `batch` sequences of `context` tokens are prefilled (not timed), then "
-               "every sequence decodes one token per step; the step time is the median of the timed "
-               "steps. tokens/s = batch / step time; ms per token = step time / batch. "
-               "Gain per doubling = throughput at the next size / throughput here, per doubling of the batch.")
+                    "every sequence decodes one token per step; the step time is the median of the timed "
+                    "steps. tokens/s = batch / step time; ms per token = step time / batch. "
+                    "Gain per doubling = throughput at the next size / throughput here, per doubling of the batch.",
+                    with_metrics=False)

@@ -4,25 +4,26 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 
-from .config import EngineConfig
-from .engine import build_cost_model_engine, build_engine
-from .metrics import SLO, summarize, write_run
-from .request import Request
-from .workload import PromptMaker, build_requests, read_jsonl, write_jsonl
+from ..arrivals import build_requests
+from ..build import build_engine, size_kv_pool
+from ..config import EngineConfig
+from ..metrics import SLO, summarize, write_run
+from ..request import Request
+from ..workload import PromptMaker, read_jsonl, write_jsonl
 
 
 def run_command(args, policy, spec) -> int:
     from tqdm import tqdm
 
-    config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                          kv_pool_tokens=max(args.kv_pool_tokens, policy.kv_capacity_tokens), seed=args.seed)
-    if args.cost_model:
-        engine, tokenizer = build_cost_model_engine(config, policy), None
-    else:
-        from .model import load_model
+    config = size_kv_pool(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                                       kv_pool_tokens=args.kv_pool_tokens, seed=args.seed), policy)
+    model = None
+    if not args.cost_model:
+        from ..model import load_model
         print(f"loading {config.model} ...", file=sys.stderr)
         model = load_model(config.model, config.device, config.dtype)
-        engine, tokenizer = build_engine(config, policy, model), model.tokenizer
+    engine = build_engine(config, policy, model)
+    tokenizer = engine.tokenizer
 
     if args.workload:
         requests, errors = read_jsonl(args.workload, tokenizer)

@@ -12,8 +12,14 @@ from __future__ import annotations
 import statistics
 import time
 
-from .config import EngineConfig, SchedulerPolicy
-from .workload import LengthDist, WorkloadSpec
+from ..arrivals import build_requests
+from ..build import build_engine
+from ..config import EngineConfig, SchedulerPolicy
+from ..kv_cache import BlockPool
+from ..request import Request
+from ..scheduler import Scheduler
+from ..step_times import measure_batch_scaling
+from ..workload import LengthDist, PromptMaker, WorkloadSpec
 
 
 def add_bench_flags(p) -> None:
@@ -40,7 +46,7 @@ def measure_roofline(device, dtype) -> dict:
     flops = []
     for _ in range(4):
         t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
-    from .linear import Linear, onednn_available
+    from ..linear import Linear, onednn_available
     if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
         linear = Linear(b, pack=True)
         for _ in range(4):
@@ -84,13 +90,10 @@ def step_roofline_s(costs, roof, tokens: int, samples: int, context: int) -> flo
 # ----- the three contestants -----
 
 def run_engine(model, requests, args):
-    from .engine import build_engine
     policy = SchedulerPolicy(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                              kv_capacity_tokens=sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024)
-    config = EngineConfig(kv_pool_tokens=policy.kv_capacity_tokens)
-    engine = build_engine(config, policy, model)
+    engine = build_engine(EngineConfig(kv_pool_tokens=policy.kv_capacity_tokens), policy, model)
     # warm-up: one small request, not timed
-    from .request import Request
     engine.submit(Request("warmup", requests[0].prompt_token_ids[:32], 4))
     engine.run()
     engine.requests.clear(); engine.steps.clear()
@@ -167,9 +170,6 @@ def agreement(ours: dict, theirs: dict) -> tuple[float, float]:
 
 def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> float:
     """Median time of one Scheduler.schedule() with `n_waiting` requests waiting and 32 running."""
-    from .kv_cache import BlockPool
-    from .request import Request
-    from .scheduler import Scheduler
     times = []
     for rep in range(reps):
         pool = BlockPool(4096, 16)
@@ -186,8 +186,7 @@ def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30)
 
 def bench_command(args) -> int:
     import torch
-    from .model import load_model
-    from .workload import PromptMaker, build_requests
+    from ..model import load_model
 
     spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
                         **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
@@ -208,7 +207,6 @@ def bench_command(args) -> int:
               f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s, memory {roof['mem_bw'] / 1e9:.1f} GB/s, "
               f"weights {costs['weight_bytes'] / 1e6:.0f} MB")
 
-        from .experiments import measure_batch_scaling
         b1 = measure_batch_scaling(model, [1], context=100, steps=8)[0]
         floor_ms = costs["weight_bytes"] / roof["mem_bw"] * 1000
         print(f"decode step at batch 1: {b1['step_ms']:.1f} ms; memory roofline {floor_ms:.1f} ms "

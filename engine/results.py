@@ -1,4 +1,4 @@
-"""Blocking runs and sweeps on the real engine, cached on disk per machine and settings.
+"""Results: blocking runs and sweeps on the real engine, cached on disk per machine and settings.
 
 The lesson labs call these: "run this seeded workload under this policy", "sweep this knob".
 A result is plain data (rows in the CLI's CSV formats plus the summary), so it can be cached
@@ -10,15 +10,16 @@ import hashlib
 import json
 import os
 import platform
-import time
 from dataclasses import asdict, dataclass, field
 
+from .arrivals import build_requests
+from .build import build_engine
 from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine, build_engine
+from .engine import Engine
 from .metrics import SLO, request_row, step_row, summarize
-from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec, build_requests
+from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
 
-CACHE_VERSION = 1
+CACHE_VERSION = 3     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens)
 
 
 def cache_dir() -> str:
@@ -67,20 +68,18 @@ class RunResult:
     label: str = ""
 
 
-def _key(*parts) -> str:
-    """Runs drawn from a different prompt set are different runs: the file's hash joins every key."""
-    blob = json.dumps([_files_digest(PROMPTS_PATH), *parts], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+def cache_path(kind: str, *parts) -> str:
+    """Where a result of this kind ("run", "scaling"...) and these settings is stored. Runs drawn
+    from a different prompt set are different runs: the prompt file's hash joins every key."""
+    blob = json.dumps([_files_digest(PROMPTS_PATH), CACHE_VERSION, *parts], sort_keys=True, default=str)
+    return os.path.join(cache_dir(), f"{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json")
 
 
 def run_workload(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
                  progress=None, prompts: PromptMaker | None = None, label: str = "") -> RunResult:
     """One seeded workload through the real engine, start to finish. progress(fraction, text) is optional."""
-    config = config or EngineConfig()
-    config = EngineConfig(**{**asdict(config), "kv_pool_tokens": max(config.kv_pool_tokens, policy.kv_capacity_tokens)})
-    engine = build_engine(config, policy, model)
-    prompts = prompts or PromptMaker(model.tokenizer)
-    for r in build_requests(spec, prompts):
+    engine = build_engine(config or EngineConfig(), policy, model)
+    for r in build_requests(spec, prompts or PromptMaker(model.tokenizer)):
         engine.submit(r)
     return run_to_end(engine, policy, progress, label)
 
@@ -109,9 +108,8 @@ def result_of(engine: Engine, policy: SchedulerPolicy, label: str = "") -> RunRe
 def cached_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
                progress=None, label: str = "", refresh: bool = False) -> tuple[RunResult, bool]:
     """run_workload, or the stored result of the same run on this machine. Returns (result, was_cached)."""
-    key = _key(CACHE_VERSION, machine_fingerprint(model), policy.to_dict(), spec.to_dict(),
-               asdict(config or EngineConfig()))
-    path = os.path.join(cache_dir(), f"run-{key}.json")
+    path = cache_path("run", machine_fingerprint(model), policy.to_dict(), spec.to_dict(),
+                      asdict(config or EngineConfig()))
     if not refresh and os.path.exists(path):
         with open(path) as f:
             return RunResult(**json.load(f)), True
@@ -139,43 +137,3 @@ def sweep(model, policy: SchedulerPolicy, spec: WorkloadSpec, knob: str, values:
         progress(1.0, "done")
     return out
 
-
-def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, steps: int = 4,
-                          progress=None) -> list[dict]:
-    """Decode-step time against batch size on the real model: `batch` sequences of `context` tokens,
-    each generating one token per step. The heart of "why batch"."""
-    from .executor import ModelExecutor
-    from .kv_cache import BlockPool
-    from .request import Request
-    from .scheduler import ScheduledChunk, StepPlan
-
-    rows = []
-    per_seq_blocks = -(-(context + steps + 1) // 16)   # each sequence rounds up to whole blocks
-    pool = BlockPool(max(batch_sizes) * per_seq_blocks, 16)
-    executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
-    for i, b in enumerate(batch_sizes):
-        reqs = [Request(f"b{j}", [100 + (j * 7 + k) % 5000 for k in range(context)], steps + 1) for j in range(b)]
-        for r in reqs:
-            pool.allocate(r, context + steps + 1)
-        # prefill once (not timed), then time the decode steps
-        executor.execute(StepPlan([ScheduledChunk(r, 0, context, "prefill") for r in reqs]))
-        for r in reqs:
-            r.num_computed_tokens = context
-            r.output_token_ids.append(1)
-        times = []
-        for _ in range(steps):
-            plan = StepPlan([ScheduledChunk(r, r.num_computed_tokens, 1, "decode") for r in reqs])
-            t0 = time.perf_counter()
-            toks = executor.execute(plan)
-            times.append(time.perf_counter() - t0)
-            for r in reqs:
-                r.num_computed_tokens += 1
-                r.output_token_ids.append(toks[r])
-        for r in reqs:
-            pool.free(r)
-        step_s = sorted(times)[len(times) // 2]
-        rows.append({"batch": b, "step_ms": step_s * 1000, "tokens_per_s": b / step_s,
-                     "ms_per_token": step_s * 1000 / b})
-        if progress is not None:
-            progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
-    return rows

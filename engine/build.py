@@ -1,0 +1,38 @@
+"""Building an engine: one function for every kind, and the one rule that sizes its KV pool.
+
+With a loaded model, the engine runs the real forward on the model's device under a wall
+clock. Without one, it runs the cost model: each step's time is predicted from its shape and
+a virtual clock moves on by it, so a whole run takes a blink. The same Engine and Scheduler
+sit on top of both.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .clock import VirtualClock, WallClock
+from .config import EngineConfig, SchedulerPolicy
+from .engine import Engine
+from .executor import CostModelExecutor, ModelExecutor
+from .kv_cache import BlockPool
+
+
+def size_kv_pool(config: EngineConfig, policy: SchedulerPolicy) -> EngineConfig:
+    """The KV capacity rule: the physical pool holds at least the policy's KV capacity.
+
+    kv_capacity_tokens is how much of the pool the scheduler may use. It can be lowered while
+    the engine runs; raised above the pool it is held to the pool (BlockPool.set_capacity_tokens).
+    """
+    return replace(config, kv_pool_tokens=max(config.kv_pool_tokens, policy.kv_capacity_tokens))
+
+
+def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None) -> Engine:
+    """An engine for `policy`: on `model` (a LoadedModel) under a wall clock, or, with no model,
+    on the cost model under a virtual clock."""
+    config = size_kv_pool(config, policy)
+    pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
+    if model is None:
+        clock = VirtualClock()
+        return Engine(CostModelExecutor(clock), clock, policy, pool, config.max_model_len)
+    executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
+    return Engine(executor, WallClock(), policy, pool, min(config.max_model_len, model.max_model_len),
+                  model.tokenizer, model.eos_token_id)

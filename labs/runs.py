@@ -1,0 +1,184 @@
+"""Runs on the real engine, as every lesson lab makes them: cached on disk, or only looked up.
+
+No Streamlit here: the lab pages and `python -m tools.measure_all` call the same experiments
+(labs/<lab>/experiment.py), so the numbers in the lessons' notes are the numbers the pages show.
+
+Every run is cached on disk per machine and settings (engine.results), so a second visit
+is instant. Each run function takes `peek=True` to return only what is already cached (None
+otherwise) without touching the model: a page can show stored results at once and measure
+only when the learner presses its button.
+
+`model` is a LoadedModel, or the name of one ("smollm2"): a name is enough to find cached
+results (it fingerprints the machine exactly as the loaded model would); measuring needs
+the real thing.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from engine import results
+from engine.arrivals import build_requests
+from engine.build import build_engine
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.results import RunResult
+from engine.workload import PromptMaker, WorkloadSpec
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Stands in for a loaded model when only its cache fingerprint is needed."""
+    name: str
+    device: object
+    dtype: object
+
+
+@functools.cache
+def _model_ref(name: str) -> ModelRef:
+    """What `load_model(name)` would load, as far as the fingerprint goes, without loading weights."""
+    from engine.model import resolve_device, resolve_dtype
+    dev = resolve_device("auto")
+    return ModelRef(name, dev, resolve_dtype("auto", dev))
+
+
+def fingerprint(model) -> dict:
+    """results.machine_fingerprint of a loaded model, or of the one a model name would load."""
+    return results.machine_fingerprint(_model_ref(model) if isinstance(model, str) else model)
+
+
+# A wrapper for every measurement: `run_guard(measure, refresh)` calls `measure(refresh)` and returns
+# its (result, was_cached). None (the pages) just measures. `python -m tools.measure_all` sets one that
+# waits for other processes to go quiet and measures again when they disturbed a run.
+run_guard = None
+
+
+def _guarded(measure, refresh: bool):
+    return measure(refresh) if run_guard is None else run_guard(measure, refresh)
+
+
+def _need_model(model):
+    if isinstance(model, str):
+        raise RuntimeError("measuring needs the loaded model, not its name")
+    return model
+
+
+# ----------------------------------------------------------------------------- the on-disk cache
+
+
+def _store(path: str, data) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, default=str)
+    os.replace(tmp, path)
+
+
+def _load(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cached(path: str, model, compute, refresh: bool, peek: bool, load=lambda data: data, dump=lambda result: result):
+    """(result, was_cached): the JSON stored at `path`, or `compute(model)` stored there.
+
+    With peek=True only the stored result, or None: the model is not touched. `load` / `dump`
+    turn the stored JSON into the result and back (for a RunResult: RunResult(**data) / asdict).
+    """
+    if peek:
+        return (load(_load(path)), True) if os.path.exists(path) and not refresh else None
+    model = _need_model(model)
+
+    def measure(again: bool):
+        if os.path.exists(path) and not again:
+            return load(_load(path)), True
+        result = compute(model)
+        _store(path, dump(result))
+        return result, False
+    return _guarded(measure, refresh)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None, label: str = "",
+               refresh: bool = False, peek: bool = False) -> tuple[RunResult, bool] | None:
+    """results.cached_run, or with peek=True the stored result only (None if there is none)."""
+    if peek:   # the file results.cached_run stores this run in
+        path = results.cache_path("run", fingerprint(model), policy.to_dict(), spec.to_dict(),
+                                  asdict(EngineConfig()))
+        return (RunResult(**_load(path)), True) if os.path.exists(path) else None
+    model = _need_model(model)
+    return _guarded(lambda again: results.cached_run(model, policy, spec, progress=progress, label=label,
+                                                     refresh=again), refresh)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One stream of a mixed workload: a WorkloadSpec, optionally relabelled.
+
+    tenant: every request of this part belongs to this tenant (and gets `priority`);
+    ttft_slo_s: this part's own TTFT target, which the `edf` order uses as its deadline.
+    """
+    spec: WorkloadSpec
+    tenant: str | None = None
+    priority: int | None = None
+    ttft_slo_s: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec.to_dict(), "tenant": self.tenant, "priority": self.priority,
+                "ttft_slo_s": self.ttft_slo_s}
+
+
+def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, label: str = "",
+            refresh: bool = False, peek: bool = False) -> tuple[RunResult, bool] | None:
+    """Several workload streams (different tenants, lengths, start times) through one engine run.
+
+    Cached like results.cached_run, keyed by machine, policy and every part.
+    """
+    config = EngineConfig()
+    path = results.cache_path("mix", fingerprint(model), policy.to_dict(),
+                              [p.to_dict() for p in parts], asdict(config))
+    return cached(path, model, lambda m: _run_parts(m, policy, parts, config, progress, label), refresh, peek,
+                  load=lambda data: RunResult(**data), dump=asdict)
+
+
+def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
+    engine = build_engine(config, policy, model)
+    prompts = PromptMaker(model.tokenizer)
+    for part in parts:
+        for r in build_requests(part.spec, prompts):
+            if part.tenant is not None:
+                r.tenant = part.tenant
+            if part.priority is not None:
+                r.priority = part.priority
+            r.ttft_slo_s = part.ttft_slo_s
+            engine.submit(r)
+    return results.run_to_end(engine, policy, progress, label)
+
+
+def run_each(settings, run_one, progress=None, describe=str) -> list[tuple] | None:
+    """One run per setting: [(setting, RunResult, was_cached)], or None as soon as one is not stored.
+
+    `run_one(setting, progress)` is a single_run or mix_run (None when peeking finds nothing);
+    the overall progress bar moves through the settings in turn, each named by `describe`.
+    """
+    settings = list(settings)
+    out = []
+    for i, setting in enumerate(settings):
+        sub = None
+        if progress is not None:
+            sub = (lambda f, text, i=i, what=describe(setting):
+                   progress(min(1.0, (i + f) / len(settings)), f"{what}: {text}"))
+        got = run_one(setting, sub)
+        if got is None:
+            return None
+        out.append((setting, *got))
+    return out
+
+
+def frames(result: RunResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(requests, steps) DataFrames in the CLI's CSV formats."""
+    return pd.DataFrame(result.requests), pd.DataFrame(result.steps)

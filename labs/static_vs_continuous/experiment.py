@@ -1,0 +1,85 @@
+"""Static vs continuous batching: the same seeded workload through both modes, and the numbers
+the lab compares (throughput, latency, slot-steps left empty)."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from analysis import membership
+from analysis.frame_metrics import finished, wasted_slot_steps
+from engine.config import SchedulerPolicy
+from engine.results import RunResult
+from engine.workload import WorkloadSpec
+from labs.runs import frames, run_each, single_run
+
+MODES = ("static", "continuous")
+WORKLOADS = {   # key: (name shown, workload)
+    "mixed": ("Mixed lengths",
+              WorkloadSpec(num_requests=32, rate=8.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
+                           output_kind="uniform", output_lo=8, output_hi=64)),
+    "short_long": ("Many short + one long",
+                   WorkloadSpec(num_requests=32, rate=8.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=64,
+                                output_kind="short_plus_long", output_lo=8, output_hi=192)),
+}
+SLOTS = 8
+
+
+def workload_spec(workload: str, seed: int = 0) -> WorkloadSpec:
+    return replace(WORKLOADS[workload][1], seed=seed)
+
+
+def mode_policy(mode: str, max_num_seqs: int = SLOTS) -> SchedulerPolicy:
+    return SchedulerPolicy(mode=mode, max_num_seqs=max_num_seqs)
+
+
+def both_modes(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0, progress=None,
+               refresh: bool = False, peek: bool = False) -> dict | None:
+    """The same seeded workload in static and in continuous mode: {mode: (RunResult, was_cached)}."""
+    spec = workload_spec(workload, seed)
+    runs = run_each(MODES, lambda mode, p: single_run(model, mode_policy(mode, max_num_seqs), spec, p, label=mode,
+                                                      refresh=refresh, peek=peek), progress)
+    return None if runs is None else {mode: (res, hit) for mode, res, hit in runs}
+
+
+def long_request_id(requests: pd.DataFrame) -> str | None:
+    """The request with the most output tokens (in "many short + one long": the long one)."""
+    if len(requests) == 0:
+        return None
+    return str(requests.loc[pd.to_numeric(requests["output_tokens"]).idxmax(), "id"])
+
+
+def idle_slots_while_waiting(steps: pd.DataFrame, max_slots: int) -> int:
+    """Slot-steps left empty although requests were waiting: per step min(empty slots, waiting)."""
+    if len(steps) == 0:
+        return 0
+    empty = np.clip(max_slots - membership.member_counts(steps), 0, None)
+    waiting = pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).to_numpy(int)
+    return int(np.minimum(empty, waiting).sum())
+
+
+def mode_summary(result: RunResult, max_slots: int) -> dict:
+    """The numbers the static-vs-continuous lab compares, from one run."""
+    reqs, steps = frames(result)
+    fin = finished(reqs)
+    counts = membership.member_counts(steps)
+    busy = int((counts > 0).sum())
+    long_id = long_request_id(fin)
+    long_row = fin[fin["id"] == long_id].iloc[0] if long_id is not None else None
+    s = result.summary
+    return {
+        "output_tok_s": s["output_throughput_tok_s"],
+        "duration_s": s["duration_s"],
+        "steps": s["steps"],
+        "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p95_s": s["ttft_s"]["p95"],
+        "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "tpot_p95_ms": s["tpot_s"]["p95"] * 1000,
+        "wasted_slot_steps": wasted_slot_steps(steps, max_slots),
+        "idle_while_waiting": idle_slots_while_waiting(steps, max_slots),
+        "slot_steps": busy * max_slots,
+        "slot_use": float(counts[counts > 0].sum() / (busy * max_slots)) if busy else math.nan,
+        "long_id": long_id,
+        "long_e2e_s": float(long_row["e2e_s"]) if long_row is not None else math.nan,
+        "long_output_tokens": int(long_row["output_tokens"]) if long_row is not None else 0,
+    }

@@ -1,0 +1,65 @@
+"""One request generator: the same seed and workload settings give the same requests whether
+they are drawn live, step by step (the Playground), or all at once (the CLI and the labs)."""
+import json
+import time
+
+import pytest
+
+from engine.arrivals import ArrivalFeed, build_requests
+from engine.cli import main
+from engine.config import SchedulerPolicy
+from engine.live import LiveRun
+from engine.workload import PromptMaker, WorkloadSpec
+
+SPECS = [
+    WorkloadSpec(num_requests=40, rate=6, burstiness=2.0, prompt_lo=20, prompt_hi=200, output_kind="longtail",
+                 output_lo=4, output_hi=90, tenants=3, seed=11),
+    WorkloadSpec(num_requests=12, rate=0, prompt_kind="short_plus_long", prompt_lo=10, prompt_hi=300, seed=2),
+    WorkloadSpec(num_requests=10, rate=2, burstiness=0.5, tenants=2, seed=0, start_s=3.0, id_prefix="q"),
+]
+
+
+def described(requests) -> list[tuple]:
+    return [(r.id, round(r.arrival_s, 6), r.prompt_tokens, r.max_new_tokens, r.tenant, r.priority,
+             tuple(r.prompt_token_ids)) for r in requests]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_drawing_step_by_step_gives_the_same_requests_as_all_at_once(spec):
+    feed = ArrivalFeed(spec)
+    live, t = [], 0.0
+    while not feed.exhausted:
+        live += feed.due(t)
+        t += 0.037
+    assert described(live) == described(build_requests(spec))
+
+
+def test_the_same_with_real_prompts():
+    from engine.model import load_model
+    prompts = PromptMaker(load_model("tiny").tokenizer)
+    feed, live = ArrivalFeed(SPECS[0], prompts), []
+    for t in range(100):
+        live += feed.due(t * 0.5)
+    assert described(live) == described(build_requests(SPECS[0], prompts))
+
+
+def test_a_live_run_the_cli_and_build_requests_draw_the_same_workload(tmp_path):
+    spec = WorkloadSpec(num_requests=15, rate=8, burstiness=1.5, prompt_lo=16, prompt_hi=64,
+                        output_lo=2, output_hi=8, tenants=2, seed=5)
+    live = LiveRun(SchedulerPolicy(), spec)             # the cost model on a virtual clock
+    live.start()
+    deadline = time.monotonic() + 60
+    while live.state != "finished" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    live.stop()
+    assert live.state == "finished"
+    drawn = described(build_requests(spec))
+    assert described(live.engine.requests.values()) == drawn
+
+    out = tmp_path / "run"
+    assert main(["run", "--cost-model", "--out", str(out), "--num-requests", "15", "--rate", "8",
+                 "--burstiness", "1.5", "--prompt-len", "16", "64", "--output-len", "2", "8",
+                 "--tenants", "2", "--seed", "5"]) == 0
+    lines = [json.loads(line) for line in (out / "workload.jsonl").read_text().splitlines()]
+    assert [(d["id"], d["arrival_s"], len(d["prompt_token_ids"]), d["max_new_tokens"], d["tenant"],
+             d["priority"], tuple(d["prompt_token_ids"])) for d in lines] == drawn

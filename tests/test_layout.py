@@ -1,0 +1,109 @@
+"""The layout's rules (docs/ARCHITECTURE.md), read from the code's own imports."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "analysis", "ui", "playground", "labs", "lessons", "tools", "app_pages")
+# Which project packages each layer may import (besides itself).
+ALLOWED = {
+    "engine": set(),
+    "analysis": {"engine"},
+    "ui": {"engine", "analysis"},
+    "playground": {"engine", "analysis", "ui"},
+    "labs": {"engine", "analysis", "ui"},
+    "lessons": {"ui"},
+    "app_pages": {"engine", "analysis", "ui", "lessons", "playground"},
+    "tools": set(PACKAGES) - {"tools"},
+}
+NO_STREAMLIT = ("engine", "analysis")
+MAX_LINES = 400
+# One cohesive concept each, longer than MAX_LINES: (file, why).
+LONG_ON_PURPOSE = {}
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every project module (tests aside)."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in (root / pkg).rglob("*.py"):
+            rel = path.relative_to(root).with_suffix("")
+            name = ".".join(rel.parts)
+            out[name.removesuffix(".__init__")] = path
+    out["app"] = root / "app.py"
+    return out
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module `path` imports, as dotted names (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def project_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    mods = modules(root)
+    return {name: {m for m in imports(path, name) if m in mods and m != name}
+            for name, path in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import loops, each as the list of modules on it (depth-first search)."""
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def layer(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_no_import_cycles():
+    assert cycles(project_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_layers_import_only_downwards():
+    wrong = [(mod, dep) for mod, deps in project_graph().items() for dep in deps
+             if layer(dep) != layer(mod) and layer(mod) in ALLOWED and layer(dep) not in ALLOWED[layer(mod)]]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("package", NO_STREAMLIT)
+def test_engine_and_analysis_import_no_streamlit(package):
+    offenders = [name for name, path in modules().items() if layer(name) == package
+                 and any(m.split(".")[0] == "streamlit" for m in imports(path, name))]
+    assert offenders == []
+
+
+def test_modules_stay_small():
+    long = {str(p.relative_to(ROOT)): n for p in modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES and str(p.relative_to(ROOT)) not in LONG_ON_PURPOSE}
+    assert long == {}
