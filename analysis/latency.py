@@ -170,20 +170,3 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
     return go.Figure(data=traces, layout=layout(
         title, good, xlabel, ylabel, yaxis=dict(range=[0, 1.02], tickformat=".0%"),
         shapes=shapes, annotations=notes))
-
-
-def bar_compare(df: pd.DataFrame, x: str, y: str, color: str | None = None,
-                title: str = "", subtitle: str = "", xlabel: str | None = None,
-                ylabel: str | None = None) -> go.Figure:
-    """Grouped bars: one bar per x value, one colour per `color` value (e.g. policy runs)."""
-    title = title or f"{y} by {x}"
-    xlabel, ylabel = xlabel or x, ylabel or y
-    if is_empty(df, x, y) or (color is not None and color not in df.columns):
-        return empty_figure(title, subtitle, xlabel, ylabel)
-    if color is None:
-        traces = [go.Bar(name=y, x=df[x].astype(str), y=df[y], showlegend=False)]
-    else:
-        traces = [go.Bar(name=str(key), x=g[x].astype(str), y=g[y])
-                  for key, g in df.groupby(color, sort=False)]
-    return go.Figure(data=traces, layout=layout(title, subtitle, xlabel, ylabel,
-                                                 xaxis=dict(type="category"), barmode="group"))

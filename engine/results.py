@@ -105,35 +105,35 @@ def result_of(engine: Engine, policy: SchedulerPolicy, label: str = "") -> RunRe
                      [asdict(m) for m in engine.marks], label)
 
 
+def stored(path: str):
+    """The JSON stored at `path`, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def store(path: str, data) -> None:
+    """Write JSON to `path` whole or not at all (a reader never sees half a file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, default=str)
+    os.replace(tmp, path)
+
+
+def run_path(fingerprint: dict, policy: SchedulerPolicy, spec: WorkloadSpec,
+             config: EngineConfig | None = None) -> str:
+    """Where the result of one run is stored, for a machine fingerprint (see machine_fingerprint)."""
+    return cache_path("run", fingerprint, policy.to_dict(), spec.to_dict(), asdict(config or EngineConfig()))
+
+
 def cached_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
                progress=None, label: str = "", refresh: bool = False) -> tuple[RunResult, bool]:
     """run_workload, or the stored result of the same run on this machine. Returns (result, was_cached)."""
-    path = cache_path("run", machine_fingerprint(model), policy.to_dict(), spec.to_dict(),
-                      asdict(config or EngineConfig()))
-    if not refresh and os.path.exists(path):
-        with open(path) as f:
-            return RunResult(**json.load(f)), True
+    path = run_path(machine_fingerprint(model), policy, spec, config)
+    data = None if refresh else stored(path)
+    if data is not None:
+        return RunResult(**data), True
     result = run_workload(model, policy, spec, config, progress, label=label)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(asdict(result), f, default=str)
-    os.replace(tmp, path)
+    store(path, asdict(result))
     return result, False
-
-
-def sweep(model, policy: SchedulerPolicy, spec: WorkloadSpec, knob: str, values: list,
-          config: EngineConfig | None = None, progress=None, target: str = "policy") -> list[tuple[object, RunResult, bool]]:
-    """Run the same workload once per value of one policy knob (or workload field, target="spec")."""
-    out = []
-    for i, v in enumerate(values):
-        pol = policy.changed(**{knob: v}) if target == "policy" else policy
-        sp = WorkloadSpec.from_dict({**spec.to_dict(), knob: v}) if target == "spec" else spec
-        sub = None
-        if progress is not None:
-            sub = lambda f, text, i=i: progress((i + f) / len(values), f"{knob}={values[i]}: {text}")
-        res, hit = cached_run(model, pol, sp, config, sub, label=f"{knob}={v}")
-        out.append((v, res, hit))
-    if progress is not None:
-        progress(1.0, "done")
-    return out
-

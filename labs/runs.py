@@ -15,8 +15,6 @@ the real thing.
 from __future__ import annotations
 
 import functools
-import json
-import os
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -69,18 +67,6 @@ def _need_model(model):
 # ----------------------------------------------------------------------------- the on-disk cache
 
 
-def _store(path: str, data) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, default=str)
-    os.replace(tmp, path)
-
-
-def _load(path: str):
-    with open(path) as f:
-        return json.load(f)
-
-
 def cached(path: str, model, compute, refresh: bool, peek: bool, load=lambda data: data, dump=lambda result: result):
     """(result, was_cached): the JSON stored at `path`, or `compute(model)` stored there.
 
@@ -88,14 +74,16 @@ def cached(path: str, model, compute, refresh: bool, peek: bool, load=lambda dat
     turn the stored JSON into the result and back (for a RunResult: RunResult(**data) / asdict).
     """
     if peek:
-        return (load(_load(path)), True) if os.path.exists(path) and not refresh else None
+        data = None if refresh else results.stored(path)
+        return None if data is None else (load(data), True)
     model = _need_model(model)
 
     def measure(again: bool):
-        if os.path.exists(path) and not again:
-            return load(_load(path)), True
+        data = None if again else results.stored(path)
+        if data is not None:
+            return load(data), True
         result = compute(model)
-        _store(path, dump(result))
+        results.store(path, dump(result))
         return result, False
     return _guarded(measure, refresh)
 
@@ -107,9 +95,8 @@ def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None
                refresh: bool = False, peek: bool = False) -> tuple[RunResult, bool] | None:
     """results.cached_run, or with peek=True the stored result only (None if there is none)."""
     if peek:   # the file results.cached_run stores this run in
-        path = results.cache_path("run", fingerprint(model), policy.to_dict(), spec.to_dict(),
-                                  asdict(EngineConfig()))
-        return (RunResult(**_load(path)), True) if os.path.exists(path) else None
+        data = results.stored(results.run_path(fingerprint(model), policy, spec))
+        return None if data is None else (RunResult(**data), True)
     model = _need_model(model)
     return _guarded(lambda again: results.cached_run(model, policy, spec, progress=progress, label=label,
                                                      refresh=again), refresh)

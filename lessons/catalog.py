@@ -14,9 +14,10 @@ from typing import Callable, Mapping, Union
 
 import yaml
 
+from ui.registry import LABS
+
 FOLDER = Path(__file__).parent
-LAB_IDS = ["playground", "why_batch", "static_vs_continuous", "costs", "slo_goodput",
-           "queueing", "knee", "tail", "scheduler_orders"]
+LAB_IDS = [lab.url_path for lab in LABS]   # what `lab:<id>` links may name
 TYPE_WORDS = {str: "text", int: "a whole number", list: "a list"}
 REQUIRED = {"title": str, "order": int, "summary": str, "labs": list, "glossary": list, "quiz": list}
 LINK = re.compile(r"\[([^\]]+)\]\((glossary#|lab:|lesson:)([\w-]+)\)")

@@ -322,15 +322,6 @@ def test_cdf():
     assert sum(int(t.name.split("n=")[1][:-1]) for t in fig.data) == 100
 
 
-def test_bar_compare():
-    df = pd.DataFrame({"policy": ["static", "continuous", "static", "continuous"],
-                       "slots": [4, 4, 8, 8], "tok_s": [50, 90, 70, 130]})
-    fig = latency.bar_compare(df, "slots", "tok_s", color="policy", title="tokens/s")
-    assert [t.name for t in fig.data] == ["static", "continuous"]
-    assert list(fig.data[1].y) == [90, 130]
-    assert len(latency.bar_compare(df, "policy", "tok_s").data) == 1
-
-
 # ------------------------------------------------------------------------- empty input
 
 
@@ -348,7 +339,6 @@ EMPTY_REQUESTS = make_requests().iloc[0:0]
     lambda s, r: queue.throughput_over_time(s, r, 1.0, 0.1),
     lambda s, r: kv.kv_usage(s),
     lambda s, r: latency.cdf(r, "ttft_s", by="tenant"),
-    lambda s, r: latency.bar_compare(r, "tenant", "ttft_s"),
 ])
 @pytest.mark.parametrize("tables", ["no columns", "no rows"])
 def test_empty_input_gives_an_empty_valid_figure(build, tables):

@@ -16,6 +16,7 @@ ALLOWED = {
     "lessons": {"ui"},
     "app_pages": {"engine", "analysis", "ui", "lessons", "playground"},
     "tools": set(PACKAGES) - {"tools"},
+    "app": {"ui", "lessons"},
 }
 NO_STREAMLIT = ("engine", "analysis")
 MAX_LINES = 400

@@ -76,9 +76,6 @@ def builders(steps, requests, marks, max_slots):
         "headline": lambda: frame_metrics.headline(requests, steps, slo_ttft, slo_tpot, max_slots),
         "cdf ttft by tenant": lambda: latency.cdf(requests, "ttft_s", by="tenant", slo=slo_ttft),
         "cdf tpot by prompt_tokens": lambda: latency.cdf(requests, "tpot_s", by="prompt_tokens"),
-        "bar_compare": lambda: latency.bar_compare(
-            requests.groupby("tenant", as_index=False)["ttft_s"].median(), "tenant", "ttft_s",
-            title="Median TTFT by tenant", subtitle="Good: bars of similar height (fair)."),
     }
 
 
