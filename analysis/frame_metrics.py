@@ -44,9 +44,11 @@ def _latest(steps: pd.DataFrame | None, col: str) -> int:
 
 def headline(requests: pd.DataFrame | None, steps: pd.DataFrame | None,
              slo_ttft: float | None = None, slo_tpot: float | None = None,
-             max_slots: int | None = None) -> dict:
-    """The numbers for the page's metric strip. NaN where there is nothing to measure."""
-    totals = metrics.run_totals(requests, steps, metrics.SLO(slo_ttft, slo_tpot))
+             max_slots: int | None = None, retired: metrics.Retired | None = None) -> dict:
+    """The numbers for the page's metric strip. NaN where there is nothing to measure.
+    Counts and rates cover the whole run (`retired`: what a live run's window has dropped);
+    percentiles cover the tables."""
+    totals = metrics.run_totals(requests, steps, metrics.SLO(slo_ttft, slo_tpot), retired)
     ttft = metrics.finished_values(requests, "ttft_s")
     tpot = metrics.finished_values(requests, "tpot_s")
     return {

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.metrics import UNSERVED
 from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, is_empty, layout, mark_lines, num,
                             slo_line, stride)
 
@@ -41,7 +42,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
                             for c in ("first_scheduled_s", "first_token_s", "finish_s"))
     status = (df["status"].astype(str).to_numpy() if "status" in df.columns
               else np.full(len(df), "finished"))
-    bad = np.isin(status, ["rejected", "failed"])
+    bad = np.isin(status, UNSERVED)
     preempt = num(df, "preemptions")
 
     def bar(name, start, end, color):

@@ -1,18 +1,19 @@
 """A live run's snapshots as the tables the chart builders take, and as the CLI's CSV files.
 
 Steps never change once recorded, so their rows are converted once and kept: a refresh
-converts only the steps taken since the last one. Requests still running change every step
+converts only the steps taken since the last one, and drops the rows of steps that left the
+live run's window, so a refresh costs O(window), not O(run). Requests still running change every step
 and are read fresh from each snapshot. Step members stay (request id, phase, tokens) tuples
 in the tables; they become "id:phase:n" text only in steps.csv. No Streamlit here.
 """
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_csv_row, step_row, write_csv
+from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Retired, step_csv_row, step_row, write_csv
 
 MARK_COLUMNS = ["step", "t_s", "label"]
 
@@ -22,23 +23,31 @@ class Tables:
     steps: pd.DataFrame       # STEP_COLUMNS (steps.csv)
     requests: pd.DataFrame    # REQUEST_COLUMNS (requests.csv) + partial_text
     marks: pd.DataFrame       # step, t_s, label: policy and workload changes
+    retired: Retired = field(default_factory=Retired)   # a live run's counts beyond its window
 
 
 class TraceTables:
     def __init__(self):
         self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
-        self._n = 0
+        self._first = self._next = 0     # step numbers held: first, ..., next - 1
         self._steps = pd.DataFrame({c: [] for c in STEP_COLUMNS})
 
     def steps(self, records) -> pd.DataFrame:
-        """The steps table for a snapshot's step records (a prefix of the same run's records)."""
-        if len(records) < self._n:        # a different (reset) run: start over
-            self.__init__()
-        if len(records) > self._n:
-            for rec in records[self._n:]:
+        """The steps table for a snapshot's step records: consecutive steps of one run, the
+        latest ones (a live run keeps a window)."""
+        if not records or records[0].step < self._first or records[-1].step < self._next - 1:
+            self.__init__()               # a different (reset) run: start over
+            if not records:
+                return self._steps
+        first, nxt = records[0].step, records[-1].step + 1
+        if (first, nxt) != (self._first, self._next):
+            drop = min(max(0, first - self._first), self._next - self._first)
+            for col in self._cols.values():
+                del col[:drop]
+            for rec in records[max(0, self._next - first):]:
                 for c, v in step_row(rec).items():
                     self._cols[c].append(v)
-            self._n = len(records)
+            self._first, self._next = first, nxt
             self._steps = pd.DataFrame(self._cols, copy=True)
         return self._steps
 
@@ -48,7 +57,7 @@ class TraceTables:
         marks = [(m.step, m.t_s, m.label) for m in snapshot.marks] + list(extra_marks)
         marks.sort(key=lambda m: m[1])
         return Tables(self.steps(snapshot.steps), requests,
-                      pd.DataFrame(marks, columns=MARK_COLUMNS))
+                      pd.DataFrame(marks, columns=MARK_COLUMNS), snapshot.retired)
 
 
 def _csv(rows, columns) -> str:

@@ -9,13 +9,15 @@ Knob names follow vLLM where vLLM has the knob.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields, replace
 
-from .knobs import check_all, knob
+from .knobs import check_all, knob, short
 
 MODES = ("static", "continuous")
 ORDERS = ("fcfs", "priority", "sjf", "fair", "edf")
 STEP_PRIORITIES = ("decode_first", "prefill_first")
+DEVICE_TYPES = ("cpu", "cuda")   # and "auto"; "cuda:1" picks a GPU
 
 
 @dataclass(slots=True)
@@ -106,6 +108,21 @@ class EngineConfig:
     device: str = "auto"          # "auto", "cpu", "cuda"
     dtype: str = "auto"           # "auto", "fp32", "bf16"
     block_size: int = 16          # tokens per KV block
-    kv_pool_tokens: int = 8192    # physical KV pool (SmolLM2 fp32: 46 KB a token); kv_capacity_tokens uses up to this
+    kv_pool_tokens: int = knob(
+        8192, "KV pool (tokens)",
+        "The physical KV pool, allocated once (SmolLM2 fp32: 46 KB a token); "
+        "kv_capacity_tokens uses up to this.", lo=16, hi=1 << 20, unit="tokens")
     max_model_len: int = 2048     # longest prompt + output one request may have
     seed: int = 0
+
+    def validate(self) -> "EngineConfig":
+        """Raise ValueError for a pool smaller than one block or beyond the knob's range, or an unknown device."""
+        check_all(self)
+        check_device(self.device)
+        return self
+
+
+def check_device(device: str) -> None:
+    """auto, cpu, cuda or cuda:N; anything else (tpu, mps...) is a clear error."""
+    if device != "auto" and device not in DEVICE_TYPES and not re.fullmatch(r"cuda:\d+", str(device)):
+        raise ValueError(f"unknown device {short(device)}: use auto, {', '.join(DEVICE_TYPES)} or cuda:N")

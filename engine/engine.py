@@ -4,19 +4,25 @@ One call to `step()` is one engine step. The policy is read once at the start of
 so `set_policy()` from another thread (a slider) takes effect on the very next step.
 Everything a chart needs is appended to plain lists (`steps`, `events`, `marks`) that a
 reader may copy at any time.
+
+A bad request costs only itself: an error in a step is traced to the request that caused it
+(see `_run_isolating`), that request fails with the reason, the others get the tokens they
+would have got anyway, and nothing escapes `step()` or `run()`. Every request that ends, for
+whatever reason, gives its KV blocks back to the pool.
 """
 from __future__ import annotations
 
 import bisect
+import math
 import threading
-import traceback
 from dataclasses import dataclass
 
 from .config import SchedulerPolicy
 from .executor import Executor
 from .kv_cache import BlockPool
+from .metrics import SLO, Retired
 from .request import Event, EventKind, Request, Status
-from .scheduler import Scheduler
+from .scheduler import Scheduler, ScheduledChunk, StepPlan
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,7 +54,10 @@ class PolicyMark:
 
 class Engine:
     def __init__(self, executor: Executor, clock, policy: SchedulerPolicy, pool: BlockPool,
-                 max_model_len: int = 2048, tokenizer=None, eos_token_id: int | None = None):
+                 max_model_len: int = 2048, tokenizer=None, eos_token_id: int | None = None,
+                 keep_steps: int | None = None):
+        """`keep_steps`: keep only the latest steps, and the events and ended requests of their
+        time span (a live run); None keeps everything (a finished run's files)."""
         self.executor = executor
         self.clock = clock
         self.pool = pool
@@ -57,11 +66,15 @@ class Engine:
         self.eos_token_id = eos_token_id
         self._policy = policy.validate()
         self._lock = threading.Lock()
+        self._stepping = threading.RLock()   # held through a step, so abort() lands between steps
         self.pending: list[Request] = []     # submitted, arrival time not reached yet (sorted)
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, Request] = {}       # by id: the first request with each id
+        self.rejected_duplicates: list[Request] = []  # later requests with an id already taken
         self.steps: list[StepRecord] = []
         self.events: list[Event] = []
         self.marks: list[PolicyMark] = []
+        self.keep_steps = keep_steps
+        self.retired = Retired()             # exact counts of what left the window
 
     # ----- inputs -----
 
@@ -76,10 +89,14 @@ class Engine:
             changes = self._policy.diff(policy)
             self._policy = policy
             if changes:
-                self.marks.append(PolicyMark(len(self.steps), self.clock.now(), ", ".join(changes)))
+                self.marks.append(PolicyMark(self.step_count, self.clock.now(), ", ".join(changes)))
 
     def submit(self, req: Request) -> None:
-        """Add a request that arrives at `req.arrival_s` (clock time). Duplicate ids are rejected."""
+        """Add a request that arrives at `req.arrival_s` (clock time). Raises ValueError for a
+        duplicate id, or an arrival time that is not a finite number (it could never be ordered)."""
+        if isinstance(req.arrival_s, bool) or not isinstance(req.arrival_s, (int, float)) \
+                or not math.isfinite(req.arrival_s):
+            raise ValueError(f"arrival_s {req.arrival_s!r} is not allowed (a finite number of seconds)")
         with self._lock:
             if req.id in self.requests:
                 raise ValueError(f"duplicate request id {req.id!r}")
@@ -88,13 +105,40 @@ class Engine:
             self.pending.insert(bisect.bisect_right(keys, req.arrival_s), req)
 
     def reject(self, req: Request, reason: str) -> None:
-        """Record a request that could not even be built (bad workload line, prompt too long...)."""
+        """Record a request that could not even be built (bad workload line, prompt too long...).
+        One whose id is already taken (a duplicate) keeps its own row in `rejected_duplicates`."""
         req.status, req.error = Status.REJECTED, reason
         with self._lock:
-            self.requests.setdefault(req.id, req)
+            if self.requests.setdefault(req.id, req) is not req:
+                self.rejected_duplicates.append(req)
         self.events.append(Event(self.clock.now(), EventKind.REJECTED, req.id, reason))
 
+    def all_requests(self) -> list[Request]:
+        """One row per request given to the engine: every id once, in submission order, then the
+        rejected duplicates in theirs. Requests in = rows out (the requests.csv writer reads this)."""
+        with self._lock:
+            return [*self.requests.values(), *self.rejected_duplicates]
+
+    def abort(self, req_or_id: Request | str, reason: str) -> bool:
+        """End a request that has not finished yet (not yet arrived, waiting or running) with
+        status "aborted" and the reason; its KV blocks are freed. From any thread: it waits for
+        the step in progress to end. Returns False when the request is unknown or already ended."""
+        with self._stepping:
+            req = self.requests.get(req_or_id) if isinstance(req_or_id, str) else req_or_id
+            if req is None or req.done:
+                return False
+            with self._lock:
+                if req in self.pending:
+                    self.pending.remove(req)
+            self._end(req, Status.ABORTED, self.clock.now(), reason)
+            return True
+
     # ----- the loop -----
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken so far, the ones that left the window included."""
+        return self.retired.steps + len(self.steps)
 
     def has_work(self) -> bool:
         return bool(self.pending) or self.scheduler.has_work()
@@ -107,10 +151,20 @@ class Engine:
 
     def step(self) -> StepRecord | None:
         """Run one engine step; None when there was nothing to run right now."""
+        with self._stepping:
+            return self._step()
+
+    def _step(self) -> StepRecord | None:
         now = self.clock.now()
         self._admit_arrivals(now)
         policy = self._policy                    # read once: this step's policy
-        plan = self.scheduler.schedule(now, policy)
+        try:
+            plan = self.scheduler.schedule(now, policy)
+        except Exception as exc:  # no request to blame: all the scheduler holds fail; the engine goes on
+            reason = f"step {self.step_count} could not be scheduled: {_describe(exc)}"
+            for req in [*self.scheduler.waiting, *self.scheduler.running]:
+                self._end(req, Status.FAILED, now, reason)
+            return None
         for req, reason in plan.rejected:
             self.events.append(Event(now, EventKind.REJECTED, req.id, reason))
         for req in plan.preempted:
@@ -119,29 +173,23 @@ class Engine:
             return None
 
         t0 = self.clock.now()
-        error = ""
-        try:
-            tokens = self.executor.execute(plan)
-        except Exception as exc:  # one bad step fails its own requests, visibly; the engine goes on
-            error = f"{type(exc).__name__}: {exc}"
-            traceback.print_exc()
-            tokens = None
+        tokens, failed = self._run_isolating(plan.chunks, self.step_count)
         t1 = self.clock.now()
 
+        failed_ids: dict[str, list[str]] = {}    # reason -> ids, for the step's error column
         for c in plan.chunks:
             req = c.request
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = t0
                 self.events.append(Event(t0, EventKind.SCHEDULED, req.id))
-            if tokens is None:
-                self._end(req, Status.FAILED, t1, f"step {len(self.steps)} failed: {error}")
-                continue
-            req.num_computed_tokens += c.num_tokens
-            if c.samples:
-                self._append_token(req, tokens[req], t1)
+            reason = failed.get(req) or self._commit(c, tokens, t1)
+            if reason and not req.done:
+                self._end(req, Status.FAILED, t1, reason)
+                failed_ids.setdefault(reason, []).append(req.id)
+        error = "; ".join(f"{reason} ({', '.join(ids)})" for reason, ids in failed_ids.items())
 
         rec = StepRecord(
-            step=len(self.steps), t_start_s=t0, t_end_s=t1,
+            step=self.step_count, t_start_s=t0, t_end_s=t1,
             waiting=len(self.scheduler.waiting),
             running=len(plan.chunks),
             prefill_tokens=plan.prefill_tokens, decode_tokens=plan.decode_tokens,
@@ -149,6 +197,7 @@ class Engine:
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
             preempted=len(plan.preempted), error=error)
         self.steps.append(rec)
+        self._forget_old()
         return rec
 
     def run(self, on_step=None, should_stop=None) -> None:
@@ -167,14 +216,82 @@ class Engine:
 
     # ----- internals -----
 
+    def _run_isolating(self, chunks: list[ScheduledChunk], step_no: int
+                       ) -> tuple[dict[Request, int], dict[Request, str]]:
+        """Run the chunks; if that raises, find the request that caused it, so only it fails.
+
+        Returns the sampled tokens, and why each failed request failed. The search splits a
+        failing batch in halves and runs each again, down to single requests: a request that
+        fails on its own is the culprit. Retrying is safe: a chunk writes KV only at its own
+        request's positions, which no other request reads, a retry writes the same positions
+        again, and num_computed_tokens moves only after a success. If both halves succeed, the
+        error belonged to the batch as a whole (out of memory, a device error): it all fails.
+        Cost: none for a clean step; each bad request adds at most 2*log2(n) forwards (two
+        halves per level) carrying fewer than twice the step's tokens; an error that every
+        pair of requests hits costs at most 2n-1 forwards in all.
+        """
+        try:
+            return self.executor.execute(StepPlan(chunks=chunks)), {}
+        except Exception as exc:
+            error = _describe(exc)
+        if len(chunks) == 1:
+            return {}, {chunks[0].request: f"step {step_no} failed for this request: {error}"}
+        half = len(chunks) // 2
+        tokens, failed = self._run_isolating(chunks[:half], step_no)
+        tokens2, failed2 = self._run_isolating(chunks[half:], step_no)
+        if not failed and not failed2:
+            return {}, {c.request: f"step {step_no} failed: {error}" for c in chunks}
+        return tokens | tokens2, failed | failed2
+
+    def _commit(self, c: ScheduledChunk, tokens: dict[Request, int], t: float) -> str:
+        """Take in a chunk that ran: its KV is now computed, and its token if it sampled one.
+        Returns why the request must fail instead ('' when it need not)."""
+        req = c.request
+        if c.samples and req not in tokens:
+            return "the executor returned no token for it"
+        try:
+            req.num_computed_tokens += c.num_tokens
+            if c.samples:
+                self._append_token(req, tokens[req], t)
+        except Exception as exc:  # a field nothing can compute with, from the Python API
+            return f"taking its token failed: {_describe(exc)}"
+        return ""
+
     def _admit_arrivals(self, now: float) -> None:
         with self._lock:
             i = bisect.bisect_right([r.arrival_s for r in self.pending], now)
             due, self.pending = self.pending[:i], self.pending[i:]
         for req in due:
-            reason = self.scheduler.add(req)
+            try:
+                reason = self.scheduler.add(req)
+            except Exception as exc:  # a field the scheduler cannot compute with: refuse it alone
+                reason = f"could not be queued: {_describe(exc)}"
+                req.status, req.error = Status.REJECTED, reason
             kind = EventKind.REJECTED if reason else EventKind.QUEUED
             self.events.append(Event(now, kind, req.id, reason or ""))
+
+    def _forget_old(self) -> None:
+        """Past keep_steps, drop the oldest steps, then the events and ended requests from before
+        the first step kept, adding them to `retired`. It waits until the window is 10% over, so
+        the cost is spread over many steps."""
+        if self.keep_steps is None or len(self.steps) <= self.keep_steps * 1.1:
+            return
+        gone = len(self.steps) - self.keep_steps
+        for s in self.steps[:gone]:
+            self.retired.add_step(s)
+        del self.steps[:gone]
+        cutoff = self.steps[0].t_start_s
+        n = 0
+        while n < len(self.events) and self.events[n].t_s < cutoff:
+            n += 1
+        del self.events[:n]
+        slo = SLO(self._policy.ttft_slo_s, self._policy.tpot_slo_s)
+        with self._lock:
+            ended = [r for r in self.requests.values() if r.done and
+                     (r.finish_s if r.finish_s is not None else r.arrival_s) < cutoff]
+            for r in ended:
+                self.retired.add_request(r, slo)
+                del self.requests[r.id]
 
     def _append_token(self, req: Request, token: int, t: float) -> None:
         req.output_token_ids.append(token)
@@ -187,15 +304,26 @@ class Engine:
             self._end(req, Status.FINISHED, t)
 
     def _end(self, req: Request, status: Status, t: float, error: str = "") -> None:
-        req.status, req.finish_s, req.error = status, t, error
+        """Finished, failed or aborted: out of the scheduler, its KV blocks back to the pool."""
         self.scheduler.finish(req)
-        if self.tokenizer is not None:
+        try:
             req.output_text = self.decode(req)
-        kind = EventKind.FINISHED if status is Status.FINISHED else EventKind.FAILED
-        self.events.append(Event(t, kind, req.id, error))
+        except Exception as exc:  # a tokenizer that chokes on this output fails this request only
+            req.output_text = ""
+            if status is Status.FINISHED:
+                status, error = Status.FAILED, f"decoding its output failed: {_describe(exc)}"
+        req.status, req.finish_s, req.error = status, t, error
+        self.events.append(Event(t, _END_EVENT[status], req.id, error))
 
     def decode(self, req: Request) -> str:
         if self.tokenizer is None:
             return ""
         return self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
 
+
+_END_EVENT = {Status.FINISHED: EventKind.FINISHED, Status.FAILED: EventKind.FAILED,
+              Status.ABORTED: EventKind.ABORTED}
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -3,9 +3,12 @@
 ModelExecutor runs the real model (packed forward over paged KV) under a wall clock.
 CostModelExecutor predicts the step time from its shape and advances a virtual clock:
 the same scheduler, instantly, for sweeps and "what would this do on other hardware".
+Both check a step's inputs before running it (`check_inputs`): a request that no model can
+run raises here, and the engine fails that request alone.
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Protocol
@@ -13,6 +16,37 @@ from typing import Protocol
 from .clock import VirtualClock
 from .request import Request
 from .scheduler import StepPlan
+
+
+def input_problem(req: Request, vocab_size: int) -> str:
+    """Why no model can run `req` (its prompt or its sampling settings); '' when one can.
+
+    The workload reader refuses such requests at the door; this stops one that got in another
+    way (the Python API) from raising in the middle of a forward, or inside the sampler."""
+    ids = req.prompt_token_ids
+    if set(map(type, ids)) - {int} or (ids and not 0 <= min(ids) <= max(ids) < vocab_size):
+        i, t = next((i, t) for i, t in enumerate(ids) if type(t) is not int or not 0 <= t < vocab_size)
+        return f"token id {t!r} at position {i} is outside the vocabulary (integers 0 to {vocab_size - 1})"
+    if not _is_real(req.temperature) or not 0 <= req.temperature < math.inf:
+        return f"temperature {req.temperature!r} is not allowed (a finite number >= 0)"
+    if not _is_real(req.top_p) or not 0 < req.top_p <= 1:
+        return f"top_p {req.top_p!r} is not allowed (a number > 0 and <= 1)"
+    if req.seed is not None and (isinstance(req.seed, bool) or not isinstance(req.seed, int)):
+        return f"seed {req.seed!r} is not allowed (an integer, or none)"
+    return ""
+
+
+def check_inputs(plan: StepPlan, vocab_size: int) -> None:
+    """Raise ValueError for the first request in the plan that no model can run, before any work
+    is done. A request is checked as it starts (its first chunk); the tokens it adds are the model's."""
+    for c in plan.chunks:
+        problem = input_problem(c.request, vocab_size) if c.start == 0 else ""
+        if problem:
+            raise ValueError(problem)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 class Executor(Protocol):
@@ -34,6 +68,7 @@ class ModelExecutor:
         self.dtype = str(model.dtype).replace("torch.", "")
 
     def execute(self, plan: StepPlan) -> dict[Request, int]:
+        check_inputs(plan, self.runner.vocab_size)
         seqs = [self._SeqInput(request_id=c.request.id,
                                token_ids=c.request.token_ids(c.start, c.num_tokens),
                                start_pos=c.start,
@@ -77,6 +112,7 @@ class CostModelExecutor:
         self.eos_token_id = eos_token_id
 
     def execute(self, plan: StepPlan) -> dict[Request, int]:
+        check_inputs(plan, self.vocab_size)
         self.clock.advance(self.cost.step_ms(plan) / 1000)
         out = {}
         for c in plan.chunks:

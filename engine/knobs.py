@@ -42,35 +42,11 @@ class Knob:
 
     def range_text(self) -> str:
         """The allowed values, in words: "1–64", "one of fcfs, sjf", "true or false"."""
-        if self.kind == "choice":
-            return "one of " + ", ".join(self.choices)
-        if self.kind == "bool":
-            return "true or false"
-        number = "{:,}" if self.kind == "int" else "{:g}"
-        return f"{number.format(self.lo)}–{number.format(self.hi)}" + (f" {self.unit}" if self.unit else "")
+        return range_text(self.kind, self.lo, self.hi, self.unit, self.choices)
 
     def check(self, value) -> None:
         """Raise ValueError naming the field, the value and the allowed range if `value` is not allowed."""
-        if self.kind == "choice":
-            if value not in self.choices:
-                raise ValueError(f"unknown {self.name} {value!r}: choose one of {', '.join(self.choices)}")
-            return
-        if self.kind == "bool":
-            problem = "" if isinstance(value, bool) else "is not true/false"
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            problem = "is not a number"
-        elif not math.isfinite(value):
-            problem = "is not finite"
-        elif self.kind == "int" and not float(value).is_integer():
-            problem = "is not a whole number"
-        elif value < self.lo:
-            problem = f"must be at least {self.lo:g}"
-        elif value > self.hi:
-            problem = f"must be at most {self.hi:g}"
-        else:
-            problem = ""
-        if problem:
-            raise ValueError(f"{self.name} {problem} (got {value!r}; allowed {self.range_text()})")
+        check_value(self.name, value, self.kind, self.lo, self.hi, self.unit, self.choices)
 
     def clamp(self, value):
         """`value` (a string from a link, or a number) forced into this knob's range and type.
@@ -93,6 +69,55 @@ class Knob:
             raise ValueError(f"{self.name} is not a finite number (got {value!r})")
         number = min(max(number, self.lo), self.hi)
         return int(round(number)) if self.kind == "int" else number
+
+
+def range_text(kind: str, lo=None, hi=None, unit: str = "", choices: tuple[str, ...] = ()) -> str:
+    """Allowed values in words, for a knob or a request field."""
+    if kind == "choice":
+        return "one of " + ", ".join(choices)
+    if kind == "bool":
+        return "true or false"
+    return f"{number_text(kind, lo)}–{number_text(kind, hi)}" + (f" {unit}" if unit else "")
+
+
+def number_text(kind: str, x) -> str:
+    """A limit as a person reads it: 49,151 for an int, 0.01 for a float."""
+    return f"{x:,}" if kind == "int" else f"{x:g}"
+
+
+def check_value(name: str, value, kind: str, lo=None, hi=None, unit: str = "",
+                choices: tuple[str, ...] = ()) -> None:
+    """Raise ValueError naming the field, the value and the allowed range if `value` is not allowed.
+
+    Strict: an "int" must be a Python int (not 4.0, "4" or True), a "float" an int or float, a
+    "bool" a real bool, and numbers must be finite.
+    """
+    if kind == "choice":
+        if value not in choices:
+            raise ValueError(f"unknown {name} {short(value)}: choose one of {', '.join(choices)}")
+        return
+    if kind == "bool":
+        problem = "" if isinstance(value, bool) else "is not true/false"
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        problem = "is not a number"
+    elif not math.isfinite(value):
+        problem = "is not finite"
+    elif kind == "int" and not isinstance(value, int):
+        problem = "is not a whole number"
+    elif value < lo:
+        problem = f"must be at least {number_text(kind, lo)}"
+    elif value > hi:
+        problem = f"must be at most {number_text(kind, hi)}"
+    else:
+        problem = ""
+    if problem:
+        raise ValueError(f"{name} {problem} (got {short(value)}; allowed {range_text(kind, lo, hi, unit, choices)})")
+
+
+def short(value, limit: int = 60) -> str:
+    """`value` as Python writes it, cut to `limit` characters: a 5,000-token list stays readable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def knob(default, label: str, help: str, *, lo=None, hi=None, step=None, unit: str = "",

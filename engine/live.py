@@ -5,46 +5,59 @@ start / pause / resume / step_once / stop, swaps the policy or the workload, and
 `snapshot()`, an immutable copy of everything the charts need.
 
 The thread stops by itself when `is_alive()` (given by the page: "is my browser session
-still connected?") turns false, so a closed or reloaded tab leaves nothing running.
+still connected?") turns false, and closes the run: a closed or reloaded tab leaves nothing
+running and no KV pool held.
+
+Memory stays bounded however long a run goes: the engine keeps the latest KEEP_STEPS steps,
+and the events and ended requests of their time span; the whole run's counts are kept exact
+(Engine.retired), and the snapshot's percentiles say which part of the run they cover.
 """
 from __future__ import annotations
 
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from .arrivals import ArrivalFeed
 from .build import build_engine
 from .clock import VirtualClock
 from .config import EngineConfig, SchedulerPolicy
 from .engine import PolicyMark, StepRecord
-from .metrics import SLO, request_row, summarize
+from .metrics import SLO, Retired, request_row, summarize
 from .workload import PromptMaker, WorkloadSpec
 
 THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About page counts them)
+# Steps a live run keeps: the membership chart shows the last 120, the time charts and the
+# replay scrubber cover these (minutes of a real-model run; ~3.4 KB a step with its events).
+KEEP_STEPS = 2000
 
 
 @dataclass(frozen=True)
 class Snapshot:
     state: str                       # idle | running | paused | finished | stopped | error
     now_s: float
-    steps: tuple[StepRecord, ...]
-    requests: tuple[dict, ...]       # rows in the requests.csv format (+ "partial_text" while running)
+    steps: tuple[StepRecord, ...]    # the latest KEEP_STEPS steps (a window of the run)
+    requests: tuple[dict, ...]       # rows in the requests.csv format (+ "partial_text" while running):
+                                     # every request in flight, and those that ended in the window
     marks: tuple[PolicyMark, ...]
     policy: SchedulerPolicy
     spec: WorkloadSpec
     summary: dict
     arrived: int
     message: str = ""
+    retired: Retired = field(default_factory=Retired)   # exact counts of what left the window
 
 
 class LiveRun:
     def __init__(self, policy: SchedulerPolicy, spec: WorkloadSpec, model=None,
-                 config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600):
-        """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock)."""
+                 config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600,
+                 keep_steps: int | None = KEEP_STEPS):
+        """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock).
+        `keep_steps`: the window of steps kept (None: the whole run)."""
         self.config = config or EngineConfig()
         self.engine = build_engine(self.config, policy, model)
+        self.engine.keep_steps = keep_steps
         self.feed = ArrivalFeed(spec, PromptMaker(model.tokenizer) if model is not None else None)
         self.is_alive = is_alive
         self.idle_timeout_s = idle_timeout_s
@@ -56,18 +69,18 @@ class LiveRun:
         self._step_requests = 0
         self._stop = False
         self._thread: threading.Thread | None = None
-        self._rows: dict[str, dict] = {}         # finished rows never change: keep them
+        self._rows: dict[str, dict] = {}         # rows of ended requests never change: keep them
         self.last_seen = time.monotonic()
 
     # ----- controls -----
 
     def start(self) -> None:
-        if self.thread_alive:
-            self.resume()
-        else:   # first start, or going on after "finished" with more workload
-            self.state = "running"
-            self._stop = False
+        """Run: the first start, a resume, or going on after "finished" with more workload."""
+        self.state = "running"
+        self._stop = False
+        if not self.thread_alive:
             self._start_thread()
+        self._wake.set()
 
     def pause(self) -> None:
         if self.state == "running":
@@ -94,6 +107,16 @@ class LiveRun:
         if self.state not in ("finished", "error"):
             self.state = "stopped"
 
+    def close(self) -> None:
+        """Stop for good and let go of the executor: the model runner and its KV pool are freed
+        at once. What was recorded stays readable."""
+        self.stop()
+        self._release()
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.executor is None
+
     @property
     def thread_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -111,42 +134,52 @@ class LiveRun:
     # ----- the engine thread -----
 
     def _start_thread(self) -> None:
+        if self.closed:
+            raise RuntimeError("this run is closed: start a new one")
         self._thread = threading.Thread(target=self._loop, daemon=True, name=THREAD_NAME)
         self._thread.start()
 
     def _loop(self) -> None:
-        try:
-            while not self._stop:
-                if not self.is_alive() or time.monotonic() - self.last_seen > self.idle_timeout_s:
-                    self.state = "stopped"
-                    self.message = "stopped: the page that owned this run is gone"
-                    return
-                if self.state == "paused" and self._step_requests == 0:
-                    self._wake.wait(0.2)
-                    self._wake.clear()
-                    continue
-                single = self.state == "paused"
-                self._let_reader_in()
-                with self._lock:
-                    now = self.engine.clock.now()
-                    for r in self.feed.due(now):
-                        self.engine.submit(r)
-                    rec = self.engine.step()
-                if single and rec is not None:
-                    self._step_requests -= 1
-                if rec is None:
-                    if self.feed.exhausted and not self.engine.has_work():
-                        self.state = "finished"
-                        if not single:
-                            return
-                        self._step_requests = 0
-                        continue
-                    self._wait_for_next_event()
-                elif isinstance(self.engine.clock, VirtualClock):
-                    time.sleep(0.002)            # the cost model is instant: keep the animation watchable
-        except Exception as exc:                 # never die silently: the page shows this
-            self.state = "error"
-            self.message = f"engine stopped: {type(exc).__name__}: {exc}"
+        """Step while running (or once per step_once); otherwise wait. A finished or failed run
+        keeps its thread, so that it still notices when its page is gone and frees its memory."""
+        while not self._stop:
+            if not self.is_alive() or time.monotonic() - self.last_seen > self.idle_timeout_s:
+                self.state = "stopped"
+                self.message = "stopped: the page that owned this run is gone"
+                self._release()
+                return
+            if self.state != "running" and self._step_requests == 0:
+                self._wake.wait(0.2)
+                self._wake.clear()
+                continue
+            try:
+                self._step()
+            except Exception as exc:             # never die silently: the page shows this
+                self.state = "error"
+                self.message = f"engine stopped: {type(exc).__name__}: {exc}"
+                self._step_requests = 0
+
+    def _step(self) -> None:
+        single = self.state != "running"
+        self._let_reader_in()
+        with self._lock:
+            now = self.engine.clock.now()
+            for r in self.feed.due(now):
+                self.engine.submit(r)
+            rec = self.engine.step()
+        if rec is not None:
+            if single:
+                self._step_requests -= 1
+            elif isinstance(self.engine.clock, VirtualClock):
+                time.sleep(0.002)                # the cost model is instant: keep the animation watchable
+        elif self.feed.exhausted and not self.engine.has_work():
+            self.state = "finished"
+            self._step_requests = 0
+        else:
+            self._wait_for_next_event()
+
+    def _release(self) -> None:
+        self.engine.executor = None
 
     def _let_reader_in(self, max_wait_s: float = 0.05) -> None:
         """A Lock is not fair: this thread would take it back before a waiting reader wakes up,
@@ -174,27 +207,31 @@ class LiveRun:
     # ----- reading -----
 
     def snapshot(self, summary: bool = True) -> Snapshot:
-        """An immutable copy of the run. `summary=False` skips the percentiles (a live page that
-        computes its own from the rows saves their cost on every refresh)."""
+        """An immutable copy of the run's window, O(window) however long the run. `summary=False`
+        skips the percentiles (a live page that computes its own from the rows saves their cost
+        on every refresh)."""
         with self._lock_from_outside():
             eng = self.engine
             steps = tuple(eng.steps)
             marks = tuple(eng.marks)
             requests = list(eng.requests.values())
-            rows = []
+            retired = replace(eng.retired, by_status=dict(eng.retired.by_status))
+            rows, kept = [], {}
             for r in requests:
                 row = self._rows.get(r.id)
                 if row is None:
                     row = request_row(r)
-                    if r.done:
-                        self._rows[r.id] = row
-                    elif r.output_token_ids and eng.tokenizer is not None:
+                    if r.output_token_ids and not r.done and eng.tokenizer is not None:
                         row["partial_text"] = eng.decode(r)
+                if r.done:
+                    kept[r.id] = row
                 rows.append(row)
+            self._rows = kept                    # rows of requests that left the window go
             policy = eng.policy
             now = eng.clock.now()
         # Outside the lock, so the engine steps on meanwhile: only finished requests (which never
         # change again) enter the percentiles.
-        stats = summarize(requests, steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s)) if summary else {}
+        slo = SLO(policy.ttft_slo_s, policy.tpot_slo_s)
+        stats = summarize(requests, steps, slo, retired) if summary else {}
         return Snapshot(self.state, now, steps, tuple(rows), marks, policy, self.feed.spec, stats,
-                        self.feed.count, self.message)
+                        self.feed.count, self.message, retired)

@@ -28,7 +28,7 @@ import csv
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .request import Request, Status
 
@@ -152,11 +152,15 @@ def finished_values(requests, name: str) -> list[float]:
             if s == FINISHED and measured(v)]
 
 
-def duration(requests, steps) -> float:
+def duration(requests, steps, retired: Retired | None = None) -> float:
     """Seconds from the first arrival to the end of the last step, or to the last finish if that
-    comes later (a table with no steps); 0.0 while there is nothing to measure."""
+    comes later (a table with no steps); 0.0 while there is nothing to measure. `retired` adds
+    the part of a live run that has left its window."""
     arrivals = [t for t in column(requests, "arrival_s") if measured(t)]
     ends = [t for t in column(steps, "t_end_s") if measured(t)] + finished_values(requests, "finish_s")
+    if retired is not None:
+        arrivals += [t for t in (retired.first_arrival_s,) if t is not None]
+        ends += [t for t in (retired.last_end_s,) if t is not None]
     if not arrivals or not ends:
         return 0.0
     return max(0.0, max(ends) - min(arrivals))
@@ -166,12 +170,14 @@ def per_second(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else math.nan
 
 
-def run_totals(requests, steps, slo: SLO | None = None) -> dict:
-    """Duration, output tokens, finished requests, and the throughputs and goodput they give."""
-    span = duration(requests, steps)
-    tokens = int(sum(n for n in column(requests, "output_tokens") if measured(n)))
-    finished = sum(s == FINISHED for s in column(requests, "status"))
-    good = sum((slo or SLO()).met_rows(requests))
+def run_totals(requests, steps, slo: SLO | None = None, retired: Retired | None = None) -> dict:
+    """Duration, output tokens, finished requests, and the throughputs and goodput they give,
+    over the tables plus, for a live run, the exact counts of what has left its window."""
+    old = retired or Retired()
+    span = duration(requests, steps, retired)
+    tokens = int(sum(n for n in column(requests, "output_tokens") if measured(n))) + old.output_tokens
+    finished = sum(s == FINISHED for s in column(requests, "status")) + old.count(FINISHED)
+    good = sum((slo or SLO()).met_rows(requests)) + old.good
     return {"duration_s": span, "output_tokens": tokens, "finished": finished,
             "output_throughput_tok_s": per_second(tokens, span),
             "request_throughput_req_s": per_second(finished, span),
@@ -187,24 +193,28 @@ def wasted_slot_steps(members, max_slots: int) -> int:
     return sum(max_slots - n for n in map(len, members) if 0 < n < max_slots)
 
 
-def summarize(requests, steps, slo: SLO | None = None) -> dict:
-    """summary.json: the run's numbers from its Request objects and StepRecords."""
+def summarize(requests, steps, slo: SLO | None = None, retired: Retired | None = None) -> dict:
+    """summary.json: the run's numbers from its Request objects and StepRecords.
+
+    A live run that keeps only a window passes `retired`: the counts and totals then cover the
+    whole run exactly, the distributions cover the window, and "percentiles_over" says so."""
     requests, steps, slo = list(requests), list(steps), slo or SLO()
+    old = retired or Retired()
     rows = [request_row(r) for r in requests]
     table = {c: [row[c] for row in rows] for c in REQUEST_COLUMNS}
-    totals = run_totals(table, {"t_end_s": [s.t_end_s for s in steps]}, slo)
+    totals = run_totals(table, {"t_end_s": [s.t_end_s for s in steps]}, slo, retired)
     step_s = [s.t_end_s - s.t_start_s for s in steps]
-    return {
-        "requests": len(requests),
+    summary = {
+        "requests": len(requests) + old.requests,
         "finished": totals["finished"],
-        "rejected": sum(r.status is Status.REJECTED for r in requests),
-        "failed": sum(r.status is Status.FAILED for r in requests),
-        "preemptions": sum(r.preemptions for r in requests),
-        "steps": len(steps),
+        "rejected": sum(r.status is Status.REJECTED for r in requests) + old.count(Status.REJECTED.value),
+        "failed": sum(r.status is Status.FAILED for r in requests) + old.count(Status.FAILED.value),
+        "preemptions": sum(r.preemptions for r in requests) + old.preemptions,
+        "steps": len(steps) + old.steps,
         "duration_s": totals["duration_s"],
-        "busy_s": sum(step_s),
+        "busy_s": sum(step_s) + old.busy_s,
         "output_tokens": totals["output_tokens"],
-        "prompt_tokens": sum(finished_values(table, "prompt_tokens")),
+        "prompt_tokens": sum(finished_values(table, "prompt_tokens")) + old.prompt_tokens,
         "output_throughput_tok_s": totals["output_throughput_tok_s"],
         "request_throughput_req_s": totals["request_throughput_req_s"],
         "goodput_req_s": totals["goodput_req_s"],
@@ -216,6 +226,54 @@ def summarize(requests, steps, slo: SLO | None = None) -> dict:
         "queue_s": distribution(finished_values(table, "queue_s")),
         "step_ms": distribution([1000 * s for s in step_s]),
     }
+    if retired is not None:
+        summary["percentiles_over"] = "the whole run" if not (old.steps or old.requests) else (
+            f"the last {len(steps):,} steps and the {totals['finished'] - old.count(FINISHED):,} "
+            "requests finished in them")
+    return summary
+
+
+UNSERVED = ("rejected", "failed", "aborted")   # statuses of requests that ended without finishing
+
+
+@dataclass(slots=True)
+class Retired:
+    """What a live run has forgotten: the steps and ended requests that left its window
+    (Engine keep_steps), kept as exact whole-run counts and totals."""
+    steps: int = 0
+    busy_s: float = 0.0
+    requests: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    preemptions: int = 0
+    output_tokens: int = 0        # made by every request
+    prompt_tokens: int = 0        # of finished requests
+    good: int = 0                 # finished requests that met the SLO in force when they left
+    first_arrival_s: float | None = None
+    last_end_s: float | None = None
+
+    def count(self, status: str) -> int:
+        return self.by_status.get(status, 0)
+
+    def add_step(self, s) -> None:
+        self.steps += 1
+        self.busy_s += s.t_end_s - s.t_start_s
+        self._ends_at(s.t_end_s)
+
+    def add_request(self, r: Request, slo: SLO) -> None:
+        self.requests += 1
+        self.by_status[r.status.value] = self.count(r.status.value) + 1
+        self.preemptions += r.preemptions
+        self.output_tokens += len(r.output_token_ids)
+        if r.status is Status.FINISHED:
+            self.prompt_tokens += r.prompt_tokens
+            self.good += slo.met(r)
+            self._ends_at(r.finish_s)
+        if self.first_arrival_s is None or r.arrival_s < self.first_arrival_s:
+            self.first_arrival_s = r.arrival_s
+
+    def _ends_at(self, t: float) -> None:
+        if self.last_end_s is None or t > self.last_end_s:
+            self.last_end_s = t
 
 
 # ----------------------------------------------------------------------------- rows and files

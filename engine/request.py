@@ -19,6 +19,7 @@ class Status(str, enum.Enum):
     FINISHED = "finished"
     REJECTED = "rejected"    # never admitted: too long, queue full, cannot ever fit
     FAILED = "failed"        # admitted, then an error in a step it was part of
+    ABORTED = "aborted"      # ended on request (a client gone, a run interrupted) before it finished
 
 
 class EventKind(str, enum.Enum):
@@ -29,6 +30,7 @@ class EventKind(str, enum.Enum):
     FINISHED = "FINISHED"
     REJECTED = "REJECTED"
     FAILED = "FAILED"
+    ABORTED = "ABORTED"
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,7 +94,7 @@ class Request:
 
     @property
     def done(self) -> bool:
-        return self.status in (Status.FINISHED, Status.REJECTED, Status.FAILED)
+        return self.status in (Status.FINISHED, Status.REJECTED, Status.FAILED, Status.ABORTED)
 
     def token_ids(self, start: int, count: int) -> list[int]:
         """`count` tokens of prompt+output starting at position `start`."""

@@ -113,6 +113,7 @@ class ModelRunner:
         assert cfg.hidden_act == "silu" and a0.q_proj.bias is None and a0.o_proj.bias is None, \
             "plain Llama only: SiLU MLP, no projection biases"
         self.embed = hf.model.embed_tokens.weight
+        self.vocab_size = self.embed.shape[0]
         self.norm = hf.model.norm.weight
         self.layers = list(hf.model.layers)
         # RoPE: cos/sin for every position once, from the model's own inv_freq (so any rope
@@ -253,13 +254,14 @@ class ModelRunner:
         logits = self.forward_logits(seqs)
         out: list[int | None] = [None] * len(seqs)
         samplers = [i for i, s in enumerate(seqs) if s.sample]
-        greedy = [r for r, i in enumerate(samplers) if seqs[i].temperature <= 0]
+        sampled = [seqs[i].temperature > 0 for i in samplers]
+        greedy = [r for r, i in enumerate(samplers) if not sampled[r]]
         if greedy:
             for r, tok in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
                 out[samplers[r]] = tok
         for r, i in enumerate(samplers):
             s = seqs[i]
-            if s.temperature > 0:
+            if sampled[r]:
                 out[i] = sample_token(logits[r], s.temperature, s.top_p, s.seed, s.start_pos + len(s.token_ids))
         return out
 
@@ -270,7 +272,12 @@ def sample_token(logits: torch.Tensor, temperature: float, top_p: float, seed: i
     The generator is seeded from (seed, position), so a request draws the same token whatever
     else shares its batch, and on CPU or GPU alike. seed=None: fresh randomness each call.
     """
-    probs = torch.softmax(logits.detach().float().cpu() / temperature, dim=-1)
+    logits = logits.detach().float().cpu()
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if not torch.isfinite(probs).all():
+        # A tiny temperature (1e-300) overflowed float32. Shifted so the top logit is 0 and in
+        # float64, the same softmax stays finite and tends to greedy, as it should.
+        probs = torch.softmax((logits.double() - logits.max()) / temperature, dim=-1).float()
     if top_p < 1.0:
         sorted_p, order = probs.sort(descending=True)
         keep = (sorted_p.cumsum(0) - sorted_p) < top_p   # always keeps the most likely token

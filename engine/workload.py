@@ -13,12 +13,14 @@ import os
 import random
 from dataclasses import asdict, dataclass, replace
 
-from .knobs import check_all, knob
+from .knobs import check_all, knob, knobs_of
 from .request import Request
+from .validation import HORIZON_S, Limits, id_of, request_from_dict
 
 
 PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
 LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
+MIN_RATE = 1 / HORIZON_S
 
 
 @dataclass(slots=True)
@@ -116,6 +118,9 @@ class WorkloadSpec:
 
     def validate(self) -> "WorkloadSpec":
         check_all(self)
+        if 0 < self.rate < MIN_RATE:   # the first arrival would come after the horizon: a run that never ends
+            raise ValueError(f"rate is too low (got {self.rate!r}; allowed 0 for all at once, or "
+                             f"{MIN_RATE:.2g}–{knobs_of(WorkloadSpec)['rate'].hi:g} req/s: one request a day at least)")
         self.prompt_len.validate("prompt")
         self.output_len.validate("output")
         return self
@@ -173,50 +178,45 @@ def write_jsonl(path: str, requests: list[Request]) -> None:
             f.write(json.dumps(request_to_json(r)) + "\n")
 
 
-def parse_request(d: dict, tokenizer=None, default_id: str = "") -> Request:
-    """One workload line -> Request; raises ValueError naming the problem."""
-    if not isinstance(d, dict):
-        raise ValueError("a workload line must be a JSON object")
-    rid = str(d.get("id", default_id))
-    if "prompt_token_ids" in d:
-        ids = d["prompt_token_ids"]
-        if not isinstance(ids, list) or not all(isinstance(x, int) and x >= 0 for x in ids):
-            raise ValueError("prompt_token_ids must be a list of non-negative integers")
-    elif "prompt" in d:
-        if tokenizer is None:
-            raise ValueError("a text prompt needs a tokenizer (cost-model runs take prompt_token_ids)")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": str(d["prompt"])}],
-                                             add_generation_prompt=True, tokenize=False)
-        ids = tokenizer.encode(text, add_special_tokens=False)
-    else:
-        raise ValueError("needs 'prompt' or 'prompt_token_ids'")
-    try:
-        max_new = int(d.get("max_new_tokens", 32))
-        arrival = float(d.get("arrival_s", 0.0))
-        priority = int(d.get("priority", 0))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"bad number: {exc}") from None
-    if arrival < 0 or math.isnan(arrival):
-        raise ValueError(f"arrival_s must be a non-negative number (got {d.get('arrival_s')})")
-    return Request(id=rid, prompt_token_ids=ids, max_new_tokens=max_new, arrival_s=arrival,
-                   tenant=str(d.get("tenant", "default")), priority=priority,
-                   ignore_eos=bool(d.get("ignore_eos", True)),
-                   temperature=float(d.get("temperature", 0.0)), top_p=float(d.get("top_p", 1.0)),
-                   seed=d.get("seed"), prompt=d.get("prompt"))
+def check_workload_file(path: str) -> None:
+    """A workload path the run can read: an existing, non-empty file (one clear error otherwise)."""
+    if os.path.isdir(path):
+        raise ValueError(f"workload {path} is a directory: give a JSONL file, one request a line")
+    if not os.path.isfile(path):
+        raise ValueError(f"workload {path} does not exist")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"workload {path} is empty")
 
 
-def read_jsonl(path: str, tokenizer=None) -> tuple[list[Request], list[tuple[int, str, str]]]:
-    """Parse a workload file line by line: (requests, [(line number, id, error)]). A bad line costs only itself."""
-    requests, errors = [], []
-    with open(path) as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+def read_jsonl(path: str, tokenizer=None, limits: Limits = Limits()
+               ) -> tuple[list[Request], list[tuple[int, str, str]]]:
+    """Parse a workload file line by line: (requests, [(line number, id, error)]). A bad line costs
+    only itself; a second line with an id already seen is an error that names the first."""
+    requests, errors, first_line = [], [], {}
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
             rid = f"line{no}"
             try:
-                d = json.loads(line)
-                rid = str(d.get("id", rid)) if isinstance(d, dict) else rid
-                requests.append(parse_request(d, tokenizer, default_id=rid))
-            except (ValueError, json.JSONDecodeError) as exc:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                d = json.loads(line, object_pairs_hook=unique_keys)
+                rid = id_of(d, rid)
+                if rid in first_line:
+                    raise ValueError(f"duplicate id {rid!r}; first seen on line {first_line[rid]}")
+                req = request_from_dict(d, limits, tokenizer, default_id=rid)
+                first_line[rid] = no
+                requests.append(req)
+            except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 errors.append((no, rid, f"line {no}: {exc}"))
     return requests, errors
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object that names a field twice is refused (json.loads would keep the last silently)."""
+    d = {}
+    for key, value in pairs:
+        if key in d:
+            raise ValueError(f"field {key!r} appears twice")
+        d[key] = value
+    return d

@@ -19,7 +19,8 @@ TERMINAL = ("finished", "stopped", "error")   # a run in one of these states ste
 
 
 def engine_threads() -> int:
-    """Engine threads alive in this process (every learner's run, all sessions)."""
+    """Engines held in this process (every learner's run, all sessions): a run's thread lives,
+    paused or finished too, until the run is stopped or its page is gone."""
     return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 
 
@@ -55,16 +56,20 @@ class LabRun:
 
     def step_once(self, wait_s: float = 5.0) -> None:
         """Run exactly one engine step; wait (up to wait_s) until it is recorded."""
-        before = len(self.live.engine.steps)
+        before = self.steps_taken
         self.live.step_once()
         deadline = time.monotonic() + wait_s
-        while len(self.live.engine.steps) == before and time.monotonic() < deadline:
+        while self.steps_taken == before and time.monotonic() < deadline:
             if self.live.state in TERMINAL:
                 break
             time.sleep(0.01)
 
     def stop(self) -> None:
         self.live.stop()
+
+    def close(self) -> None:
+        """Stop for good and free the engine's KV pool (the page forgets this run)."""
+        self.live.close()
 
     def heartbeat(self) -> None:
         self.live.heartbeat()
@@ -76,7 +81,7 @@ class LabRun:
     @property
     def steps_taken(self) -> int:
         """Engine steps so far (read without waiting for the step in progress)."""
-        return len(self.live.engine.steps)
+        return self.live.engine.step_count
 
     @property
     def arrived(self) -> int:
@@ -100,7 +105,7 @@ class LabRun:
         if wl:
             engine = self.live.engine
             self.live.set_workload(setup.workload())
-            self.workload_marks.append((len(engine.steps), engine.clock.now(),
+            self.workload_marks.append((engine.step_count, engine.clock.now(),
                                         "workload: " + ", ".join(wl)))
             changes += wl
         return changes

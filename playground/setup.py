@@ -92,7 +92,8 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
         """A Setup from query parameters, and a list of the problems found.
 
         Unknown keys are ignored; a value outside its slider is clamped onto it; a value that is
-        not a number, or not one of the choices, keeps the default. Each of those is reported.
+        not a number, or not one of the choices, keeps the default. Each of those is reported, as
+        plain text holding the value as the link had it (show it with ui.widgets.plain).
         """
         values, problems = {}, []
         for name, raw in params.items():
@@ -103,11 +104,12 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
             knob = KNOBS[name]
             try:
                 value = knob.clamp(raw)
-            except (TypeError, ValueError) as exc:
-                problems.append(f"link value ignored: {exc}")
+            except (TypeError, ValueError):
+                problems.append(f"Link value {name}={raw} is not allowed ({knob.range_text()}): "
+                                f"using {knob.default}.")
                 continue
             if knob.kind in ("int", "float") and float(value) != float(raw):
-                problems.append(f"{name}={raw} is outside {knob.lo:g}–{knob.hi:g}: using {value:g}")
+                problems.append(f"Link value {name}={raw} is outside {knob.lo:g}–{knob.hi:g}: using {value:g}.")
             values[name] = value
         setup = cls(**values)
         if setup.prompt_hi < setup.prompt_lo:

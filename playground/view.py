@@ -36,9 +36,11 @@ def largest_batch(steps: pd.DataFrame) -> int:
 
 
 def status_line(state: str, tables: Tables, setup: Setup, arrived: int, message: str = "") -> None:
-    steps, reqs = tables.steps, tables.requests
+    steps, reqs, old = tables.steps, tables.requests, tables.retired
     n = len(steps)
     status = reqs["status"] if len(reqs) else pd.Series(dtype=str)
+    taken = n + old.steps
+    unserved = int(status.isin(metrics.UNSERVED).sum()) + sum(map(old.count, metrics.UNSERVED))
     rate = ""
     if n >= 2:
         recent = steps.iloc[-min(n, 50):]
@@ -46,17 +48,17 @@ def status_line(state: str, tables: Tables, setup: Setup, arrived: int, message:
         if span > 0:
             rate = f" · {len(recent) / span:.1f} steps/s"
     st.markdown(
-        f"**Engine: {state}** · steps: {n} · arrived: {arrived}/{setup.num_requests} · "
-        f"finished: {int((status == 'finished').sum())} · rejected: "
-        f"{int(status.isin(['rejected', 'failed']).sum())} · largest batch: "
+        f"**Engine: {state}** · steps: {taken} · arrived: {arrived}/{setup.num_requests} · "
+        f"finished: {int((status == 'finished').sum()) + old.count('finished')} · rejected: "
+        f"{unserved} · largest batch: "
         f"{largest_batch(steps)} of {setup.max_num_seqs} slots{rate}")
-    if message:
-        (st.error if state == "error" else st.info)(message)
+    if message:     # the engine's words, which may quote a request's own values
+        (st.error if state == "error" else st.info)(widgets.plain(widgets.without_paths(message)))
 
 
 def headline(tables: Tables, setup: Setup) -> None:
     h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
-                        setup.max_num_seqs)
+                               setup.max_num_seqs, tables.retired)
     items = [
         ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"),
          "Time to first token, median over finished requests."),
@@ -95,21 +97,24 @@ def batch_chart(tables: Tables, setup: Setup, upto_step: int | None = None) -> N
 
 
 def replay_scrubber(tables: Tables) -> int | None:
-    """After pausing: a slider over every step of the run. Returns the chosen step."""
-    n = len(tables.steps)
-    if n == 0:
+    """After pausing: a slider over the steps the run keeps (its window). Returns the chosen
+    step number."""
+    steps = tables.steps
+    if len(steps) == 0:
         return None
+    first, latest = int(steps["step"].iloc[0]), int(steps["step"].iloc[-1])
     key, last_key = "pg_scrub", "pg_scrub_last"
     last = st.session_state.get(last_key)
-    if last != n - 1:    # new steps since: follow them if the slider was at the end
-        if st.session_state.get(key) in (None, last) or st.session_state.get(key, 0) > n - 1:
-            st.session_state[key] = n - 1
-        st.session_state[last_key] = n - 1
-    if n == 1:
-        return 0
-    return st.slider("Replay: step", 0, n - 1, key=key,
-                     help="Step back through the whole run: the batch chart and the request "
-                          "timeline show the engine as it was at this step.")
+    if last != latest:    # new steps since: follow them if the slider was at the end
+        chosen = st.session_state.get(key)
+        if chosen in (None, last) or not first <= chosen <= latest:
+            st.session_state[key] = latest
+        st.session_state[last_key] = latest
+    if first == latest:
+        return latest
+    return st.slider("Replay: step", first, latest, key=key,
+                     help="Step back through the run (the latest steps it keeps): the batch chart "
+                          "and the request timeline show the engine as it was at this step.")
 
 
 def step_detail(tables: Tables, step: int) -> None:
@@ -119,7 +124,7 @@ def step_detail(tables: Tables, step: int) -> None:
         return
     r = row.iloc[0]
     members = list(r["members"])          # (request id, phase, tokens) of each member
-    who = ", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12])
+    who = widgets.plain(", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12]))
     more = f" and {len(members) - 12} more" if len(members) > 12 else ""
     st.caption(f"Step {step} at {r['t_start_s']:.2f}–{r['t_end_s']:.2f} s "
                f"({(r['t_end_s'] - r['t_start_s']) * 1000:.0f} ms): {len(members)} running, "
@@ -177,7 +182,7 @@ def generated_texts(tables: Tables) -> None:
     for i, (_, r) in enumerate(df.iterrows()):
         with cols[i % 2]:
             tail = r["text"][-300:].replace("\n", " ")
-            st.caption(f"**{r['request']}** · {r['status']} · {r['tokens']} tokens")
+            st.caption(f"**{widgets.plain(r['request'])}** · {r['status']} · {r['tokens']} tokens")
             st.text(("…" if len(r["text"]) > 300 else "") + tail)
 
 
@@ -185,7 +190,7 @@ def rejected_table(tables: Tables) -> None:
     reqs = tables.requests
     if len(reqs) == 0:
         return
-    bad = reqs[reqs["status"].isin(["rejected", "failed"])]
+    bad = reqs[reqs["status"].isin(metrics.UNSERVED)]
     if len(bad) == 0:
         return
     st.subheader(f"Rejected requests ({len(bad)})")

@@ -1,13 +1,18 @@
 """Streamlit glue shared by the lesson lab pages: the measure / re-measure buttons, progress
-bars, the "cached result from this machine" note, links that reproduce a lab, and how numbers,
-charts and tables are shown.
+bars, the "cached result from this machine" note, links that reproduce a lab (each widget drawn
+with its range, which also checks its link value), and how numbers, charts and tables are shown.
+The Playground uses the safe-text helpers too: `plain` for anything a user or a file supplied,
+`error_message` / `errors_shown` so a failure is one clear line on the page, never a traceback.
 
 Pages stay thin: widgets here and in the page; each lab's workload, runs, analysis and figures
 in labs/<lab>/experiment.py.
 """
 from __future__ import annotations
 
+import logging
 import math
+import re
+from contextlib import contextmanager
 
 import pandas as pd
 import streamlit as st
@@ -16,41 +21,153 @@ from engine import metrics
 from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
+log = logging.getLogger("batching_lab")
+
+
+# ----------------------------------------------------------------------------- safe text
+
+
+# Every ASCII punctuation mark, except an underscore inside a word (Markdown never reads one
+# there as emphasis, and names such as max_num_seqs stay searchable as written).
+_MARKDOWN_CHARS = re.compile(r"[!-/:-@\[-^`{-~]|_(?![^\W_])|(?<![^\W_])_")
+
+
+def plain(text) -> str:
+    """`text` as it is written, for st.markdown / st.warning / st.error / st.caption / st.toast:
+    punctuation is backslash-escaped (so a user's `[x](https://…)` is no link and `![x](…)` no
+    image) and line breaks become spaces. Use it for anything a user or a file supplied."""
+    return _MARKDOWN_CHARS.sub(lambda m: "\\" + m.group(), " ".join(str(text).split()))
+
+
+def without_paths(text: str) -> str:
+    """`text` with the folders of any server path cut out: ".../engine/results.py" -> "results.py"."""
+    return re.sub(r"/(?:[\w.@+-]+/)+", "", text)
+
+
+def error_message(what: str, exc: Exception) -> str:
+    """A failure as one clear line for the page: `what` and the error's own words, with no
+    traceback and no server paths. A refusal (ValueError) already says what was wrong; anything
+    else is a fault, so its traceback goes to the server log."""
+    if not isinstance(exc, ValueError):
+        log.error("%s", what, exc_info=exc)
+    words = without_paths(str(exc)) or type(exc).__name__
+    text = f"{what}: {plain(words)}"
+    return text if isinstance(exc, ValueError) else f"{text} ({type(exc).__name__}; the server log has the details)"
+
+
+@contextmanager
+def errors_shown(what: str):
+    """`with errors_shown("Drawing the charts"):` a failure inside becomes an st.error line
+    (see error_message) and the page goes on after the block."""
+    try:
+        yield
+    except Exception as exc:    # st.rerun / st.stop are not Exceptions: they pass through
+        st.error(error_message(what, exc))
 
 
 # ----------------------------------------------------------------------------- links
+# A lab widget is drawn by one of the functions below, which take its range (lo–hi, or its
+# options) once: the same range draws the widget and checks the link value (?key=value) that
+# fills it on a session's first run. A value outside the range is clamped onto it, one that is
+# not allowed at all keeps the default; write_link says so on the page.
+
+_LINK_PROBLEMS = "link_problems"
 
 
-def _parse(text: str, default):
-    if isinstance(default, bool):
-        return text.lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int):
-        return int(float(text))
-    if isinstance(default, float):
-        return float(text)
-    if isinstance(default, (list, tuple)):
-        kind = type(default[0]) if default else str
-        return [kind(x) for x in text.split(",") if x != ""]
-    return text
+def _number_from_link(text: str, default, lo, hi):
+    """(value, why it was not taken as written or None) for a slider or number box's link value."""
+    allowed = f"{lo:g}–{hi:g}"
+    try:
+        number = float(text)
+    except ValueError:
+        return default, f"is not a number in {allowed}"
+    if not math.isfinite(number):
+        return default, f"is not a finite number in {allowed}"
+    whole = all(isinstance(v, int) for v in (default, lo, hi))
+    if whole and not number.is_integer():
+        return default, f"is not a whole number in {allowed}"
+    value = min(max(number, lo), hi)
+    value = int(value) if whole else value
+    return value, None if value == number else f"is outside {allowed}"
 
 
-def defaults(values: dict) -> None:
-    """Give each widget key its starting value: from the link (?key=value) if it has one, else the
-    default. Call before drawing the widgets, and create them with `key=` and no `value=`."""
-    for key, default in values.items():
-        if key in st.session_state:
-            continue
-        value = default
-        if key in st.query_params:
+def _option(text: str, options):
+    """The option `text` names (by its link spelling, or as an equal number), else None."""
+    for option in options:
+        if text == str(option):
+            return option
+        if isinstance(option, (int, float)) and not isinstance(option, bool):
             try:
-                value = _parse(st.query_params[key], default)
-            except (TypeError, ValueError):
-                value = default
-        st.session_state[key] = value
+                if float(text) == option:
+                    return option
+            except ValueError:
+                pass
+    return None
+
+
+def _options_from_link(text: str, default, options):
+    allowed = ", ".join(str(o) for o in options)
+    if isinstance(default, list):          # a multiselect: "2,4,8"
+        items = [x for x in text.split(",") if x != ""]
+        kept = [o for x in items if (o := _option(x, options)) is not None]
+        if len(kept) == len(items):
+            return kept, None
+        return kept or default, f"holds values not among {allowed}"
+    option = _option(text, options)
+    return (default, f"is not one of {allowed}") if option is None else (option, None)
+
+
+def _bool_from_link(text: str, default):
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True, None
+    if low in ("0", "false", "no", "off"):
+        return False, None
+    return default, "is not 1 or 0"
+
+
+def _start(key: str, default, value_and_problem) -> None:
+    """Give the widget `key` its first value: the link's, if it has one, else `default`."""
+    if key in st.session_state:
+        return
+    value = default
+    if key in st.query_params:
+        raw = st.query_params[key]
+        value, why = value_and_problem(raw)
+        if why:
+            using = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            st.session_state.setdefault(_LINK_PROBLEMS, []).append(
+                f"Link value {key}={plain(raw[:80])} {why}: using {using}.")
+    st.session_state[key] = list(value) if isinstance(value, list) else value   # never the page's own list
+
+
+def slider(label: str, lo, hi, default, *, key: str, **kw):
+    """st.slider from lo to hi (pass step=, help=, format_func= … as usual)."""
+    _start(key, default, lambda text: _number_from_link(text, default, lo, hi))
+    return st.slider(label, lo, hi, key=key, **kw)
+
+
+def number_input(label: str, lo, hi, default, *, key: str, **kw):
+    _start(key, default, lambda text: _number_from_link(text, default, lo, hi))
+    return st.number_input(label, lo, hi, key=key, **kw)
+
+
+def choice(widget, label: str, options, default, *, key: str, **kw):
+    """`widget` (st.radio, st.select_slider or st.multiselect) over `options`."""
+    _start(key, default, lambda text: _options_from_link(text, default, list(options)))
+    return widget(label, options, key=key, **kw)
+
+
+def toggle(label: str, default: bool, *, key: str, **kw):
+    _start(key, default, lambda text: _bool_from_link(text, default))
+    return st.toggle(label, key=key, **kw)
 
 
 def write_link(keys) -> None:
-    """Put the lab's settings in the address bar, so a copied link reproduces the run."""
+    """Put the lab's settings in the address bar, so a copied link reproduces the run, and say
+    which link values could not be used as they were."""
+    for problem in st.session_state.pop(_LINK_PROBLEMS, []):
+        st.warning(problem)
     for key in keys:
         v = st.session_state.get(key)
         if v is None:
@@ -114,15 +231,24 @@ def stored_or_measure(name: str, settings, run, button: str, estimate: str, text
     Returns what is stored for these settings (looked up without loading the model). Draws the
     run / re-measure button; pressing it measures on the loaded model under a progress bar and
     draws the page again (st.rerun does not return), which then finds the stored result. While
-    nothing is stored the page ends here (st.stop), or with stop=False this returns None.
+    nothing is stored the page ends here (st.stop), or with stop=False this returns None. A
+    failure to look up or to measure is shown as an error line, never as a traceback.
     """
-    got = run(session.model_name(), peek=True)   # the name is enough to look up stored results
+    try:
+        got = run(session.model_name(), peek=True)   # the name is enough to look up stored results
+    except Exception as exc:
+        st.error(error_message("Could not read the stored result", exc))
+        got = None
     action = _measure_buttons(name, settings, got is not None, button, estimate)
     if action is not None:
-        with _progress_bar(text) as cb:
-            run(session.model(), progress=cb, refresh=action == "refresh")
-        st.session_state[f"{name}__fresh"] = repr(settings)   # _measure_buttons: "measured just now"
-        st.rerun()
+        try:
+            with _progress_bar(text) as cb:
+                run(session.model(), progress=cb, refresh=action == "refresh")
+        except Exception as exc:     # say so, and leave the page as it was before the button
+            st.error(error_message("The measurement failed", exc))
+        else:
+            st.session_state[f"{name}__fresh"] = repr(settings)   # _measure_buttons: "measured just now"
+            st.rerun()
     if got is None and stop:
         st.stop()
     return got

@@ -10,6 +10,7 @@ with its default, range check and help text. Only the length ranges read two num
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..config import EngineConfig, SchedulerPolicy
@@ -87,7 +88,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--cost-model", action="store_true", help="use the cost model (virtual clock) instead of the real model")
     run.add_argument("--allowed-tenants", default="", help="comma-separated tenant names; others are rejected")
-    run.add_argument("--kv-pool-tokens", type=int, default=EngineConfig().kv_pool_tokens)
+    add_knob_flag(run, knobs_of(EngineConfig)["kv_pool_tokens"])
     add_knob_flags(run, SchedulerPolicy)
     add_model_flags(run)
     add_knob_flags(run, WorkloadSpec)
@@ -96,11 +97,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run a command; every error ends as one line on stderr, never a traceback
+    (BATCHING_LAB_DEBUG=1 shows it). Status 2: bad input or settings; 1: anything else."""
     args = parser().parse_args(argv)
     try:
         if args.cmd == "run":
             return run_command(args, policy_from(args), spec_from(args))
         return bench_command(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("BATCHING_LAB_DEBUG") == "1":
+            raise
+        expected = isinstance(exc, (ValueError, OSError))
+        text = " ".join(str(exc).split()) or "no details"
+        print(f"error: {text}" if expected else f"error: {type(exc).__name__}: {text}", file=sys.stderr)
+        return 2 if expected else 1

@@ -1,6 +1,16 @@
-"""`python -m engine run`: one workload through the engine, with a progress bar and a summary table."""
+"""`python -m engine run`: one workload through the engine, with a progress bar and a summary table.
+
+Every request read becomes one row of requests.csv, refused ones included (requests in = rows
+out). The files are written into a temporary folder beside --out and renamed into place at the
+end, so --out holds one whole run, the previous one or this one, never a mix. Ctrl-C or SIGTERM
+stops the run at the next step: nothing more is admitted, the requests not finished are aborted
+(finishing them could take minutes on a slow model), what there is gets written with
+"partial": true in summary.json, and the exit status is 130 or 143. A second Ctrl-C quits at
+once without writing.
+"""
 from __future__ import annotations
 
+import signal
 import sys
 from dataclasses import asdict
 
@@ -8,32 +18,75 @@ from ..arrivals import build_requests
 from ..build import build_engine, size_kv_pool
 from ..config import EngineConfig
 from ..metrics import SLO, summarize, write_run
-from ..request import Request
-from ..workload import PromptMaker, read_jsonl, write_jsonl
+from ..request import Request, Status
+from ..validation import SMOLLM2_KV_BYTES_PER_TOKEN, Limits, available_memory_bytes, check_kv_fits
+from ..workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
+from .out_dir import OutDir
 
 
 def run_command(args, policy, spec) -> int:
-    from tqdm import tqdm
-
     config = size_kv_pool(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                                       kv_pool_tokens=args.kv_pool_tokens, seed=args.seed), policy)
-    model = None
-    if not args.cost_model:
-        from ..model import load_model
-        print(f"loading {config.model} ...", file=sys.stderr)
-        model = load_model(config.model, config.device, config.dtype)
-    engine = build_engine(config, policy, model)
-    tokenizer = engine.tokenizer
-
+                                       kv_pool_tokens=args.kv_pool_tokens, seed=args.seed).validate(), policy)
     if args.workload:
-        requests, errors = read_jsonl(args.workload, tokenizer)
-        if not requests and not errors:
-            raise ValueError(f"workload {args.workload} is empty")
-    else:
-        requests, errors = build_requests(spec, PromptMaker(tokenizer) if tokenizer else None), []
-    for line_no, rid, err in errors:
-        print(f"rejected {err}", file=sys.stderr)
-        engine.reject(Request(id=rid, prompt_token_ids=[], max_new_tokens=0), err)
+        check_workload_file(args.workload)
+    # One handler for the whole command: a signal while the model loads stops the run before its first step.
+    with StopOnSignal() as stop, OutDir(args.out) as out:     # a bad --out is refused here, before the run
+        engine, model = start_engine(args, config, policy)
+        rows = submit_all(engine, args, spec, model)
+        run_with_progress(engine, should_stop=lambda: bool(stop.signum))
+        partial = bool(stop.signum)
+        for r in rows:
+            if not r.done:
+                engine.abort(r, f"run interrupted by {stop.name} before this request finished")
+        summary = summarize(rows, engine.steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s))
+        summary.update(aborted=sum(r.status is Status.ABORTED for r in rows), partial=partial,
+                       config=asdict(config), policy=policy.to_dict(),
+                       device=engine.executor.device, dtype=engine.executor.dtype)
+        write_run(out.tmp, rows, engine.steps, summary)
+        if not args.workload:
+            write_jsonl(f"{out.tmp}/workload.jsonl", rows)
+        out.commit()
+    print_summary(summary)
+    for r in rows:
+        if r.error:
+            print(f"  {r.id}: {r.status.value}: {r.error}", file=sys.stderr)
+    print(f"wrote {args.out}/requests.csv, steps.csv, summary.json" + (" (partial)" if partial else ""))
+    return 128 + stop.signum if stop.signum else 0
+
+
+def start_engine(args, config: EngineConfig, policy):
+    """The engine, once its KV pool is known to fit in this machine's memory."""
+    field = "kv_capacity_tokens" if policy.kv_capacity_tokens >= args.kv_pool_tokens else "kv_pool_tokens"
+    if args.cost_model:
+        check_kv_fits(field, config.kv_pool_tokens, SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes(),
+                      "SmolLM2 in float32, which the cost model stands for")
+        return build_engine(config, policy), None
+    from ..model import free_memory_bytes, load_model, model_kv_bytes_per_token
+    print(f"loading {config.model} ...", file=sys.stderr)
+    model = load_model(config.model, config.device, config.dtype)
+    check_kv_fits(field, config.kv_pool_tokens, model_kv_bytes_per_token(model), free_memory_bytes(model.device),
+                  f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
+    return build_engine(config, policy, model), model
+
+
+def submit_all(engine, args, spec, model) -> list[Request]:
+    """Every request of the workload, submitted or rejected with its reason: the readable lines
+    in file order, then the refused ones."""
+    tokenizer = engine.tokenizer
+    if not args.workload:
+        return submit_each(engine, args, build_requests(spec, PromptMaker(tokenizer) if tokenizer else None))
+    vocab = model.config.vocab_size if model is not None else engine.executor.vocab_size
+    requests, errors = read_jsonl(args.workload, tokenizer, Limits(vocab, engine.scheduler.max_model_len))
+    if not requests and not errors:
+        raise ValueError(f"workload {args.workload} is empty")
+    rows = submit_each(engine, args, requests)
+    for _, rid, err in errors:      # after the good ones, so a refused line never takes a good one's id
+        rows.append(Request(id=rid, prompt_token_ids=[], max_new_tokens=0))
+        engine.reject(rows[-1], err)
+    return rows
+
+
+def submit_each(engine, args, requests: list[Request]) -> list[Request]:
     allowed = {t for t in args.allowed_tenants.split(",") if t}
     for r in requests:
         if allowed and r.tenant not in allowed:
@@ -41,34 +94,49 @@ def run_command(args, policy, spec) -> int:
             continue
         try:
             engine.submit(r)
-        except ValueError as exc:
-            print(f"rejected {r.id}: {exc}", file=sys.stderr)
+        except ValueError as exc:   # an id a refused line already used
+            engine.reject(r, str(exc))
+    return requests
+
+
+def run_with_progress(engine, should_stop) -> None:
+    from tqdm import tqdm
 
     total = sum(r.max_new_tokens for r in engine.pending)
     with tqdm(total=total, unit="tok", desc="generating", file=sys.stderr) as bar:
         def on_step(rec):
             bar.n = sum(len(r.output_token_ids) for r in engine.requests.values())
             bar.refresh()
-        engine.run(on_step=on_step)
+        engine.run(on_step=on_step, should_stop=should_stop)
 
-    reqs = list(engine.requests.values())
-    summary = summarize(reqs, engine.steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s))
-    summary.update(config=asdict(config),
-                   policy=policy.to_dict(), device=engine.executor.device, dtype=engine.executor.dtype)
-    write_run(args.out, reqs, engine.steps, summary)
-    if not args.workload:
-        write_jsonl(f"{args.out}/workload.jsonl", requests)
-    print_summary(summary)
-    for r in reqs:
-        if r.error:
-            print(f"  {r.id}: {r.status.value}: {r.error}", file=sys.stderr)
-    print(f"wrote {args.out}/requests.csv, steps.csv, summary.json")
-    return 0
+
+class StopOnSignal:
+    """While active, Ctrl-C (SIGINT) or SIGTERM asks the run to stop at the next step; a second
+    one quits at once, without writing (exit status 128 + the signal's number)."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum, self.name = 0, ""
+
+    def __enter__(self) -> "StopOnSignal":
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum:
+            raise SystemExit(128 + signum)
+        self.signum, self.name = signum, signal.Signals(signum).name
+        print(f"\n{self.name}: stopping at the next step and writing what there is "
+              "(send it again to quit without writing)", file=sys.stderr)
 
 
 def print_summary(s: dict) -> None:
     print(f"\nrequests {s['requests']}  finished {s['finished']}  rejected {s['rejected']}  "
-          f"failed {s['failed']}  preemptions {s['preemptions']}  steps {s['steps']}")
+          f"failed {s['failed']}  aborted {s['aborted']}  preemptions {s['preemptions']}  steps {s['steps']}")
     print(f"duration {s['duration_s']:.2f} s   output throughput {s['output_throughput_tok_s']:.1f} tok/s   "
           f"goodput {s['goodput_req_s']:.2f} req/s")
     print(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p95':>10}{'p99':>10}")

@@ -16,18 +16,17 @@ st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
            "already decoding, and every admitted request holds KV-cache memory until it finishes.")
 
-widgets.defaults({"co_long": lab.LONG_PROMPT, "co_budget": lab.BUDGET, "co_priority": lab.STEP_PRIORITY,
-                  "co_kv": 1024})
 with st.sidebar:
-    st.slider("Long prompt length (tokens)", 256, 1536, step=128, key="co_long",
-              help="How long the prompts are that arrive while the other requests are decoding.")
-    st.slider("Token budget per step (chunked run)", 64, 512, step=64, key="co_budget",
-              help="max_num_batched_tokens: the most tokens one step may carry. With chunked prefill on, "
-                   "a long prompt is cut into pieces that fit what the decodes leave of it.")
-    st.radio(STEP_PRIORITY.label, STEP_PRIORITY.choices, key="co_priority", help=STEP_PRIORITY.help)
-    st.slider("KV capacity (tokens)", lab.KV_MIN, 4096, step=128, key="co_kv",
-              help="How many tokens of keys and values the cache may hold across all running requests. "
-                   "Too small, and the engine must evict (preempt) a request and recompute it later.")
+    widgets.slider("Long prompt length (tokens)", 256, 1536, lab.LONG_PROMPT, step=128, key="co_long",
+                   help="How long the prompts are that arrive while the other requests are decoding.")
+    widgets.slider("Token budget per step (chunked run)", 64, 512, lab.BUDGET, step=64, key="co_budget",
+                   help="max_num_batched_tokens: the most tokens one step may carry. With chunked prefill on, "
+                        "a long prompt is cut into pieces that fit what the decodes leave of it.")
+    widgets.choice(st.radio, STEP_PRIORITY.label, STEP_PRIORITY.choices, lab.STEP_PRIORITY, key="co_priority",
+                   help=STEP_PRIORITY.help)
+    widgets.slider("KV capacity (tokens)", lab.KV_MIN, 4096, 1024, step=128, key="co_kv",
+                   help="How many tokens of keys and values the cache may hold across all running requests. "
+                        "Too small, and the engine must evict (preempt) a request and recompute it later.")
 widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 
 # ----- 1. chunked prefill

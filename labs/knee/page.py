@@ -8,15 +8,14 @@ st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
            "mostly latency. The knee is the operating point, not the engine's maximum.")
 
-widgets.defaults({"kn_values": lab.VALUES, "kn_tpot_ms": 60, "kn_ttft_s": 10.0})
 with st.sidebar:
-    st.multiselect("max_num_seqs values", [1, 2, 4, 8, 16, 32, 64], key="kn_values",
+    widgets.choice(st.multiselect, "max_num_seqs values", [1, 2, 4, 8, 16, 32, 64], lab.VALUES, key="kn_values",
                    help="Each value is one run of the same workload with at most this many requests per step.")
-    st.slider("TPOT SLO (ms)", 10, 300, step=5, key="kn_tpot_ms",
-              help="Requests whose average gap between tokens is longer than this miss the SLO.")
-    st.slider("TTFT SLO (s)", 0.5, 60.0, step=0.5, key="kn_ttft_s",
-              help="Requests that wait longer than this for their first token miss the SLO. Every request "
-                   "arrives at once here, so TTFT is mostly time spent queueing.")
+    widgets.slider("TPOT SLO (ms)", 10, 300, 60, step=5, key="kn_tpot_ms",
+                   help="Requests whose average gap between tokens is longer than this miss the SLO.")
+    widgets.slider("TTFT SLO (s)", 0.5, 60.0, 10.0, step=0.5, key="kn_ttft_s",
+                   help="Requests that wait longer than this for their first token miss the SLO. Every request "
+                        "arrives at once here, so TTFT is mostly time spent queueing.")
 widgets.write_link(["kn_values", "kn_tpot_ms", "kn_ttft_s"])
 values = sorted(st.session_state.kn_values) or [1]
 tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s

@@ -13,9 +13,9 @@ st.caption("First the engine's capacity μ for this workload is measured (every 
            "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
 
 CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
-widgets.defaults({"qu_rhos": lab.UTILIZATIONS})
 with st.sidebar:
-    st.multiselect("Utilizations to run (λ / μ)", CHOICES, key="qu_rhos", format_func=lambda r: f"{r:.0%}",
+    widgets.choice(st.multiselect, "Utilizations to run (λ / μ)", CHOICES, lab.UTILIZATIONS, key="qu_rhos",
+                   format_func=lambda r: f"{r:.0%}",
                    help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
                         "Near 100% a short run is noisy, and takes longer: the run lasts about "
                         "requests / λ seconds. Above 100% requests arrive faster than the engine's measured "

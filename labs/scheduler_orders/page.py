@@ -16,13 +16,13 @@ st.title("Who the scheduler favours")
 st.caption("When requests queue, the admission order decides who waits. Same requests, same seed, one run "
            "per order on the real engine.")
 
-widgets.defaults({"so_orders": lab.ORDER_NAMES, "so_rate": lab.RATE, "so_seed": 0})
 with st.sidebar:
-    st.multiselect("Orders", lab.ORDER_NAMES, key="so_orders",
+    widgets.choice(st.multiselect, "Orders", lab.ORDER_NAMES, lab.ORDER_NAMES, key="so_orders",
                    help="Which admission orders to run. fcfs is the baseline the others are compared with.")
-    st.slider("Arrival rate (requests/s)", 2.0, 12.0, step=1.0, key="so_rate",
-              help="All tenants together. Orders only matter when requests queue, so near or above capacity.")
-    st.number_input("Seed", 0, 999, key="so_seed", help="Draws arrival times and lengths; same seed, same requests.")
+    widgets.slider("Arrival rate (requests/s)", 2.0, 12.0, lab.RATE, step=1.0, key="so_rate",
+                   help="All tenants together. Orders only matter when requests queue, so near or above capacity.")
+    widgets.number_input("Seed", 0, 999, 0, key="so_seed",
+                         help="Draws arrival times and lengths; same seed, same requests.")
 widgets.write_link(["so_orders", "so_rate", "so_seed"])
 orders = [o for o in lab.ORDER_NAMES if o in st.session_state.so_orders] or ["fcfs"]
 if "fcfs" not in orders:
@@ -43,7 +43,7 @@ got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lab.order_ru
 table = lab.tenant_table(got)
 sentences = lab.winners(table)
 for order in orders:
-    st.markdown(f"- {sentences[order]}")
+    st.markdown(f"- {widgets.plain(sentences[order])}")    # tenant names from the stored run
 widgets.plot(lab.tenant_bars(table, "ttft_p95_s"))
 widgets.plot(lab.tenant_bars(table, "ttft_p50_s"))
 widgets.table(table.rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p95_s": "p95 TTFT (s)",

@@ -10,14 +10,13 @@ st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
 
-widgets.defaults({"sg_ttft_ms": 2000, "sg_tpot_ms": 100, "sg_rate": lab.RATES[1]})
 with st.sidebar:
-    st.slider("TTFT SLO (ms)", 100, 5000, step=50, key="sg_ttft_ms",
-              help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
-    st.slider("TPOT SLO (ms)", 10, 300, step=5, key="sg_tpot_ms",
-              help="The longest average gap between tokens once streaming has started.")
-    st.select_slider("Arrival rate shown in detail (requests/s)", lab.RATES, key="sg_rate",
-                     help="Which of the measured runs the request table and the scatter below show.")
+    widgets.slider("TTFT SLO (ms)", 100, 5000, 2000, step=50, key="sg_ttft_ms",
+                   help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
+    widgets.slider("TPOT SLO (ms)", 10, 300, 100, step=5, key="sg_tpot_ms",
+                   help="The longest average gap between tokens once streaming has started.")
+    widgets.choice(st.select_slider, "Arrival rate shown in detail (requests/s)", lab.RATES, lab.RATES[1],
+                   key="sg_rate", help="Which of the measured runs the request table and the scatter below show.")
 widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_rate"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
 

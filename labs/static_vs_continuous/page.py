@@ -15,16 +15,15 @@ st.title("Static vs continuous batching")
 st.caption("Static batching admits a batch and runs it until its last member finishes. Continuous "
            "batching decides who runs at every step. Same requests, same seed, both modes, on the real engine.")
 
-widgets.defaults({"svc_workload": "short_long", "svc_slots": lab.SLOTS, "svc_seed": 0})
 with st.sidebar:
-    st.radio("Workload", list(lab.WORKLOADS), key="svc_workload",
-             format_func=lambda k: lab.WORKLOADS[k][0],
-             help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
-                  "request writes 192 tokens, every other one 8 to 16.")
-    st.slider("Batch slots (max_num_seqs)", 2, 16, key="svc_slots",
-              help="How many requests may share one engine step.")
-    st.number_input("Seed", 0, 999, key="svc_seed",
-                    help="Draws arrival times and lengths; the same seed gives the same requests.")
+    widgets.choice(st.radio, "Workload", list(lab.WORKLOADS), "short_long", key="svc_workload",
+                   format_func=lambda k: lab.WORKLOADS[k][0],
+                   help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
+                        "request writes 192 tokens, every other one 8 to 16.")
+    widgets.slider("Batch slots (max_num_seqs)", 2, 16, lab.SLOTS, key="svc_slots",
+                   help="How many requests may share one engine step.")
+    widgets.number_input("Seed", 0, 999, 0, key="svc_seed",
+                         help="Draws arrival times and lengths; the same seed gives the same requests.")
 widgets.write_link(["svc_workload", "svc_slots", "svc_seed"])
 
 workload, slots, seed = st.session_state.svc_workload, st.session_state.svc_slots, st.session_state.svc_seed

@@ -14,18 +14,20 @@ st.title("The average hides the tail")
 st.caption("Two tenants share the engine: one sends steadily, one in bursts. A share of each one's prompts "
            "are long. Look past the median: at p95 and p99, and at who they belong to.")
 
-widgets.defaults({"ta_long": 0.1, "ta_bursty": True, "ta_seed": 0, "ta_segment": "prompt", "ta_metric": "ttft_s"})
 with st.sidebar:
-    st.select_slider("Long-prompt share", [0.0, 0.05, 0.1, 0.2], key="ta_long", format_func=lambda s: f"{s:.0%}",
-                     help=f"The share of requests whose prompt is {lab.LONG_PROMPT.lo}–{lab.LONG_PROMPT.hi} tokens "
-                          f"instead of {lab.SHORT_PROMPT.lo}–{lab.SHORT_PROMPT.hi}.")
-    st.toggle("Bursty tenant", key="ta_bursty",
-              help="On: the second tenant sends in bursts with quiet gaps (same average rate). Off: both send steadily.")
-    st.number_input("Seed", 0, 999, key="ta_seed", help="Draws arrival times and lengths; same seed, same requests.")
-    st.radio("Segment by", list(SEGMENTS), key="ta_segment", format_func=SEGMENTS.get,
-             help="Split the percentiles and the CDF into groups, to see whose tail it is.")
-    st.radio("Metric", list(METRICS), key="ta_metric", format_func=lambda m: METRICS[m][0],
-             help="TTFT: wait for the first token. TPOT: average gap between tokens. E2E: the whole request.")
+    widgets.choice(st.select_slider, "Long-prompt share", [0.0, 0.05, 0.1, 0.2], 0.1, key="ta_long",
+                   format_func=lambda s: f"{s:.0%}",
+                   help=f"The share of requests whose prompt is {lab.LONG_PROMPT.lo}–{lab.LONG_PROMPT.hi} tokens "
+                        f"instead of {lab.SHORT_PROMPT.lo}–{lab.SHORT_PROMPT.hi}.")
+    widgets.toggle("Bursty tenant", True, key="ta_bursty",
+                   help="On: the second tenant sends in bursts with quiet gaps (same average rate). "
+                        "Off: both send steadily.")
+    widgets.number_input("Seed", 0, 999, 0, key="ta_seed",
+                         help="Draws arrival times and lengths; same seed, same requests.")
+    widgets.choice(st.radio, "Segment by", list(SEGMENTS), "prompt", key="ta_segment", format_func=SEGMENTS.get,
+                   help="Split the percentiles and the CDF into groups, to see whose tail it is.")
+    widgets.choice(st.radio, "Metric", list(METRICS), "ttft_s", key="ta_metric", format_func=lambda m: METRICS[m][0],
+                   help="TTFT: wait for the first token. TPOT: average gap between tokens. E2E: the whole request.")
 widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
@@ -51,8 +53,9 @@ if by is not None and len(table) > 2:
     groups = table.iloc[1:]
     worst = groups.loc[groups["p99"].idxmax()]
     best = groups.loc[groups["p99"].idxmin()]
-    st.markdown(f"The tail belongs to **{worst.group}**: its p99 {name} is {widgets.fmt(worst.p99, unit)} against "
-                f"{widgets.fmt(best.p99, unit)} for **{best.group}**, while the medians are {widgets.fmt(worst.p50, unit)} "
+    st.markdown(f"The tail belongs to **{widgets.plain(worst.group)}**: its p99 {name} is "
+                f"{widgets.fmt(worst.p99, unit)} against {widgets.fmt(best.p99, unit)} for "
+                f"**{widgets.plain(best.group)}**, while the medians are {widgets.fmt(worst.p50, unit)} "
                 f"and {widgets.fmt(best.p50, unit)}.")
 widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group"}).round(3))
 with st.expander("Requests"):

@@ -8,15 +8,14 @@ st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
            "Here the real engine times decode steps at growing batch sizes on this machine.")
 
-widgets.defaults({"wb_sizes": lab.BATCH_SIZES, "wb_context": lab.CONTEXT, "wb_steps": lab.STEPS})
 with st.sidebar:
-    st.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64, 128], key="wb_sizes",
+    widgets.choice(st.multiselect, "Batch sizes", [1, 2, 4, 8, 16, 32, 64, 128], lab.BATCH_SIZES, key="wb_sizes",
                    help="How many sequences share one decode step. Each size is measured separately.")
-    st.slider("Context length (tokens)", 16, 512, step=16, key="wb_context",
-              help="How many tokens each sequence already holds before the timed steps. Longer "
-                   "contexts make attention, the part that is not shared, more expensive.")
-    st.slider("Timed decode steps per size", 2, 16, key="wb_steps",
-              help="Each sequence decodes this many tokens; the page shows the median step time.")
+    widgets.slider("Context length (tokens)", 16, 512, lab.CONTEXT, step=16, key="wb_context",
+                   help="How many tokens each sequence already holds before the timed steps. Longer "
+                        "contexts make attention, the part that is not shared, more expensive.")
+    widgets.slider("Timed decode steps per size", 2, 16, lab.STEPS, key="wb_steps",
+                   help="Each sequence decodes this many tokens; the page shows the median step time.")
 widgets.write_link(["wb_sizes", "wb_context", "wb_steps"])
 
 sizes = sorted(st.session_state.wb_sizes) or [1]

@@ -1,0 +1,66 @@
+"""`python -m engine serve`: the policy, model, device and dtype flags of `run`, plus where to listen.
+
+The instructor token (needed to change the policy) comes from BATCHING_LAB_INSTRUCTOR_TOKEN,
+or is made up at start and printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+
+from ..build import build_engine
+from ..cli import add_knob_flags, add_model_flags, policy_from
+from ..config import EngineConfig, SchedulerPolicy
+
+TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
+KEEP_STEPS = 20_000        # a server runs for days: keep a window of recent steps, not all of them
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("serve", help="serve the engine over HTTP: OpenAI API, /metrics, /lab")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default="", help="the model name clients send (default: --model)")
+    p.add_argument("--kv-pool-tokens", type=int, default=EngineConfig().kv_pool_tokens)
+    p.add_argument("--max-inflight-per-tenant", type=int, default=64,
+                   help="requests one tenant (the `user` field) may have in flight; more get 429")
+    add_knob_flags(p, SchedulerPolicy)
+    add_model_flags(p)
+    return p
+
+
+def build_app(args, policy: SchedulerPolicy, token: str):
+    """The FastAPI app for these flags, its engine built and its model loaded."""
+    from ..model import load_model
+    from .app import create_app
+    from .service import EngineService
+
+    model = load_model(args.model, args.device, args.dtype)
+    config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, kv_pool_tokens=args.kv_pool_tokens)
+    engine = build_engine(config, policy, model)
+    engine.keep_steps = KEEP_STEPS
+    name = args.served_model_name or args.model
+    service = EngineService(engine, name, args.max_inflight_per_tenant)
+    return create_app(service, name, token)
+
+
+def serve_command(args) -> int:
+    import uvicorn
+
+    policy = policy_from(args)
+    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(16)
+    print(f"loading {args.model} ...", file=sys.stderr)
+    app = build_app(args, policy, token)
+    if not os.environ.get(TOKEN_ENV):
+        print(f"instructor token: {token}  (or set {TOKEN_ENV})", file=sys.stderr)
+    print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m engine.server.cli")
+    add_serve_parser(parser.add_subparsers(dest="cmd", required=True))
+    sys.exit(serve_command(parser.parse_args(["serve", *sys.argv[1:]])))

@@ -1,0 +1,186 @@
+"""The one engine thread behind the HTTP server.
+
+Only this thread touches the engine. HTTP handlers (on the asyncio event loop) talk to it
+through a queue, the inbox: "submit this request", "abort that one". Between two steps the
+engine thread takes what is in the inbox, runs one step, then hands every request its new
+tokens through that request's asyncio.Queue. asyncio objects are not thread-safe, so the
+hand-over goes through loop.call_soon_threadsafe: once per step, for all requests at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..engine import Engine
+from ..request import Request, Status
+from .openai_schema import ApiError, Sampling
+from .prom import ServerMetrics
+
+THREAD_NAME = "batching-lab-server-engine"
+IDLE_WAIT_S = 0.1          # an idle engine thread still wakes this often to notice a stop
+
+
+@dataclass(slots=True)
+class Update:
+    """What one step did for one request: its new tokens, and how it ended if it did."""
+    token_ids: list[int]
+    done: bool = False
+    status: Status | None = None
+    finish_reason: str | None = None   # stop | length | abort | error
+    error: str = ""
+
+
+@dataclass(eq=False)
+class Stream:
+    """A request as its HTTP handler sees it: the engine Request and the queue of its updates."""
+    req: Request
+    sampling: Sampling
+    loop: asyncio.AbstractEventLoop
+    updates: asyncio.Queue = field(default_factory=asyncio.Queue)
+    seen: int = 0                      # tokens already handed over
+    abort_reason: str | None = None    # finish reason to report for an abort (a stop string: "stop")
+
+
+class EngineService:
+    def __init__(self, engine: Engine, model_name: str, max_inflight_per_tenant: int = 64):
+        self.engine = engine
+        self.metrics = ServerMetrics(model_name)
+        self.max_inflight_per_tenant = max_inflight_per_tenant
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._active: dict[str, Stream] = {}           # engine thread only
+        self._inflight: dict[str, int] = defaultdict(int)
+        self._inflight_lock = threading.Lock()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # ----- from the HTTP side -----
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True, name=THREAD_NAME)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._inbox.put(("wake", None))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def waiting_now(self) -> int:
+        return len(self.engine.scheduler.waiting) + len(self.engine.pending) + self._inbox.qsize()
+
+    def submit(self, req: Request, sampling: Sampling) -> Stream:
+        """Queue `req` for the engine; 429 (ApiError) when the queue or the tenant is full."""
+        limit = self.engine.policy.max_waiting
+        waiting = self.waiting_now()
+        if limit and waiting >= limit:
+            raise ApiError(429, f"queue full: {waiting:,} requests already waiting (max_waiting={limit:,}); "
+                                "retry shortly", retry_after_s=1)
+        with self._inflight_lock:
+            n = self._inflight[req.tenant]
+            if n >= self.max_inflight_per_tenant:
+                raise ApiError(429, f"tenant {req.tenant!r} has {n:,} requests in flight; the limit is "
+                                    f"{self.max_inflight_per_tenant:,} per tenant", "user", retry_after_s=1)
+            self._inflight[req.tenant] = n + 1
+        req.arrival_s = self.engine.clock.now()
+        stream = Stream(req, sampling, asyncio.get_running_loop())
+        self._inbox.put(("submit", stream))
+        return stream
+
+    def abort(self, stream: Stream, finish_reason: str = "abort") -> None:
+        """Stop generating for `stream` (client gone, or a stop string seen) and free its KV."""
+        stream.abort_reason = finish_reason
+        self._inbox.put(("abort", stream))
+
+    def set_policy(self, policy) -> None:
+        self.engine.set_policy(policy)       # thread-safe: applies from the next step
+
+    def steps_since(self, first_step: int) -> list:
+        """Step records numbered `first_step` and later that are still kept."""
+        steps = list(self.engine.steps)      # a copy: the engine thread trims the window meanwhile
+        if not steps:
+            return []
+        start = max(0, first_step - steps[0].step)
+        return [steps[i] for i in range(start, len(steps))]
+
+    # ----- the engine thread -----
+
+    def _run(self) -> None:
+        eng = self.engine
+        while not self._stop:
+            try:
+                self._take_inbox(block=not eng.has_work())
+                rec = eng.step()
+                if rec is None and eng.has_work():
+                    wake = eng.next_wake_s()      # e.g. a static batch still forming
+                    eng.clock.sleep_until(wake if wake is not None else eng.clock.now() + 0.01, 0.01)
+                elif rec is not None:
+                    self.metrics.step(rec.prefill_tokens + rec.decode_tokens, rec.preempted)
+                self._hand_over()
+                self.metrics.engine_state(len(eng.scheduler.running), len(eng.scheduler.waiting) + len(eng.pending),
+                                          eng.pool.used_blocks, eng.pool.capacity_blocks)
+            except Exception:                     # keep serving; the failed step already failed its requests
+                traceback.print_exc()
+
+    def _take_inbox(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, stream = item
+            if kind == "submit":
+                self._active[stream.req.id] = stream
+                self.engine.submit(stream.req)
+            elif kind == "abort" and not stream.req.done:
+                self.engine.abort(stream.req, "client disconnected" if stream.abort_reason == "abort"
+                                  else f"finished by the server: {stream.abort_reason}")
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _hand_over(self) -> None:
+        """Give every active request its new tokens (and its end), one call per event loop."""
+        batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for rid, stream in list(self._active.items()):
+            req = stream.req
+            n = len(req.output_token_ids)
+            if n == stream.seen and not req.done:
+                continue
+            self.metrics.new_tokens(req, stream.seen)
+            update = Update(req.output_token_ids[stream.seen:n])
+            stream.seen = n
+            if req.done:
+                self._finish(stream, update)
+                del self._active[rid]
+            elif stream.sampling.min_tokens:
+                # min_tokens: EOS may not end the request before its min_tokens-th token
+                req.ignore_eos = stream.sampling.ignore_eos or n + 1 <= stream.sampling.min_tokens
+            batches[stream.loop].append((stream.updates, update))
+        for loop, items in batches.items():
+            loop.call_soon_threadsafe(_put_all, items)
+
+    def _finish(self, stream: Stream, update: Update) -> None:
+        req = stream.req
+        update.done, update.status, update.error = True, req.status, req.error
+        if req.status is Status.FINISHED:
+            update.finish_reason = "length" if len(req.output_token_ids) >= req.max_new_tokens else "stop"
+        elif req.status is Status.FAILED:
+            update.finish_reason = "error"
+        elif req.status is not Status.REJECTED:      # aborted
+            update.finish_reason = stream.abort_reason or "abort"
+        if update.finish_reason:
+            self.metrics.request_done(req, update.finish_reason, req.finish_s or self.engine.clock.now())
+        with self._inflight_lock:
+            self._inflight[req.tenant] -= 1
+            if not self._inflight[req.tenant]:
+                del self._inflight[req.tenant]
+
+
+def _put_all(items) -> None:
+    for q, update in items:
+        q.put_nowait(update)
