@@ -14,6 +14,7 @@ from .config import EngineConfig, SchedulerPolicy
 from .engine import Engine
 from .executor import CostModelExecutor, ModelExecutor
 from .kv_cache import BlockPool
+from .validation import SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes, check_kv_fits
 
 
 def size_kv_pool(config: EngineConfig, policy: SchedulerPolicy) -> EngineConfig:
@@ -25,9 +26,26 @@ def size_kv_pool(config: EngineConfig, policy: SchedulerPolicy) -> EngineConfig:
     return replace(config, kv_pool_tokens=max(config.kv_pool_tokens, policy.kv_capacity_tokens))
 
 
+def check_kv_memory(config: EngineConfig, policy: SchedulerPolicy, model=None) -> None:
+    """Refuse a KV pool this machine cannot hold, naming the knob that asked for it and how much fits."""
+    field = "kv_capacity_tokens" if policy.kv_capacity_tokens >= config.kv_pool_tokens else "kv_pool_tokens"
+    tokens = size_kv_pool(config, policy).kv_pool_tokens
+    if model is None:
+        check_kv_fits(field, tokens, SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes(),
+                      "SmolLM2 in float32, which the cost model stands for")
+        return
+    from .model import free_memory_bytes, model_kv_bytes_per_token
+    check_kv_fits(field, tokens, model_kv_bytes_per_token(model), free_memory_bytes(model.device),
+                  f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
+
+
 def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None) -> Engine:
     """An engine for `policy`: on `model` (a LoadedModel) under a wall clock, or, with no model,
-    on the cost model under a virtual clock."""
+    on the cost model under a virtual clock. Settings it cannot use, or a KV pool beyond this
+    machine's memory, are refused with a ValueError that says why."""
+    config.validate()
+    policy.validate()
+    check_kv_memory(config, policy, model)
     config = size_kv_pool(config, policy)
     pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
     if model is None:

@@ -37,12 +37,12 @@ class SchedulerPolicy:
     max_num_seqs: int = knob(
         16, "max_num_seqs (batch slots)",
         "The most requests that may share one engine step. 1 means no batching at all.",
-        lo=1, hi=256, slider_hi=64)
+        lo=1, hi=4096, slider_hi=64)
     max_num_batched_tokens: int = knob(
         512, "Token budget per step",
         "max_num_batched_tokens: the most tokens (prompt chunks plus one per decoding request) "
         "one step may carry. Bigger steps are more efficient but each one takes longer.",
-        lo=16, hi=16384, step=16, unit="tokens", slider_hi=4096)
+        lo=1, hi=1 << 20, step=16, unit="tokens", slider_hi=4096)
     max_wait_ms: float = knob(
         500.0, "max_wait_ms (static only)",
         "Static mode: start a partly filled batch once the oldest waiting request has waited "
@@ -64,7 +64,7 @@ class SchedulerPolicy:
         8192, "KV cache capacity (tokens)",
         "How many tokens of keys and values the engine may keep. When it is full, the newest "
         "request is preempted: it loses its cache and must redo its prompt later. A request "
-        "that could never fit is rejected.", lo=16, hi=1 << 20, step=16, unit="tokens")
+        "that could never fit is rejected.", lo=1, hi=1 << 20, step=16, unit="tokens")
     max_waiting: int = knob(
         0, "Max waiting (admission control)",
         "Reject new arrivals while this many requests already wait. 0 = never reject.",

@@ -166,6 +166,11 @@ def duration(requests, steps, retired: Retired | None = None) -> float:
     return max(0.0, max(ends) - min(arrivals))
 
 
+def _zero_if_nan(rate: float) -> float:
+    """summary.json's rates are 0.0 for a run that took no time (the pages show "—" instead)."""
+    return 0.0 if math.isnan(rate) else rate
+
+
 def per_second(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else math.nan
 
@@ -209,15 +214,16 @@ def summarize(requests, steps, slo: SLO | None = None, retired: Retired | None =
         "finished": totals["finished"],
         "rejected": sum(r.status is Status.REJECTED for r in requests) + old.count(Status.REJECTED.value),
         "failed": sum(r.status is Status.FAILED for r in requests) + old.count(Status.FAILED.value),
+        "aborted": sum(r.status is Status.ABORTED for r in requests) + old.count(Status.ABORTED.value),
         "preemptions": sum(r.preemptions for r in requests) + old.preemptions,
         "steps": len(steps) + old.steps,
         "duration_s": totals["duration_s"],
         "busy_s": sum(step_s) + old.busy_s,
         "output_tokens": totals["output_tokens"],
         "prompt_tokens": sum(finished_values(table, "prompt_tokens")) + old.prompt_tokens,
-        "output_throughput_tok_s": totals["output_throughput_tok_s"],
-        "request_throughput_req_s": totals["request_throughput_req_s"],
-        "goodput_req_s": totals["goodput_req_s"],
+        "output_throughput_tok_s": _zero_if_nan(totals["output_throughput_tok_s"]),
+        "request_throughput_req_s": _zero_if_nan(totals["request_throughput_req_s"]),
+        "goodput_req_s": _zero_if_nan(totals["goodput_req_s"]),
         "slo": asdict(slo),
         "ttft_s": distribution(finished_values(table, "ttft_s")),
         "tpot_s": distribution(finished_values(table, "tpot_s")),

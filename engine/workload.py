@@ -77,7 +77,7 @@ class WorkloadSpec:
     burstiness: float = knob(
         1.0, "Burstiness",
         "How clumped arrivals are. 1 = random (Poisson) arrivals; above 1 = bursts with quiet "
-        "gaps between them; below 1 = evenly spaced, like a metronome.", lo=0.05, hi=10.0,
+        "gaps between them; below 1 = evenly spaced, like a metronome.", lo=0.01, hi=10.0,
         step=0.25, slider_hi=4.0)
     prompt_kind: str = knob(
         "uniform", "Prompt lengths", "How prompt lengths are drawn. " + LENGTHS_HELP,
@@ -99,7 +99,7 @@ class WorkloadSpec:
     tenants: int = knob(
         1, "Tenants",
         "How many customers send the requests. The first sends half of all traffic; the "
-        "others share the rest. Matters for the 'fair' and 'priority' orders.", lo=1, hi=64,
+        "others share the rest. Matters for the 'fair' and 'priority' orders.", lo=1, hi=1000,
         slider_hi=8)
     seed: int = knob(
         0, "Seed",

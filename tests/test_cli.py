@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from engine.cli import RANGE_FLAGS, main, parser, policy_from, spec_from
+from engine.cli import main, parser
+from engine.cli.flags import RANGE_FLAGS, policy_from, spec_from
 from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
 from engine.workload import WorkloadSpec

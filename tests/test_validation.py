@@ -188,14 +188,14 @@ def settings_table(tmp_path):
         (["--mode", "static", "--max-wait-ms", "inf"], ["max_wait_ms", "inf", "0–60000 ms"]),
         (["--rate", "nan"], ["rate", "nan", "0–10000 req/s"]),
         (["--rate", "1e-9"], ["rate", "1e-09", "one request a day"]),
-        (["--burstiness", "nan"], ["burstiness", "nan", "0.05–10"]),
+        (["--burstiness", "nan"], ["burstiness", "nan", "0.01–10"]),
         (["--ttft-slo-s", "nan"], ["ttft_slo_s", "nan", "0.01–3600 s"]),
         (["--tpot-slo-s", "inf"], ["tpot_slo_s", "inf", "0.001–60 s"]),
-        (["--max-num-seqs", "0"], ["max_num_seqs must be at least 1", "1–256"]),
+        (["--max-num-seqs", "0"], ["max_num_seqs must be at least 1", "1–4,096"]),
         # KV pools
         (["--kv-pool-tokens", "1"], ["kv_pool_tokens", "got 1", "16–1,048,576 tokens"]),
         (["--kv-pool-tokens", "-5"], ["kv_pool_tokens", "-5", "16–1,048,576 tokens"]),
-        (["--kv-capacity-tokens", "2000000"], ["kv_capacity_tokens", "2000000", "16–1,048,576 tokens"]),
+        (["--kv-capacity-tokens", "2000000"], ["kv_capacity_tokens", "2000000", "1–1,048,576 tokens"]),
         # devices and models
         (["--device", "tpu"], ["device", "'tpu'", "auto, cpu, cuda"]),
         (["--model", str(not_a_model)], ["not-a-model", "not a model", "config.json"]),
@@ -248,10 +248,10 @@ def test_offline_hub_id_is_one_clear_line(tmp_path):
 @pytest.mark.parametrize("model_flags", [["--cost-model"], ["--model", "tiny", "--device", "cpu", "--dtype", "fp32"]],
                          ids=["cost-model", "tiny"])
 def test_kv_pool_beyond_memory_says_how_many_tokens_fit(model_flags, tmp_path, capsys, monkeypatch):
-    import engine.cli.run
+    import engine.build
     import engine.model
     one_gb = 10**9
-    monkeypatch.setattr(engine.cli.run, "available_memory_bytes", lambda: one_gb)
+    monkeypatch.setattr(engine.build, "available_memory_bytes", lambda: one_gb)
     monkeypatch.setattr(engine.model, "free_memory_bytes", lambda device: one_gb // 1000)
     assert main(["run", "--out", str(tmp_path / "o"), "--kv-capacity-tokens", "1048576", *model_flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

@@ -1,11 +1,10 @@
-"""Command line: `python -m engine run ...` and `python -m engine bench ...`.
+"""Command line: `python -m engine run ...`, `python -m engine bench ...`, `python -m engine serve ...`.
 
 run: serve a workload file (or one generated from flags) and write requests.csv, steps.csv
 and summary.json. bench: this engine against transformers, side by side.
 
-The policy and workload flags are generated from the knobs (engine.knobs): every
-SchedulerPolicy and WorkloadSpec field is a flag spelled like the field (--max-num-seqs),
-with its default, range check and help text. Only the length ranges read two numbers at once.
+serve: one engine behind an OpenAI-compatible HTTP server (engine/server). The policy and
+workload flags are generated from the knobs (engine/cli/flags.py).
 """
 from __future__ import annotations
 
@@ -14,71 +13,12 @@ import os
 import sys
 
 from ..config import EngineConfig, SchedulerPolicy
-from ..knobs import Knob, knobs_of
+from ..knobs import knobs_of
+from ..server.cli import add_serve_parser, serve_command
 from ..workload import WorkloadSpec
 from .bench import add_bench_flags, bench_command
+from .flags import add_knob_flag, add_knob_flags, add_model_flags, policy_from, spec_from
 from .run import run_command
-
-# Flags that set two fields at once: --prompt-len LO HI sets prompt_lo and prompt_hi.
-RANGE_FLAGS = {"--prompt-len": ("prompt_lo", "prompt_hi"), "--output-len": ("output_lo", "output_hi")}
-RANGE_FLAG_OF = {lo: flag for flag, (lo, hi) in RANGE_FLAGS.items()}
-IN_A_RANGE = {name for pair in RANGE_FLAGS.values() for name in pair}
-
-TYPES = {"int": int, "float": float}
-
-
-def add_knob_flag(p: argparse.ArgumentParser, k: Knob) -> None:
-    help_text = k.help.replace("%", "%%")
-    if k.kind == "bool":
-        p.add_argument(k.cli_flag, dest=k.name, action=argparse.BooleanOptionalAction, default=k.default,
-                       help=help_text)
-    elif k.kind == "choice":
-        p.add_argument(k.cli_flag, dest=k.name, choices=k.choices, default=k.default, help=help_text)
-    else:
-        p.add_argument(k.cli_flag, dest=k.name, type=TYPES[k.kind], default=k.default,
-                       help=f"{help_text} ({k.range_text()})")
-
-
-def add_knob_flags(p: argparse.ArgumentParser, cls) -> None:
-    """A flag for every knob of `cls` (SchedulerPolicy or WorkloadSpec)."""
-    knobs = knobs_of(cls)
-    for name, k in knobs.items():
-        if name in RANGE_FLAG_OF:
-            flag = RANGE_FLAG_OF[name]
-            hi = knobs[RANGE_FLAGS[flag][1]]
-            p.add_argument(flag, dest=_dest(flag), type=int, nargs=2, metavar=("LO", "HI"),
-                           default=[k.default, hi.default], help=f"{k.help} {hi.help}".replace("%", "%%"))
-        elif name not in IN_A_RANGE:
-            add_knob_flag(p, k)
-
-
-def _dest(flag: str) -> str:
-    return flag[2:].replace("-", "_")
-
-
-def knob_values(args, cls) -> dict:
-    """The values of `cls`'s knobs from parsed flags."""
-    knobs = knobs_of(cls)
-    values = {name: getattr(args, name) for name in knobs if name not in IN_A_RANGE}
-    for flag, (lo, hi) in RANGE_FLAGS.items():
-        if lo in knobs:
-            values[lo], values[hi] = getattr(args, _dest(flag))
-    return values
-
-
-def policy_from(args) -> SchedulerPolicy:
-    return SchedulerPolicy(**knob_values(args, SchedulerPolicy)).validate()
-
-
-def spec_from(args) -> WorkloadSpec:
-    return WorkloadSpec(**knob_values(args, WorkloadSpec)).validate()
-
-
-def add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny, or a Llama-family dir / hub id")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--dtype", default="auto", help="auto, fp32 or bf16")
-
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Batching Lab inference engine")
@@ -93,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
     add_model_flags(run)
     add_knob_flags(run, WorkloadSpec)
     add_bench_flags(sub.add_parser("bench", help="this engine vs transformers generate and its continuous batching"))
+    add_serve_parser(sub)
     return ap
 
 
@@ -103,6 +44,8 @@ def main(argv=None) -> int:
     try:
         if args.cmd == "run":
             return run_command(args, policy_from(args), spec_from(args))
+        if args.cmd == "serve":
+            return serve_command(args)
         return bench_command(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

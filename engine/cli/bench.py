@@ -20,20 +20,24 @@ from ..request import Request
 from ..scheduler import Scheduler
 from ..step_times import measure_batch_scaling
 from ..workload import LengthDist, PromptMaker, WorkloadSpec
+from .flags import add_knob_flags, add_model_flags
+
+
+# The bench's own starting values: one offline batch of 64 requests, all arriving at once.
+BENCH_DEFAULTS = dict(dtype="fp32,bf16", num_requests=64, prompt_len=[16, 256], output_len=[8, 128],
+                      max_num_seqs=64, max_num_batched_tokens=2048)
 
 
 def add_bench_flags(p) -> None:
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="fp32,bf16", help="comma-separated: each dtype is benchmarked in turn")
-    p.add_argument("--num-requests", type=int, default=64)
-    p.add_argument("--prompt-len", type=int, nargs=2, default=[16, 256])
-    p.add_argument("--output-len", type=int, nargs=2, default=[8, 128])
+    """The knobs' own flags (ranges and help from engine/config.py and engine/workload.py),
+    with the bench's defaults, plus its comparison settings."""
+    add_model_flags(p)
+    add_knob_flags(p, SchedulerPolicy, only=("max_num_seqs", "max_num_batched_tokens"))
+    add_knob_flags(p, WorkloadSpec, only=("num_requests", "prompt_lo", "prompt_hi", "output_lo",
+                                          "output_hi", "seed"))
     p.add_argument("--hf-batch", type=int, default=16, help="batch size of the transformers static baseline")
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
     p.add_argument("--skip-peers", action="store_true", help="only this engine and the roofline")
-    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(**BENCH_DEFAULTS)
 
 
 # ----- the machine's roofline -----

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ..arrivals import build_requests
-from ..build import build_engine, size_kv_pool
+from ..build import build_engine
 from ..config import EngineConfig
 from ..metrics import SLO, summarize, write_run
-from ..request import Request, Status
-from ..validation import SMOLLM2_KV_BYTES_PER_TOKEN, Limits, available_memory_bytes, check_kv_fits
+from ..request import Request
+from ..validation import Limits
 from ..workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
 from .out_dir import OutDir
 
 
 def run_command(args, policy, spec) -> int:
-    config = size_kv_pool(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                                       kv_pool_tokens=args.kv_pool_tokens, seed=args.seed).validate(), policy)
+    config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                          kv_pool_tokens=args.kv_pool_tokens, seed=args.seed).validate()
     if args.workload:
         check_workload_file(args.workload)
     # One handler for the whole command: a signal while the model loads stops the run before its first step.
@@ -39,8 +39,8 @@ def run_command(args, policy, spec) -> int:
             if not r.done:
                 engine.abort(r, f"run interrupted by {stop.name} before this request finished")
         summary = summarize(rows, engine.steps, SLO(policy.ttft_slo_s, policy.tpot_slo_s))
-        summary.update(aborted=sum(r.status is Status.ABORTED for r in rows), partial=partial,
-                       config=asdict(config), policy=policy.to_dict(),
+        summary.update(partial=partial,
+                       config=asdict(replace(config, kv_pool_tokens=engine.pool.num_blocks * engine.pool.block_size)), policy=policy.to_dict(),
                        device=engine.executor.device, dtype=engine.executor.dtype)
         write_run(out.tmp, rows, engine.steps, summary)
         if not args.workload:
@@ -56,16 +56,11 @@ def run_command(args, policy, spec) -> int:
 
 def start_engine(args, config: EngineConfig, policy):
     """The engine, once its KV pool is known to fit in this machine's memory."""
-    field = "kv_capacity_tokens" if policy.kv_capacity_tokens >= args.kv_pool_tokens else "kv_pool_tokens"
     if args.cost_model:
-        check_kv_fits(field, config.kv_pool_tokens, SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes(),
-                      "SmolLM2 in float32, which the cost model stands for")
         return build_engine(config, policy), None
-    from ..model import free_memory_bytes, load_model, model_kv_bytes_per_token
+    from ..model import load_model
     print(f"loading {config.model} ...", file=sys.stderr)
     model = load_model(config.model, config.device, config.dtype)
-    check_kv_fits(field, config.kv_pool_tokens, model_kv_bytes_per_token(model), free_memory_bytes(model.device),
-                  f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
     return build_engine(config, policy, model), model
 
 

@@ -11,7 +11,7 @@ import secrets
 import sys
 
 from ..build import build_engine
-from ..cli import add_knob_flags, add_model_flags, policy_from
+from ..cli.flags import add_knob_flags, add_model_flags, policy_from
 from ..config import EngineConfig, SchedulerPolicy
 
 TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
