@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 PORT   ?= 8501
 
-.PHONY: run test bench chromium clean
+.PHONY: run test bench serve chromium clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP) chromium
 
 bench: $(STAMP)
 	$(PY) -m engine bench
+
+# One engine behind an OpenAI-compatible HTTP server on 127.0.0.1:8000 (HOST=0.0.0.0 to share it).
+HOST ?= 127.0.0.1
+serve: $(STAMP)
+	$(PY) -m engine serve --host $(HOST) --port 8000
 
 clean:
 	rm -rf $(VENV)

@@ -29,11 +29,7 @@ def meets_slo(requests: pd.DataFrame, slo_ttft: float | None = None,
 
 
 def wasted_slot_steps(steps: pd.DataFrame, max_slots: int) -> int:
-    """Empty batch slots summed over every step that ran at least one sequence.
-
-    A step with max_slots=8 and 5 members wastes 3 slot-steps. Idle steps (nothing to run)
-    are not counted: an engine with no work is not wasting its batch.
-    """
+    """engine.metrics.wasted_slot_steps over a steps table."""
     return 0 if is_empty(steps, "members") else metrics.wasted_slot_steps(steps["members"].tolist(), max_slots)
 
 

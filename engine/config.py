@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields, replace
 
-from .knobs import check_all, knob, short
+from .knobs import changes, check_all, knob, short
 
 MODES = ("static", "continuous")
 ORDERS = ("fcfs", "priority", "sjf", "fair", "edf")
@@ -95,8 +95,7 @@ class SchedulerPolicy:
 
     def diff(self, other: "SchedulerPolicy") -> list[str]:
         """Human-readable list of knobs that differ, e.g. ['max_num_seqs 8→2']."""
-        a, b = asdict(self), asdict(other)
-        return [f"{k} {a[k]}→{b[k]}" for k in a if a[k] != b[k]]
+        return changes(asdict(self), asdict(other))
 
     def to_dict(self) -> dict:
         return asdict(self)

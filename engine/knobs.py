@@ -151,6 +151,11 @@ def knobs_of(cls) -> dict[str, Knob]:
     return out
 
 
+def changes(old: dict, new: dict, names=None) -> list[str]:
+    """The settings that differ, in words: ['max_num_seqs 8→2']. Only `names`, if given."""
+    return [f"{k} {old[k]}→{new[k]}" for k in (names or old) if old[k] != new[k]]
+
+
 def check_all(obj) -> None:
     """Every knob of a dataclass instance within its declared range (ValueError otherwise)."""
     for name, k in knobs_of(type(obj)).items():

@@ -1,18 +1,7 @@
 """Every number the lab reports about a run, defined once, for a finished run and a live one.
 
-Per request (vLLM's benchmark definitions; seconds on the engine's clock):
-  TTFT  = first token time - arrival time
-  TPOT  = (E2E - TTFT) / (output tokens - 1), for finished requests with more than one token
-  ITL   = every gap between consecutive tokens of a request, pooled over requests
-  E2E   = finish time - arrival time, for finished requests
-  queue = first scheduled time - arrival time
-Over a run, or over the part of it run so far:
-  duration           = first arrival to the end of the last step (or the last finish, if later)
-  output throughput  = output tokens made by every request, finished or not / duration
-  request throughput = finished requests / duration
-  goodput            = finished requests that met every SLO that is set (TTFT, TPOT, E2E) / duration
-  percentiles        = mean, p50, p90, p95, p99 over finished requests (linear interpolation)
-  wasted slot-steps  = over every step that ran something, the batch slots left empty, summed
+The definitions, in the words every page shows, are DEFINITIONS below (vLLM's benchmark
+definitions; seconds on the engine's clock). Percentiles use linear interpolation.
 
 The per-request values are worked out from Request objects once, when a request becomes a row
 of requests.csv (`request_row`). The run's numbers are worked out from tables of those rows
@@ -50,7 +39,7 @@ Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
 - **ITL** (inter-token latency) = a gap between two consecutive tokens of one request.
 - **E2E** (end-to-end latency) = last token time − arrival time.
 - **Queue time** = first scheduled time − arrival time.
-- **Duration** = first arrival to the end of the last step.
+- **Duration** = first arrival to the end of the last step (or the last finish, if later).
 - **Output throughput** = output tokens made, by every request / duration.
 - **Goodput** = finished requests that met every SLO target set / duration.
 - **pNN** = the value NN% of finished requests stay at or under (p50 = median).

@@ -20,6 +20,8 @@ from .validation import HORIZON_S, Limits, id_of, request_from_dict
 
 PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
 LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
+# The two length ranges of a WorkloadSpec, each a pair of fields: "from" and "to".
+LENGTH_RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}
 MIN_RATE = 1 / HORIZON_S
 
 

@@ -1,12 +1,7 @@
 """The lesson pages, the glossary page, search and progress: Streamlit views over lessons/catalog.
 
-app.py wires it up (lab pages are the st.Page objects it gives st.navigation, keyed by lab id):
-
-    labs = {lab_id: st.Page(path, title=title, icon=icon, url_path=LAB_URL_PATHS[lab_id]) ...}
-    page = st.navigation({"Lessons": lesson_pages(labs), "Labs": list(labs.values())})
-    search_sidebar()
-    progress_sidebar()
-    page.run()
+app.py wires it up through lessons/pages.py: the lab pages are the st.Page objects of
+ui/registry.py, keyed by lab id, and every page calls search_sidebar() and progress_sidebar().
 
 URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossary at /glossary
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
@@ -106,10 +101,6 @@ def url(path: str) -> str:
     """An absolute app URL for a page path (and #anchor), honouring server.baseUrlPath."""
     base = (st.get_option("server.baseUrlPath") or "").strip("/")
     return "/" + "/".join(part for part in (base, path) if part)
-
-
-def glossary_url(term_id: str) -> str:
-    return url(f"{GLOSSARY_URL_PATH}#{term_id}")
 
 
 def _resolvers(site: Site, pages: Mapping[str, st.Page], glossary_page: st.Page,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.workload import LENGTH_RANGES
+
 from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 
@@ -20,7 +22,7 @@ PREFIX = "pg_"
 CUSTOM = "custom"
 
 # The special cases. Two knobs share one from–to slider:
-RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}
+RANGES = LENGTH_RANGES
 RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output tokens (from – to)"}
 IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
 # SLO targets judge a run rather than steer it: they get their own section.

@@ -1,6 +1,6 @@
 """One learner's Playground run: a LiveRun on the real model, plus what the page remembers about it.
 
-The page holds one LabRun per browser session. `apply(setup)` sends slider changes to the
+The page holds one PlaygroundRun per browser session. `apply(setup)` sends slider changes to the
 running engine: policy and SLO changes take effect at its next step (the engine marks them on
 the time axis), workload changes apply to arrivals from then on (marked here). No Streamlit.
 """
@@ -10,6 +10,7 @@ import threading
 import time
 
 from engine.config import EngineConfig
+from engine.knobs import changes
 from engine.live import THREAD_NAME, LiveRun, Snapshot
 
 from playground.setup import KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
@@ -25,11 +26,10 @@ def engine_threads() -> int:
 
 
 def workload_changes(old: Setup, new: Setup) -> list[str]:
-    a, b = old.to_dict(), new.to_dict()
-    return [f"{k} {a[k]}→{b[k]}" for k in WORKLOAD_KNOBS if a[k] != b[k]]
+    return changes(old.to_dict(), new.to_dict(), WORKLOAD_KNOBS)
 
 
-class LabRun:
+class PlaygroundRun:
     def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300):
         if model is None:
             raise ValueError("the Playground runs the real model: pass a loaded model")

@@ -13,7 +13,7 @@ from dataclasses import asdict, field, make_dataclass, replace
 
 from engine.config import SchedulerPolicy
 from engine.knobs import Knob, knobs_of
-from engine.workload import WorkloadSpec
+from engine.workload import LENGTH_RANGES, WorkloadSpec
 
 # Physical KV pool of a Playground run and the KV capacity slider's end: twice the engine's default
 # pool, so capacity can be raised past its default (SmolLM2 fp32: 46 KB a token, about 750 MB).
@@ -63,8 +63,8 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
 
     def workload(self) -> WorkloadSpec:
         values = self._values(WORKLOAD_KNOBS)
-        for what in ("prompt", "output"):     # a 'to' below 'from' is raised to match
-            values[what + "_hi"] = max(values[what + "_lo"], values[what + "_hi"])
+        for lo, hi in LENGTH_RANGES.values():     # a 'to' below 'from' is raised to match
+            values[hi] = max(values[lo], values[hi])
         return WorkloadSpec(**values).validate()
 
     def changed(self, **changes) -> "Setup":
@@ -112,10 +112,8 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
                 problems.append(f"Link value {name}={raw} is outside {knob.lo:g}–{knob.hi:g}: using {value:g}.")
             values[name] = value
         setup = cls(**values)
-        if setup.prompt_hi < setup.prompt_lo:
-            setup = setup.changed(prompt_hi=setup.prompt_lo)
-            problems.append("prompt 'to' was below 'from': raised to match")
-        if setup.output_hi < setup.output_lo:
-            setup = setup.changed(output_hi=setup.output_lo)
-            problems.append("output 'to' was below 'from': raised to match")
+        for what, (lo, hi) in LENGTH_RANGES.items():
+            if getattr(setup, hi) < getattr(setup, lo):
+                setup = setup.changed(**{hi: getattr(setup, lo)})
+                problems.append(f"{what} 'to' was below 'from': raised to match")
         return setup, problems

@@ -1,7 +1,7 @@
-"""This browser session's Playground run: one LabRun, kept in st.session_state.
+"""This browser session's Playground run: one PlaygroundRun, kept in st.session_state.
 
 A run's engine thread asks ui.session.session_alive() before every step, so a closed or
-reloaded tab stops it and frees its KV pool; a heartbeat from the page (LabRun.heartbeat) is
+reloaded tab stops it and frees its KV pool; a heartbeat from the page (PlaygroundRun.heartbeat) is
 the second guard. Starting a new run closes the session's previous one first.
 
 Each run holds its own KV pool (16,384 tokens: ~375 MB for SmolLM2) and step buffers, about
@@ -15,7 +15,7 @@ import os
 
 import streamlit as st
 
-from playground.run import LabRun, engine_threads
+from playground.run import PlaygroundRun, engine_threads
 from playground.setup import Setup
 from ui import session
 
@@ -31,11 +31,11 @@ def max_engines() -> int:
     return int(value)
 
 
-def run() -> LabRun | None:
+def run() -> PlaygroundRun | None:
     return st.session_state.get(RUN_KEY)
 
 
-def new_run(setup: Setup) -> LabRun:
+def new_run(setup: Setup) -> PlaygroundRun:
     """A fresh run for this session (closing any previous one). Refused, with a ValueError the
     page shows, when the server already holds its most runs."""
     reset_run()
@@ -43,7 +43,7 @@ def new_run(setup: Setup) -> LabRun:
     if active >= most:
         raise ValueError(f"{active} runs are active on this server (at most {most}, set by "
                          f"{MAX_ENGINES_ENV}); stop one or wait.")
-    lab = LabRun(setup, session.model(), is_alive=session.session_alive(),
+    lab = PlaygroundRun(setup, session.model(), is_alive=session.session_alive(),
                  idle_timeout_s=HEARTBEAT_TIMEOUT_S)
     st.session_state[RUN_KEY] = lab
     return lab

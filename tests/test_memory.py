@@ -15,7 +15,7 @@ from engine.live import LiveRun
 from engine.metrics import summarize, SLO
 from engine.model import load_model
 from engine.workload import WorkloadSpec
-from playground.run import LabRun
+from playground.run import PlaygroundRun
 from playground.setup import Setup
 
 WINDOW = 40
@@ -124,7 +124,7 @@ def wait_until(cond, timeout_s=30):
 
 
 def test_close_frees_the_runner_and_its_kv_pool(tiny):
-    lab = LabRun(Setup(rate=0, num_requests=6, output_lo=4, output_hi=8), tiny)
+    lab = PlaygroundRun(Setup(rate=0, num_requests=6, output_lo=4, output_hi=8), tiny)
     runner = weakref.ref(lab.live.engine.executor.runner)
     lab.start()
     assert wait_until(lambda: lab.state == "finished")
@@ -139,7 +139,7 @@ def test_close_frees_the_runner_and_its_kv_pool(tiny):
 
 def test_a_run_whose_page_is_gone_frees_its_kv_pool(tiny):
     alive = {"yes": True}
-    lab = LabRun(Setup(rate=0, num_requests=4, output_lo=4, output_hi=4), tiny,
+    lab = PlaygroundRun(Setup(rate=0, num_requests=4, output_lo=4, output_hi=4), tiny,
                  is_alive=lambda: alive["yes"])
     runner = weakref.ref(lab.live.engine.executor.runner)
     lab.start()

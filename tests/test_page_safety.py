@@ -16,7 +16,7 @@ from engine.config import ORDERS, STEP_PRIORITIES
 from engine.model import cache_root
 from labs.static_vs_continuous.experiment import WORKLOADS
 from labs.why_batch import experiment as why_batch
-from playground.run import LabRun
+from playground.run import PlaygroundRun
 from ui.registry import LESSON_LABS
 from ui.widgets import plain
 
@@ -144,7 +144,7 @@ def test_a_playground_engine_failure_shows_an_error_not_a_traceback(lab_env, mon
     def broken(self):
         raise RuntimeError(f"engine thread died in {ROOT}/engine/live.py")
 
-    monkeypatch.setattr(LabRun, "start", broken)
+    monkeypatch.setattr(PlaygroundRun, "start", broken)
     at = page("playground/page.py")
     try:
         at.button(key="start").click().run()

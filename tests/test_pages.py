@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from playground.checks import check
-from playground.run import LabRun, engine_threads
+from playground.run import PlaygroundRun, engine_threads
 from playground.setup import KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 from analysis.tables import requests_csv, steps_csv
@@ -177,7 +177,7 @@ def test_policy_change_applies_live_and_is_marked(app):
 def test_is_alive_false_stops_the_engine_thread():
     from engine.model import load_model
     alive = {"yes": True}
-    lab = LabRun(Setup(rate=0, num_requests=30, output_lo=300, output_hi=300),
+    lab = PlaygroundRun(Setup(rate=0, num_requests=30, output_lo=300, output_hi=300),
                  load_model("tiny"), is_alive=lambda: alive["yes"])
     lab.start()
     wait_for_steps(lab, 2)
@@ -190,7 +190,7 @@ def test_is_alive_false_stops_the_engine_thread():
 
 def test_lab_run_refuses_to_run_without_a_model():
     with pytest.raises(ValueError, match="real model"):
-        LabRun(Setup(), None)
+        PlaygroundRun(Setup(), None)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -322,7 +322,7 @@ def test_bad_link_shows_a_warning_not_a_trace(app):
 
 def test_downloads_use_the_cli_formats():
     from engine.model import load_model
-    lab = LabRun(Setup(rate=0, num_requests=3, output_lo=4, output_hi=4), load_model("tiny"))
+    lab = PlaygroundRun(Setup(rate=0, num_requests=3, output_lo=4, output_hi=4), load_model("tiny"))
     lab.start()
     deadline = time.monotonic() + 30
     while lab.state == "running" and time.monotonic() < deadline:

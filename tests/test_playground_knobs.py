@@ -13,7 +13,7 @@ from engine.model import load_model
 from engine.workload import WorkloadSpec
 from playground.controls import IN_RANGE, RANGES
 from playground.presets import PRESETS
-from playground.run import LabRun
+from playground.run import PlaygroundRun
 from playground.setup import KNOBS, PLAYGROUND_DEFAULTS, Setup
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -74,7 +74,7 @@ def test_a_bad_step_priority_in_a_link_is_reported_and_ignored():
 
 
 def test_step_priority_reaches_the_running_engine():
-    lab = LabRun(Setup(rate=0.0, num_requests=4, output_lo=4, output_hi=4), load_model("tiny"))
+    lab = PlaygroundRun(Setup(rate=0.0, num_requests=4, output_lo=4, output_hi=4), load_model("tiny"))
     try:
         changes = lab.apply(lab.setup.changed(step_priority="prefill_first"))
         assert changes == ["step_priority decode_first→prefill_first"]

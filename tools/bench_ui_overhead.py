@@ -2,7 +2,7 @@
 
 Measures the engine's steps/s on the same policy and workload two ways, in alternating rounds:
 
-  headless  a LabRun (LiveRun on the real model) in a process with no UI
+  headless  a PlaygroundRun (LiveRun on the real model) in a process with no UI
   page      `streamlit run app.py` with the Playground open in Chromium, live views refreshing
 
 and prints each round and the median ratio page/headless. Steps are counted from the step
@@ -52,8 +52,8 @@ def rate_in_window(t_start, t_end, warm_s: float, window_s: float) -> float:
 
 
 def headless(model, warm_s: float, window_s: float) -> float:
-    from playground.run import LabRun
-    lab = LabRun(SETUP, model)
+    from playground.run import PlaygroundRun
+    lab = PlaygroundRun(SETUP, model)
     lab.start()
     time.sleep(warm_s + window_s + 0.5)
     snap = lab.live.snapshot(summary=False)

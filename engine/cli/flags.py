@@ -9,10 +9,10 @@ import argparse
 
 from ..config import SchedulerPolicy
 from ..knobs import Knob, knobs_of
-from ..workload import WorkloadSpec
+from ..workload import LENGTH_RANGES, WorkloadSpec
 
 # Flags that set two fields at once: --prompt-len LO HI sets prompt_lo and prompt_hi.
-RANGE_FLAGS = {"--prompt-len": ("prompt_lo", "prompt_hi"), "--output-len": ("output_lo", "output_hi")}
+RANGE_FLAGS = {f"--{what}-len": pair for what, pair in LENGTH_RANGES.items()}
 RANGE_FLAG_OF = {lo: flag for flag, (lo, hi) in RANGE_FLAGS.items()}
 IN_A_RANGE = {name for pair in RANGE_FLAGS.values() for name in pair}
 

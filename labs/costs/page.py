@@ -10,7 +10,8 @@ from labs.costs import experiment as lab
 from labs.runs import frames
 from ui import widgets
 
-STEP_PRIORITY = knobs_of(SchedulerPolicy)["step_priority"]
+KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
+STEP_PRIORITY = KNOBS["step_priority"]
 
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
@@ -19,14 +20,12 @@ st.caption("Admitting work at every step means a long prompt can land in the mid
 with st.sidebar:
     widgets.slider("Long prompt length (tokens)", 256, 1536, lab.LONG_PROMPT, step=128, key="co_long",
                    help="How long the prompts are that arrive while the other requests are decoding.")
-    widgets.slider("Token budget per step (chunked run)", 64, 512, lab.BUDGET, step=64, key="co_budget",
-                   help="max_num_batched_tokens: the most tokens one step may carry. With chunked prefill on, "
-                        "a long prompt is cut into pieces that fit what the decodes leave of it.")
+    widgets.slider(f"{KNOBS['max_num_batched_tokens'].label} (chunked run)", 64, 512, lab.BUDGET, step=64,
+                   key="co_budget", help=KNOBS["max_num_batched_tokens"].help)
     widgets.choice(st.radio, STEP_PRIORITY.label, STEP_PRIORITY.choices, lab.STEP_PRIORITY, key="co_priority",
                    help=STEP_PRIORITY.help)
-    widgets.slider("KV capacity (tokens)", lab.KV_MIN, 4096, 1024, step=128, key="co_kv",
-                   help="How many tokens of keys and values the cache may hold across all running requests. "
-                        "Too small, and the engine must evict (preempt) a request and recompute it later.")
+    widgets.slider(KNOBS["kv_capacity_tokens"].label, lab.KV_MIN, 4096, 1024, step=128, key="co_kv",
+                   help=KNOBS["kv_capacity_tokens"].help)
 widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 
 # ----- 1. chunked prefill
