@@ -57,8 +57,8 @@ def page(path: str, query: dict | None = None) -> AppTest:
 
 
 def as_shown(markdown: str) -> str:
-    """What a reader sees of a message: backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", markdown)
+    """What a reader sees of a message: backslash escapes and zero-width spaces removed."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("&#8203;", "")
 
 
 def messages(at: AppTest) -> list[str]:
@@ -180,4 +180,7 @@ def test_plain_text_renders_literally(text):
     html_out = MarkdownIt("commonmark").enable("strikethrough").render(plain(text))
     assert not re.search(r"<(a|img|code|em|strong|s|h\d|ul|ol|li|blockquote)\b", html_out), html_out
     flat = " ".join(text.split())
-    assert html.unescape(re.sub(r"<[^>]+>", "", html_out)).strip() == flat
+    shown = html.unescape(re.sub(r"<[^>]+>", "", html_out)).strip()
+    assert shown.replace("\u200b", "") == flat
+    # a bare address stays text in GFM too (Streamlit autolinks www. and scheme://)
+    assert not re.search(r"(?i)(https?:|ftp:)//|www\.", shown), shown

@@ -32,11 +32,17 @@ log = logging.getLogger("batching_lab")
 _MARKDOWN_CHARS = re.compile(r"[!-/:-@\[-^`{-~]|_(?![^\W_])|(?<![^\W_])_")
 
 
+_AUTOLINK = re.compile(r"(?i)(?<![\w])(?:www(?=\\\.)|(?:https?|ftp|mailto|file|javascript|data)\\:)")
+
+
 def plain(text) -> str:
     """`text` as it is written, for st.markdown / st.warning / st.error / st.caption / st.toast:
     punctuation is backslash-escaped (so a user's `[x](https://…)` is no link and `![x](…)` no
     image) and line breaks become spaces. Use it for anything a user or a file supplied."""
-    return _MARKDOWN_CHARS.sub(lambda m: "\\" + m.group(), " ".join(str(text).split()))
+    escaped = _MARKDOWN_CHARS.sub(lambda m: "\\" + m.group(), " ".join(str(text).split()))
+    # The page's Markdown also turns bare web addresses into links (GFM autolinks), escaped or
+    # not: a zero-width space after "www" and after a scheme's colon keeps them text.
+    return _AUTOLINK.sub(lambda m: m.group() + "&#8203;", escaped)
 
 
 def without_paths(text: str) -> str:
