@@ -1,7 +1,7 @@
 """Batching Lab: the Streamlit entry point (`streamlit run app.py`). Navigation only.
 
-Sections: home, the lessons (lessons/pages.py), the labs (ui/registry.py: the Playground,
-then one folder per lesson lab), and an About page. Each page is a small script; the
+Sections: the Playground and home, the labs (ui/registry.py: one folder per lesson lab), the
+lessons (lessons/pages.py) and an About page. Each page is a small script; the
 layout is described in docs/ARCHITECTURE.md.
 """
 import os
@@ -16,17 +16,26 @@ import streamlit as st  # noqa: E402
 
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
-from ui.registry import LABS  # noqa: E402
+from ui.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
 st.set_page_config(page_title="Batching Lab", page_icon=":material/view_timeline:", layout="wide")
 
+
+def lab_page(lab) -> st.Page:
+    return st.Page(lab.path, title=lab.title, icon=lab.icon, url_path=lab.url_path)
+
+
+# A bar across the top: the Playground is its first entry, one click from any page and never
+# folded away under "View more", and the sidebar is left to each page (the Playground's Setup).
 page = st.navigation({
-    "": [st.Page("app_pages/home.py", title="Home", icon=":material/home:", default=True)],
-    "Labs": [st.Page(lab.path, title=lab.title, icon=lab.icon, url_path=lab.url_path) for lab in LABS],
+    "": [lab_page(PLAYGROUND),
+         st.Page("app_pages/home.py", title="Home", icon=":material/home:", default=True)],
+    "Labs": [lab_page(lab) for lab in LESSON_LABS],
     "Lessons": lesson_pages.pages(),
     "About": [st.Page("app_pages/about.py", title="About this machine", icon=":material/memory:",
                       url_path="about")],
-})
-lesson_views.search_sidebar()
-lesson_views.progress_sidebar()
+}, position="top")
+if page.url_path != PLAYGROUND.url_path:    # the Playground's sidebar holds its Setup alone
+    lesson_views.search_sidebar()
+    lesson_views.progress_sidebar()
 page.run()
