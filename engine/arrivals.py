@@ -5,6 +5,8 @@ generator: the gap since the previous arrival, then the request's prompt length,
 length, tenant and prompt tokens. A live run (the Playground) asks it step by step for the
 requests due by now; a blocking run (the CLI, the labs) drains it at once (`build_requests`).
 The draws are the same either way, so the same seed and settings give the same requests.
+With continuous traffic (WorkloadSpec.continuous and a rate above 0) the feed never runs out:
+only a live run can take it, and draining it at once is refused.
 """
 from __future__ import annotations
 
@@ -37,10 +39,15 @@ class ArrivalFeed:
 
     @property
     def exhausted(self) -> bool:
-        return self.count >= self.spec.num_requests
+        """Every request has arrived (never, with continuous traffic)."""
+        return not self.spec.endless and self.count >= self.spec.num_requests
 
     def due(self, now_s: float) -> list[Request]:
         """Requests arriving up to `now_s` (rate 0 = the rest of the workload, all at once)."""
+        if self.spec.endless and not math.isfinite(now_s):
+            raise ValueError(f"continuous traffic (continuous=true, rate {self.spec.rate:g} req/s) "
+                             "never runs out, so it cannot be drawn all at once: allowed here is "
+                             "continuous=false with num_requests 0–1,000,000")
         out = []
         while not self.exhausted and self.next_s <= now_s:
             out.append(self._make(self.next_s))
@@ -60,5 +67,5 @@ class ArrivalFeed:
 
 
 def build_requests(spec: WorkloadSpec, prompts: PromptMaker | None = None) -> list[Request]:
-    """The whole workload at once: an ArrivalFeed drained to its end."""
+    """The whole workload at once: an ArrivalFeed drained to its end (ValueError for continuous traffic)."""
     return ArrivalFeed(spec, prompts).due(math.inf)

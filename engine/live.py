@@ -4,13 +4,15 @@ This is what a lab page holds per browser session. It imports no Streamlit: the 
 start / pause / resume / step_once / stop, swaps the policy or the workload, and reads
 `snapshot()`, an immutable copy of everything the charts need.
 
-The thread stops by itself when `is_alive()` (given by the page: "is my browser session
-still connected?") turns false, and closes the run: a closed or reloaded tab leaves nothing
-running and no KV pool held.
+The thread stops by itself when `is_alive()` (given by the page: "is a page still showing
+this run?") turns false, and closes the run: a tab gone for good leaves nothing running and
+no KV pool held.
 
-Memory stays bounded however long a run goes: the engine keeps the latest KEEP_STEPS steps,
-and the events and ended requests of their time span; the whole run's counts are kept exact
-(Engine.retired), and the snapshot's percentiles say which part of the run they cover.
+Memory stays bounded however long a run goes, continuous traffic included: the engine keeps the
+latest KEEP_STEPS steps, and the events, ended requests and policy marks of their time span; the
+whole run's counts are kept exact (Engine.retired), and the snapshot's percentiles say which part
+of the run they cover. The waiting line is bounded too: past QUEUE_CAP waiting requests, new
+arrivals are rejected with the reason (an overloaded endless run would otherwise grow without end).
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About
 # Steps a live run keeps: the membership chart shows the last 120, the time charts and the
 # replay scrubber cover these (minutes of a real-model run; ~3.4 KB a step with its events).
 KEEP_STEPS = 2000
+# Most requests a live run lets wait (each holds its prompt: ~3 KB at 100 tokens, ~55 KB at 1,536).
+QUEUE_CAP = 1000
+COST_MODEL_PACE_S = 0.002     # the cost model is instant: a pause per step keeps the animation watchable
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class LiveRun:
         self.engine = build_engine(self.config, policy, model)
         self.engine.keep_steps = keep_steps
         self.feed = ArrivalFeed(spec, PromptMaker(model.tokenizer) if model is not None else None)
+        self.pace_s = COST_MODEL_PACE_S if isinstance(self.engine.clock, VirtualClock) else 0.0
         self.is_alive = is_alive
         self.idle_timeout_s = idle_timeout_s
         self.state = "idle"
@@ -163,20 +169,40 @@ class LiveRun:
         single = self.state != "running"
         self._let_reader_in()
         with self._lock:
-            now = self.engine.clock.now()
-            for r in self.feed.due(now):
-                self.engine.submit(r)
+            self._admit(self.feed.due(self.engine.clock.now()))
             rec = self.engine.step()
+            self._forget_old_marks()
         if rec is not None:
             if single:
                 self._step_requests -= 1
-            elif isinstance(self.engine.clock, VirtualClock):
-                time.sleep(0.002)                # the cost model is instant: keep the animation watchable
+            elif self.pace_s:
+                time.sleep(self.pace_s)
         elif self.feed.exhausted and not self.engine.has_work():
             self.state = "finished"
             self._step_requests = 0
         else:
             self._wait_for_next_event()
+
+    def _admit(self, arrivals) -> None:
+        """Hand the due arrivals to the engine; past QUEUE_CAP waiting, reject them with the reason."""
+        eng = self.engine
+        for r in arrivals:
+            waiting = len(eng.scheduler.waiting) + len(eng.pending)
+            if waiting >= QUEUE_CAP:
+                eng.reject(r, f"the live run's waiting line is full ({waiting:,} requests waiting, "
+                              f"at most {QUEUE_CAP:,}): arrivals are turned away until it shrinks")
+            else:
+                eng.submit(r)
+
+    def _forget_old_marks(self) -> None:
+        """Policy marks from before the first step kept leave with their steps."""
+        marks, steps = self.engine.marks, self.engine.steps
+        if self.engine.keep_steps is None or not steps:
+            return
+        n = 0
+        while n < len(marks) and marks[n].step < steps[0].step:
+            n += 1
+        del marks[:n]
 
     def _release(self) -> None:
         self.engine.executor = None

@@ -122,8 +122,11 @@ class Scheduler:
         # Static mode: a new batch forms only when the last one is gone.
         admit = p.mode == "continuous"
         if p.mode == "static" and not self.running and self.waiting:
-            oldest_wait_ms = (now_s - min(r.arrival_s for r in self.waiting)) * 1000
-            if len(self.waiting) >= p.max_num_seqs or oldest_wait_ms >= p.max_wait_ms:
+            oldest = min(r.arrival_s for r in self.waiting)
+            oldest_wait_ms = (now_s - oldest) * 1000
+            # The same sum as wake_at_s: (now - oldest) * 1000 can round just below max_wait_ms
+            # at the very time wake_at_s named, and a virtual clock would then wait forever.
+            if len(self.waiting) >= p.max_num_seqs or now_s >= oldest + p.max_wait_ms / 1000:
                 admit = True
             else:
                 plan.note = (f"static batch forming: {len(self.waiting)}/{p.max_num_seqs} waiting, "

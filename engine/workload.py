@@ -67,10 +67,14 @@ LENGTHS_HELP = ("fixed: every request has the 'from' length. uniform: anywhere i
 
 @dataclass(slots=True)
 class WorkloadSpec:
+    continuous: bool = knob(
+        False, "Continuous traffic",
+        "Requests keep arriving at the arrival rate until the run is stopped, and the number of "
+        "requests is ignored. At rate 0 the workload is one batch of that many requests either way.")
     num_requests: int = knob(
         32, "Requests",
-        "How many requests the workload holds in total. Raising it during a run sends more.",
-        lo=0, hi=1_000_000, slider_hi=500)
+        "How many requests the workload holds in total (without continuous traffic). Raising it "
+        "during a run sends more.", lo=0, hi=1_000_000, slider_hi=500)
     rate: float = knob(
         4.0, "Arrival rate (requests/s)",
         "How many requests arrive per second on average. 0 means the whole workload arrives at "
@@ -109,6 +113,11 @@ class WorkloadSpec:
         "give the same workload.", lo=0, hi=2**31 - 1)
     start_s: float = 0.0
     id_prefix: str = "r"
+
+    @property
+    def endless(self) -> bool:
+        """Continuous traffic with a rate: arrivals that never run out."""
+        return self.continuous and self.rate > 0
 
     @property
     def prompt_len(self) -> LengthDist:

@@ -1,6 +1,7 @@
 """One request generator: the same seed and workload settings give the same requests whether
 they are drawn live, step by step (the Playground), or all at once (the CLI and the labs)."""
 import json
+import math
 import time
 
 import pytest
@@ -63,3 +64,41 @@ def test_a_live_run_the_cli_and_build_requests_draw_the_same_workload(tmp_path):
     lines = [json.loads(line) for line in (out / "workload.jsonl").read_text().splitlines()]
     assert [(d["id"], d["arrival_s"], len(d["prompt_token_ids"]), d["max_new_tokens"], d["tenant"],
              d["priority"], tuple(d["prompt_token_ids"])) for d in lines] == drawn
+
+
+# ----------------------------------------------------------------------------- continuous traffic
+
+ENDLESS = WorkloadSpec(continuous=True, num_requests=5, rate=50, prompt_lo=8, prompt_hi=32, seed=4)
+
+
+def test_continuous_traffic_never_runs_out_and_draws_what_a_long_finite_workload_draws():
+    feed, drawn, t = ArrivalFeed(ENDLESS), [], 0.0
+    while len(drawn) < 400:               # far past num_requests, which continuous traffic ignores
+        assert not feed.exhausted
+        drawn += feed.due(t)
+        t += 0.25
+    finite = build_requests(WorkloadSpec(**{**ENDLESS.to_dict(), "continuous": False,
+                                            "num_requests": len(drawn)}))
+    assert described(drawn) == described(finite)
+
+
+def test_an_endless_workload_cannot_be_drawn_all_at_once():
+    with pytest.raises(ValueError, match=r"continuous traffic \(continuous=true, rate 50 req/s\) "
+                                         r"never runs out.*continuous=false with num_requests"):
+        build_requests(ENDLESS)
+    with pytest.raises(ValueError, match="never runs out"):
+        ArrivalFeed(ENDLESS).due(math.inf)
+
+
+def test_continuous_at_rate_0_is_one_batch_of_num_requests():
+    spec = WorkloadSpec(continuous=True, rate=0, num_requests=7)
+    assert not spec.endless
+    assert len(build_requests(spec)) == 7
+
+
+def test_the_cli_refuses_continuous_traffic_with_a_clear_error(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--cost-model", "--out", str(out), "--continuous", "--rate", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "error: continuous traffic (continuous=true, rate 3 req/s) never runs out" in err
+    assert not out.exists()

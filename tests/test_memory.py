@@ -167,3 +167,54 @@ def test_the_playground_refuses_a_run_past_the_engine_cap(monkeypatch, tiny):
         assert "lab_run" not in at.session_state
     finally:
         other.close()
+
+
+# ----------------------------------------------------------------------------- continuous traffic
+
+def test_fifty_thousand_steps_of_continuous_traffic_hold_a_bounded_set_of_objects():
+    """The engine loop itself (LiveRun._step on the cost model, no pacing), read like the page
+    reads it, with a policy change every 5,000 steps: what it holds stops growing."""
+    spec = WorkloadSpec(continuous=True, rate=3.0, prompt_lo=32, prompt_hi=256, output_lo=16,
+                        output_hi=96, seed=1)
+    live = LiveRun(SchedulerPolicy(max_num_seqs=16), spec, keep_steps=500)
+    live.state, live.pace_s = "running", 0.0
+    tables, held, objects = TraceTables(), [], {}
+    while live.engine.step_count < 50_000:
+        live._step()
+        n = live.engine.step_count
+        if n % 5_000 == 0:
+            live.set_policy(live.engine.policy.changed(max_num_seqs=8 if n % 10_000 else 16))
+        if n % 500 == 0:
+            snap = live.snapshot(summary=False)
+            tables.update(snap)
+            eng = live.engine
+            held.append((len(eng.steps), len(eng.events), len(eng.requests), len(live._rows),
+                         len(eng.marks), len(tables.steps(snap.steps))))
+            if n in (10_000, 50_000):
+                gc.collect()
+                objects[n] = len(gc.get_objects())
+    eng = live.engine
+    assert not live.feed.exhausted and live.state == "running"
+    assert eng.step_count == eng.retired.steps + len(eng.steps) == 50_000
+    assert eng.retired.requests + len(eng.requests) == live.feed.count > 5_000
+    steps, events, requests, rows, marks, table_rows = (max(col) for col in zip(*held))
+    assert steps <= 550 and table_rows <= 550
+    assert events < 20_000 and requests < 400 and rows <= requests and marks <= 1
+    assert objects[50_000] < objects[10_000] * 1.05          # no growth after warm-up
+
+
+def test_an_overloaded_live_run_turns_arrivals_away_past_the_queue_cap(monkeypatch):
+    monkeypatch.setattr("engine.live.QUEUE_CAP", 30)
+    spec = WorkloadSpec(continuous=True, rate=500.0, prompt_lo=64, prompt_hi=128, output_lo=64,
+                        output_hi=128, seed=2)
+    live = LiveRun(SchedulerPolicy(max_num_seqs=4), spec, keep_steps=200)
+    live.state, live.pace_s = "running", 0.0
+    most = 0
+    while live.engine.step_count < 1_000:
+        live._step()
+        most = max(most, len(live.engine.scheduler.waiting))
+    assert most == 30
+    summary = live.snapshot().summary
+    assert summary["rejected"] > 100
+    reasons = {r["error"] for r in live.snapshot().requests if r["status"] == "rejected"}
+    assert reasons and all("waiting line is full" in r and "at most 30" in r for r in reasons)

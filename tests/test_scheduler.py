@@ -1,4 +1,6 @@
 """Scheduler semantics under the cost-model executor (a virtual clock, no torch)."""
+import itertools
+
 import pytest
 
 from engine.arrivals import build_requests
@@ -282,3 +284,20 @@ def test_prefill_first_never_preempts_a_prompt_it_just_admitted():
             step = next(s.step for s in eng.steps if s.t_start_s >= e.t_s)
             assert admitted_at.get(e.request_id, -1) < step
     assert all(r.status is Status.FINISHED for r in eng.requests.values())
+
+
+def test_static_batch_forms_at_the_wake_time_it_named():
+    """At wake_at_s, (now - oldest) * 1000 can round just below max_wait_ms: the batch must still
+    form then, or a virtual-clock run waits forever (before the fix: 5 of these 30 stalled)."""
+    for arrival, wait_ms in itertools.product([0.1, 0.3, 0.7, 1.1, 2.3, 0.017],
+                                              [2000.0, 250.0, 1000.0, 333.0, 700.0]):
+        eng = build_engine(EngineConfig(), SchedulerPolicy(mode="static", max_num_seqs=8,
+                                                           max_wait_ms=wait_ms), None)
+        eng.submit(Request(id="r0", prompt_token_ids=[5] * 10, max_new_tokens=3, arrival_s=arrival))
+        eng.clock.sleep_until(arrival)
+        for _ in range(100):
+            if not eng.has_work():
+                break
+            if eng.step() is None:
+                eng.clock.sleep_until(eng.next_wake_s())
+        assert not eng.has_work(), (arrival, wait_ms)
