@@ -39,10 +39,12 @@ def check_kv_memory(config: EngineConfig, policy: SchedulerPolicy, model=None) -
                   f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
 
 
-def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None) -> Engine:
+def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost=None) -> Engine:
     """An engine for `policy`: on `model` (a LoadedModel) under a wall clock, or, with no model,
-    on the cost model under a virtual clock. Settings it cannot use, or a KV pool beyond this
-    machine's memory, are refused with a ValueError that says why."""
+    on the cost model under a virtual clock, its step times from `cost` (anything with
+    step_ms(plan): a calibrated step model, a roofline model; None: the hand-set StepCost).
+    Settings it cannot use, or a KV pool beyond this machine's memory, are refused with a
+    ValueError that says why."""
     config.validate()
     policy.validate()
     check_kv_memory(config, policy, model)
@@ -50,7 +52,7 @@ def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None) -> E
     pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
     if model is None:
         clock = VirtualClock()
-        return Engine(CostModelExecutor(clock), clock, policy, pool, config.max_model_len)
+        return Engine(CostModelExecutor(clock, cost), clock, policy, pool, config.max_model_len)
     executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
     return Engine(executor, WallClock(), policy, pool, min(config.max_model_len, model.max_model_len),
                   model.tokenizer, model.eos_token_id)

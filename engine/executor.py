@@ -2,7 +2,9 @@
 
 ModelExecutor runs the real model (packed forward over paged KV) under a wall clock.
 CostModelExecutor predicts the step time from its shape and advances a virtual clock:
-the same scheduler, instantly, for sweeps and "what would this do on other hardware".
+the same scheduler, instantly, for sweeps and "what would this do on other hardware". Its
+step model is a machine's calibrated profile (engine/step_model.py, engine/profile.py), or
+the labelled, hand-set `UNCALIBRATED` guess when there is none.
 Both check a step's inputs before running it (`check_inputs`): a request that no model can
 run raises here, and the engine fails that request alone.
 """
@@ -10,12 +12,12 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
 from typing import Protocol
 
 from .clock import VirtualClock
 from .request import Request
 from .scheduler import StepPlan
+from .step_model import UNCALIBRATED
 
 
 def input_problem(req: Request, vocab_size: int) -> str:
@@ -47,6 +49,12 @@ def check_inputs(plan: StepPlan, vocab_size: int) -> None:
 
 def _is_real(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+class StepTimes(Protocol):
+    def step_ms(self, plan: StepPlan) -> float:
+        """The predicted duration of the step, in milliseconds."""
+        ...
 
 
 class Executor(Protocol):
@@ -82,38 +90,20 @@ class ModelExecutor:
         return {c.request: t for c, t in zip(plan.chunks, tokens) if t is not None}
 
 
-@dataclass(slots=True)
-class StepCost:
-    """step_ms = fixed + per_token * tokens + per_seq * sequences + per_context * context tokens read.
-
-    The parameters are set by hand, roughly matching SmolLM2-135M in fp32 on a 2-core CPU.
-    Fitting them to a machine's measured steps (a calibrated simulator) is future work.
-    """
-    fixed_ms: float = 20.0
-    per_token_ms: float = 0.9
-    per_seq_ms: float = 0.6
-    per_context_ms: float = 0.002
-
-    def step_ms(self, plan: StepPlan) -> float:
-        context = sum(c.start + c.num_tokens for c in plan.chunks)
-        return (self.fixed_ms + self.per_token_ms * plan.num_tokens
-                + self.per_seq_ms * len(plan.chunks) + self.per_context_ms * context)
-
-
 class CostModelExecutor:
     device = "cost model"
     dtype = "n/a"
 
-    def __init__(self, clock: VirtualClock, cost: StepCost | None = None, vocab_size: int = 49152,
+    def __init__(self, clock: VirtualClock, step_model: StepTimes | None = None, vocab_size: int = 49152,
                  eos_token_id: int | None = None):
         self.clock = clock
-        self.cost = cost or StepCost()
+        self.step_model = step_model or UNCALIBRATED
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
 
     def execute(self, plan: StepPlan) -> dict[Request, int]:
         check_inputs(plan, self.vocab_size)
-        self.clock.advance(self.cost.step_ms(plan) / 1000)
+        self.clock.advance(self.step_model.step_ms(plan) / 1000)
         out = {}
         for c in plan.chunks:
             if c.samples:

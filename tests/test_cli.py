@@ -79,3 +79,54 @@ def test_step_priority_reaches_the_run(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"]["step_priority"] == "prefill_first"
     assert summary["finished"] == 6
+
+
+def read_csv(path):
+    import csv
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_simulate_writes_the_run_files_and_says_they_are_simulated(tmp_path, capsys):
+    from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+    out = tmp_path / "sim"
+    assert main(["run", "--simulate", "--profile", "h100-sxm:llama-3.1-8b", "--out", str(out),
+                 "--num-requests", "20", "--rate", "5"]) == 0
+    requests, steps = read_csv(out / "requests.csv"), read_csv(out / "steps.csv")
+    assert list(requests[0]) == REQUEST_COLUMNS and list(steps[0]) == STEP_COLUMNS
+    assert len(requests) == 20 and all(r["status"] == "finished" and r["output_token_ids"] for r in requests)
+    assert all(r["output_text"] == "" for r in requests)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["profile_name"] == "h100-sxm:llama-3.1-8b"
+    assert summary["profile"].startswith("roofline model:") and "H100 SXM" in summary["device"]
+    assert "stand-ins" in summary["token_ids"]
+    assert "simulated with the roofline model" in capsys.readouterr().out
+
+
+def test_the_hand_set_cost_model_is_labelled_as_such(tmp_path):
+    out = tmp_path / "cost"
+    assert main(["run", "--cost-model", "--out", str(out), "--num-requests", "3", "--rate", "0"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["profile_name"] == "hand-set"
+    assert "uncalibrated" in summary["profile"]
+
+
+def test_simulate_without_a_calibrated_profile_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["run", "--simulate", "--out", str(tmp_path / "x"), "--num-requests", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m engine calibrate" in err and "--profile" in err and not (tmp_path / "x").exists()
+    assert main(["validate-sim"]) == 2
+    assert "python -m engine calibrate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--profile", "hand-set"], "add --simulate"),
+    (["--simulate", "--cost-model"], "give one or the other"),
+    (["--simulate", "--profile", "h200:llama-3.1-8b"], "neither a profile file nor a roofline model"),
+    (["--simulate", "--profile", "l4:llama-3.1-8b", "--kv-capacity-tokens", "60000"], r"allowed 1 to \d+"),
+])
+def test_simulate_flags_are_checked(tmp_path, capsys, argv, message):
+    import re
+    assert main(["run", "--out", str(tmp_path / "x"), "--num-requests", "2", *argv]) == 2
+    assert re.search(message, capsys.readouterr().err)

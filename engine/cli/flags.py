@@ -72,3 +72,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny, or a Llama-family dir / hub id")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="auto", help="auto, fp32 or bf16")
+
+
+def add_simulate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--simulate", action="store_true",
+                   help="simulate: the same scheduler on a virtual clock, step times from a profile "
+                        "(token ids are stand-ins)")
+    p.add_argument("--profile", metavar="P",
+                   help="with --simulate: a profile file from `python -m engine calibrate`, a roofline "
+                        "model DEVICE:MODEL (e.g. h100-sxm:llama-3.1-8b), or hand-set; default: this "
+                        "machine's calibrated profile")

@@ -7,6 +7,10 @@ stops the run at the next step: nothing more is admitted, the requests not finis
 (finishing them could take minutes on a slow model), what there is gets written with
 "partial": true in summary.json, and the exit status is 130 or 143. A second Ctrl-C quits at
 once without writing.
+
+--simulate runs the same engine on a virtual clock with step times from a profile
+(engine/simulate.py); --cost-model is --simulate --profile hand-set. The files are the same,
+and summary.json says "simulated": true, names the profile and says the token ids are stand-ins.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from ..build import build_engine
 from ..config import EngineConfig
 from ..metrics import SLO, summarize, write_run
 from ..request import Request
+from ..simulate import HAND_SET, SimProfile, build_simulation, resolve_profile
 from ..validation import Limits
 from ..workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
 from .out_dir import OutDir
@@ -29,9 +34,10 @@ def run_command(args, policy, spec) -> int:
                           kv_pool_tokens=args.kv_pool_tokens, seed=args.seed).validate()
     if args.workload:
         check_workload_file(args.workload)
+    profile = simulation_profile(args, config)
     # One handler for the whole command: a signal while the model loads stops the run before its first step.
     with StopOnSignal() as stop, OutDir(args.out) as out:     # a bad --out is refused here, before the run
-        engine, model = start_engine(args, config, policy)
+        engine, model = start_engine(args, config, policy, profile)
         rows = submit_all(engine, args, spec, model)
         run_with_progress(engine, should_stop=lambda: bool(stop.signum))
         partial = bool(stop.signum)
@@ -42,11 +48,15 @@ def run_command(args, policy, spec) -> int:
         summary.update(partial=partial,
                        config=asdict(replace(config, kv_pool_tokens=engine.pool.num_blocks * engine.pool.block_size)), policy=policy.to_dict(),
                        device=engine.executor.device, dtype=engine.executor.dtype)
+        if profile is not None:
+            summary.update(profile.summary_fields())
         write_run(out.tmp, rows, engine.steps, summary)
         if not args.workload:
             write_jsonl(f"{out.tmp}/workload.jsonl", rows)
         out.commit()
     print_summary(summary)
+    if profile is not None:
+        print(f"simulated with the {profile.label}; token ids are stand-ins")
     for r in rows:
         if r.error:
             print(f"  {r.id}: {r.status.value}: {r.error}", file=sys.stderr)
@@ -54,10 +64,23 @@ def run_command(args, policy, spec) -> int:
     return 128 + stop.signum if stop.signum else 0
 
 
-def start_engine(args, config: EngineConfig, policy):
-    """The engine, once its KV pool is known to fit in this machine's memory."""
+def simulation_profile(args, config: EngineConfig) -> SimProfile | None:
+    """The profile of a simulated run (--simulate, --cost-model); None for a real run."""
+    if args.profile and not args.simulate:
+        raise ValueError("--profile names the step times of a simulated run: add --simulate")
+    if args.cost_model and args.simulate:
+        raise ValueError(f"--cost-model is --simulate --profile {HAND_SET}: give one or the other")
     if args.cost_model:
-        return build_engine(config, policy), None
+        return resolve_profile(HAND_SET)
+    if args.simulate:
+        return resolve_profile(args.profile, config.model, config.dtype, config.device)
+    return None
+
+
+def start_engine(args, config: EngineConfig, policy, profile: SimProfile | None):
+    """The engine, once its KV pool is known to fit in this machine's memory."""
+    if profile is not None:
+        return build_simulation(config, policy, profile), None
     from ..model import load_model
     print(f"loading {config.model} ...", file=sys.stderr)
     model = load_model(config.model, config.device, config.dtype)

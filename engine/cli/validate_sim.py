@@ -1,0 +1,63 @@
+"""`python -m engine validate-sim`: the simulator against the real engine, workload by workload.
+
+Each validation workload (engine/validate_sim.py) runs on the real model and on the simulator
+with the same requests; the table gives the relative error of p50/p95 TTFT, p50/p95 TPOT,
+output throughput and makespan. Exit status 0 when every error is within --tolerance, 1 when not.
+
+With a calibrated profile of SmolLM2 on the CPU, a second table checks the roofline model of
+this CPU (engine/roofline.py) against the calibrated step times, shape by shape.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..roofline import CPU_DEVICE, roofline_profile
+from ..simulate import resolve_profile
+from ..validate_sim import CASES, TOLERANCE, error_table, gap_table, roofline_gap, validate
+from .flags import add_model_flags
+
+
+def add_validate_sim_parser(sub) -> None:
+    p = sub.add_parser("validate-sim", help="the simulator against the real engine on workloads not used for fitting")
+    p.add_argument("--profile", metavar="P",
+                   help="the simulator's profile: a calibrated profile file or a roofline model DEVICE:MODEL; "
+                        "default: this machine's calibrated profile of --model")
+    p.add_argument("--tolerance", type=_fraction, default=TOLERANCE,
+                   help=f"the largest relative error that passes (default {TOLERANCE:g}, that is {TOLERANCE * 100:g} percent)")
+    add_model_flags(p)
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 10:
+        raise argparse.ArgumentTypeError(f"tolerance {text} is not allowed (a number > 0 and < 10, e.g. 0.1 for 10%)")
+    return value
+
+
+def validate_sim_command(args) -> int:
+    from ..model import load_model
+    profile = resolve_profile(args.profile, args.model, args.dtype, args.device)   # no profile: say so before loading
+    print(f"loading {args.model} ...", file=sys.stderr)
+    model = load_model(args.model, args.device, args.dtype)
+    print(f"simulator: {profile.label}", file=sys.stderr)
+
+    def report(result: dict) -> None:
+        real, sim = result["real"], result["sim"]
+        print(f"  {result['case']}: real {real['duration_s']:.2f} s, {real['steps']} steps, "
+              f"{real['preemptions']} preemptions; simulated {sim['duration_s']:.2f} s, {sim['steps']} steps, "
+              f"{sim['preemptions']} preemptions", file=sys.stderr)
+
+    load = os.getloadavg()[0]
+    results = validate(model, profile, CASES, progress=report)
+    print(error_table(results, args.tolerance))
+    load, cores = max(load, os.getloadavg()[0]), os.cpu_count()
+    print(f"machine load while validating: {load:.1f} runnable tasks on {cores} cores"
+          + (" (other programs were running: the real runs are slower and noisier than on an idle machine)"
+             if load > cores else ""))
+    if profile.calibrated and args.model == "smollm2" and str(model.device) == CPU_DEVICE:
+        roofline = roofline_profile(f"{CPU_DEVICE}:smollm2-135m", profile.dtype)
+        print(f"\nThe {roofline.label} against the calibrated profile (a model, not a measurement):")
+        print(gap_table(roofline_gap(profile.step_model, roofline)))
+    return 0 if all(abs(e) <= args.tolerance for r in results for e in r["errors"].values() if e == e) else 1

@@ -1,0 +1,126 @@
+"""The step-time model: how long one engine step takes, predicted from its shape.
+
+A step's shape is four numbers read off its plan (`step_shape`):
+  - tokens: rows through the model's body (every prompt-chunk token plus one per decode);
+  - samples: rows that go through the vocabulary projection (lm_head), one per sequence that
+    reaches its last token and samples its next one;
+  - decode_context: keys the decode tokens read from the KV cache (each reads its whole context);
+  - prefill_pairs: (query, key) pairs the prefill chunks compute (causal, after their offset).
+
+The form, chosen from measurements (engine/calibrate.py compares the candidates on held-out
+steps and keeps the best):
+
+    step_ms = fixed + body(tokens) + sample·samples + read·decode_context/1000 + pair·prefill_pairs/1000
+
+`body` is piecewise linear in the number of rows, with its own ms per token between knots.
+Nearly all arithmetic is in the linear layers, and their cost per row is not constant: at a
+few rows a step is bound by reading the weights once (adding a row costs little), and past a
+few dozen rows it is bound by arithmetic (each row costs its FLOPs); on a CPU a hand-written
+kernel takes one or two rows and oneDNN the rest (engine/linear.py), each with its own speed.
+One straight line cannot follow all of that; `python -m engine calibrate` prints the held-out
+error of each form it tried (one line, or piecewise with few or more knots). Attention
+is apart because its cost grows with context, not rows: a decode token streams its whole
+context from memory, a prefill chunk computes a triangle of pairs, and the two run at very
+different speeds, so each has its own coefficient. A fixed cost covers what every step pays
+(launching about 30 layers' kernels, Python bookkeeping).
+
+`UNCALIBRATED` is a hand-set guess used when this machine has no profile; it says so in its label.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from .scheduler import StepPlan
+
+
+class StepShape(NamedTuple):
+    tokens: int
+    samples: int
+    decode_context: int
+    prefill_pairs: int
+
+
+def step_shape(plan: StepPlan) -> StepShape:
+    tokens = samples = decode_context = prefill_pairs = 0
+    for c in plan.chunks:
+        tokens += c.num_tokens
+        samples += c.samples
+        if c.phase == "decode":
+            decode_context += c.start + 1
+        else:                               # token i of the chunk sees start + i + 1 keys
+            prefill_pairs += c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2
+    return StepShape(tokens, samples, decode_context, prefill_pairs)
+
+
+def row_segments(tokens: float, knots: tuple[int, ...]) -> list[float]:
+    """How many of `tokens` rows fall in each segment: [0, k1], [k1, k2], ..., [k_last, inf)."""
+    edges = (0, *knots)
+    ends = (*knots, float("inf"))
+    return [max(0.0, min(tokens, end) - start) for start, end in zip(edges, ends)]
+
+
+def features(shape: StepShape, knots: tuple[int, ...]) -> list[float]:
+    """The shape as the model's regressors, in the order of `StepModel.coefficients`."""
+    return [1.0, *row_segments(shape.tokens, knots), float(shape.samples),
+            shape.decode_context / 1000, shape.prefill_pairs / 1000]
+
+
+@dataclass(frozen=True)
+class StepModel:
+    fixed_ms: float
+    knots: tuple[int, ...]           # row counts where the ms per token changes
+    token_ms: tuple[float, ...]      # ms per row in each segment: len(knots) + 1 values
+    sample_ms: float                 # ms per sampled row (the vocabulary projection)
+    decode_read_ms: float            # ms per 1000 keys read by decode tokens
+    prefill_pair_ms: float           # ms per 1000 (query, key) pairs of prefill attention
+    label: str = ""                  # where the numbers come from, in words
+
+    def __post_init__(self):
+        if len(self.token_ms) != len(self.knots) + 1:
+            raise ValueError(f"token_ms needs {len(self.knots) + 1} values for knots {self.knots} "
+                             f"(got {len(self.token_ms)})")
+        if list(self.knots) != sorted(set(self.knots)) or any(k <= 0 for k in self.knots):
+            raise ValueError(f"knots must be increasing positive row counts (got {self.knots})")
+
+    @property
+    def coefficients(self) -> list[float]:
+        return [self.fixed_ms, *self.token_ms, self.sample_ms, self.decode_read_ms, self.prefill_pair_ms]
+
+    @classmethod
+    def from_coefficients(cls, coefs, knots: tuple[int, ...], label: str) -> "StepModel":
+        n = len(knots) + 1
+        fixed, token_ms, rest = coefs[0], coefs[1:1 + n], coefs[1 + n:]
+        return cls(float(fixed), tuple(knots), tuple(float(c) for c in token_ms),
+                   *(float(c) for c in rest), label=label)
+
+    def predict(self, shape: StepShape) -> float:
+        return sum(c * x for c, x in zip(self.coefficients, features(shape, self.knots)))
+
+    def step_ms(self, plan: StepPlan) -> float:
+        return self.predict(step_shape(plan))
+
+    def decode_ms(self, batch: int, context: int) -> float:
+        """A decode step of `batch` sequences, each with `context` tokens before its new one."""
+        return self.predict(StepShape(batch, batch, batch * (context + 1), 0))
+
+    def prefill_ms(self, prompt: int) -> float:
+        """One whole prompt of `prompt` tokens, alone in its step, sampling its first token."""
+        return self.predict(StepShape(prompt, 1, 0, prompt * (prompt + 1) // 2))
+
+    def scaled(self, factor: float, label: str) -> "StepModel":
+        """Every cost multiplied by `factor`: a machine `1/factor` times as fast."""
+        return StepModel.from_coefficients([c * factor for c in self.coefficients], self.knots, label)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepModel":
+        return cls(**{**d, "knots": tuple(d["knots"]), "token_ms": tuple(d["token_ms"])})
+
+
+UNCALIBRATED = StepModel(
+    fixed_ms=20.0, knots=(), token_ms=(0.9,), sample_ms=0.6, decode_read_ms=2.0, prefill_pair_ms=0.5,
+    label="uncalibrated: a hand-set guess, not measured on this machine "
+          "(run `python -m engine calibrate` to measure it)")

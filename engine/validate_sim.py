@@ -1,0 +1,165 @@
+"""Validating the simulator: each workload runs on the real engine and on the simulator, and
+the headline numbers are compared.
+
+The calibration fits its step model to hand-built steps timed one at a time; none of these
+workloads, nor any whole engine run, is used for fitting. Together they cover static and
+continuous batching, chunked prefill on and off, orders other than fcfs, KV pressure with
+preemptions, and bursty arrivals. Each is small (a few seconds on a CPU with SmolLM2).
+
+Both runs get the very same requests (same prompts, lengths and arrival times), so a
+difference can only come from the predicted step times, and from what the simulator leaves
+out: the real engine's own time between steps (scheduling, bookkeeping), and noise from other
+work on the machine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .arrivals import build_requests
+from .build import build_engine
+from .config import EngineConfig, SchedulerPolicy
+from .engine import Engine
+from .metrics import summarize
+from .request import Request
+from .scheduler import ScheduledChunk, StepPlan
+from .simulate import SimProfile, fresh_copy, simulate
+from .workload import PromptMaker, WorkloadSpec
+
+TOLERANCE = 0.10     # the goal: every metric within 10% of the real engine
+
+# (column label, summary key, percentile or None)
+METRICS = [("TTFT p50", "ttft_s", "p50"), ("TTFT p95", "ttft_s", "p95"),
+           ("TPOT p50", "tpot_s", "p50"), ("TPOT p95", "tpot_s", "p95"),
+           ("throughput", "output_throughput_tok_s", None), ("makespan", "duration_s", None)]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    policy: SchedulerPolicy
+    spec: WorkloadSpec
+
+
+def _case(name: str, workload: dict, **policy) -> Case:
+    spec = WorkloadSpec(seed=7, **workload).validate()
+    return Case(name, SchedulerPolicy(**policy).validate(), spec)
+
+
+CASES = [
+    _case("static batches, fcfs",
+          dict(num_requests=12, rate=6.0, prompt_lo=32, prompt_hi=96, output_lo=8, output_hi=24),
+          mode="static", max_num_seqs=4, max_wait_ms=200.0),
+    _case("continuous, chunked prefill, sjf",
+          dict(num_requests=12, rate=8.0, prompt_kind="longtail", prompt_lo=48, prompt_hi=320,
+               output_lo=8, output_hi=32),
+          max_num_seqs=8, max_num_batched_tokens=128, long_prefill_token_threshold=64, order="sjf"),
+    _case("no chunked prefill, priority, 2 tenants",
+          dict(num_requests=12, rate=8.0, prompt_lo=48, prompt_hi=192, output_lo=8, output_hi=32, tenants=2),
+          max_num_seqs=8, enable_chunked_prefill=False, order="priority"),
+    _case("KV pressure (preemptions)",
+          dict(num_requests=10, rate=0.0, prompt_lo=64, prompt_hi=128, output_lo=24, output_hi=48),
+          max_num_seqs=8, kv_capacity_tokens=512),
+    _case("bursty arrivals, fair, prefill_first",
+          dict(num_requests=14, rate=6.0, burstiness=3.0, prompt_lo=32, prompt_hi=128, output_lo=8,
+               output_hi=32, tenants=3),
+          max_num_seqs=8, order="fair", step_priority="prefill_first"),
+]
+
+
+def metric_value(summary: dict, key: str, pct: str | None) -> float:
+    return summary[key][pct] if pct else summary[key]
+
+
+def relative_errors(real: dict, sim: dict) -> dict[str, float]:
+    """(simulated - real) / real for every metric in METRICS; NaN where the real value is 0 or missing."""
+    out = {}
+    for label, key, pct in METRICS:
+        r, s = metric_value(real, key, pct), metric_value(sim, key, pct)
+        out[label] = (s - r) / r if r == r and r != 0 else float("nan")
+    return out
+
+
+def run_real(config: EngineConfig, policy: SchedulerPolicy, model, requests) -> Engine:
+    engine = build_engine(config, policy, model)
+    for r in requests:
+        engine.submit(r)
+    engine.run()
+    return engine
+
+
+def compare(case: Case, run_one_real, run_one_sim, requests) -> dict:
+    """Run `requests` through both (callables: policy, requests -> finished Engine) and compare."""
+    real = run_one_real(case.policy, [fresh_copy(r) for r in requests])
+    sim = run_one_sim(case.policy, [fresh_copy(r) for r in requests])
+    sums = [summarize(e.all_requests(), e.steps) for e in (real, sim)]
+    return {"case": case.name, "real": sums[0], "sim": sums[1], "errors": relative_errors(*sums)}
+
+
+def validate(model, profile: SimProfile, cases=CASES, config: EngineConfig | None = None,
+             progress=None) -> list[dict]:
+    """Every case on the real engine (`model`, a LoadedModel) and on the simulator (`profile`)."""
+    config = config or EngineConfig(model=model.name, kv_pool_tokens=8192)
+    prompts = PromptMaker(model.tokenizer)
+    run_real(config, SchedulerPolicy(), model, build_requests(WorkloadSpec(num_requests=2, rate=0), prompts))  # warm-up
+    results = []
+    for case in cases:
+        requests = build_requests(case.spec, prompts)
+        sized = replace(config, kv_pool_tokens=max(config.kv_pool_tokens, case.policy.kv_capacity_tokens))
+        results.append(compare(case, lambda p, rs: run_real(sized, p, model, rs),
+                               lambda p, rs: simulate(sized, p, profile, rs), requests))
+        if progress is not None:
+            progress(results[-1])
+    return results
+
+
+def error_table(results: list[dict], tolerance: float = TOLERANCE) -> str:
+    """The relative errors as a text table, a star on every one beyond `tolerance`, and the worst."""
+    width = max([len(r["case"]) for r in results] + [8])
+    lines = [f"{'workload':<{width}}" + "".join(f"{label:>12}" for label, _, _ in METRICS)]
+    for r in results:
+        cells = [f"{e:+.1%}" + ("*" if abs(e) > tolerance else " ") for e in r["errors"].values()]
+        lines.append(f"{r['case']:<{width}}" + "".join(f"{c:>12}" for c in cells))
+    name, label, err = worst(results)
+    lines.append(f"relative error = (simulated - real) / real; * beyond {tolerance:.0%}. "
+                 f"Worst: {label} of '{name}', {err:+.1%}")
+    return "\n".join(lines)
+
+
+def worst(results: list[dict]) -> tuple[str, str, float]:
+    """(case, metric, error) of the largest error in size."""
+    return max(((r["case"], label, e) for r in results for label, e in r["errors"].items() if e == e),
+               key=lambda t: abs(t[2]), default=("", "", 0.0))
+
+
+# Step shapes on which the roofline model of this CPU is checked against the calibrated profile:
+# (name, [(start position, tokens) of each sequence]).
+GAP_SHAPES = [("decode, 1 seq at 256", [(256, 1)]), ("decode, 8 seqs at 256", [(256, 1)] * 8),
+              ("decode, 32 seqs at 256", [(256, 1)] * 32), ("prefill 128", [(0, 128)]),
+              ("prefill 512", [(0, 512)]), ("8 decodes + 128 prefill", [(256, 1)] * 8 + [(0, 128)])]
+
+
+def shape_plan(chunks: list[tuple[int, int]]) -> StepPlan:
+    """A step of the given shape; every sequence reaches its last token, so every one samples."""
+    plan = StepPlan()
+    for i, (start, n) in enumerate(chunks):
+        r = Request(id=f"s{i}", prompt_token_ids=[0] * (start + n), max_new_tokens=1)
+        plan.chunks.append(ScheduledChunk(r, start, n, "decode" if n == 1 and start > 0 else "prefill"))
+    return plan
+
+
+def roofline_gap(calibrated, roofline) -> list[dict]:
+    """Predicted step times of both (anything with step_ms(plan)) on GAP_SHAPES, and the gap
+    (roofline - calibrated) / calibrated."""
+    rows = []
+    for name, chunks in GAP_SHAPES:
+        plan = shape_plan(chunks)
+        c, r = calibrated.step_ms(plan), roofline.step_ms(plan)
+        rows.append({"shape": name, "calibrated_ms": c, "roofline_ms": r, "gap": (r - c) / c})
+    return rows
+
+
+def gap_table(rows: list[dict]) -> str:
+    lines = [f"{'step':<26}{'calibrated':>12}{'roofline':>12}{'gap':>9}"]
+    lines += [f"{r['shape']:<26}{r['calibrated_ms']:>10.1f}ms{r['roofline_ms']:>10.1f}ms{r['gap']:>+9.0%}"
+              for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""The simulator: the same scheduler as the real engine on a virtual clock. It is deterministic
+for a seed, and given the real run's step times it makes the real run's decisions, step by step.
+The validation's comparison gives the errors a known difference in step times implies."""
+import math
+
+import pytest
+
+from engine.arrivals import build_requests
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.request import EventKind
+from engine.simulate import SimProfile, build_simulation, fresh_copy, resolve_profile, simulate
+from engine.validate_sim import CASES, compare, error_table, relative_errors, run_real, worst
+from engine.workload import PromptMaker, WorkloadSpec
+
+CONFIG = EngineConfig(kv_pool_tokens=8192)
+
+
+def run_sim(spec: WorkloadSpec, policy=SchedulerPolicy(), profile_name="h100-sxm:llama-3.1-8b"):
+    return simulate(CONFIG, policy, resolve_profile(profile_name), build_requests(spec))
+
+
+def trace(engine):
+    return ([(s.t_start_s, s.t_end_s, s.members, s.preempted) for s in engine.steps],
+            [(r.id, r.first_token_s, r.finish_s, tuple(r.output_token_ids)) for r in engine.all_requests()])
+
+
+def test_the_simulator_is_deterministic_for_a_seed():
+    spec = WorkloadSpec(num_requests=60, rate=30, burstiness=2, prompt_kind="longtail", prompt_hi=900, seed=3)
+    policy = SchedulerPolicy(max_num_seqs=8, kv_capacity_tokens=2048)
+    first, again = trace(run_sim(spec, policy)), trace(run_sim(spec, policy))
+    assert first == again
+    assert trace(run_sim(spec.changed(seed=4), policy)) != first   # a seed does change the run
+
+
+class ReplayedSteps:
+    """Step times that end each simulated step when the real one ended, or when the real engine
+    next took in arrivals (its clock had moved on by then): the real run's timeline, replayed."""
+
+    def __init__(self, real_engine):
+        queued = [e.t_s for e in real_engine.events if e.kind is EventKind.QUEUED]
+        steps = real_engine.steps
+        self.ends = []
+        for k, s in enumerate(steps):
+            next_start = steps[k + 1].t_start_s if k + 1 < len(steps) else math.inf
+            admitted = [t for t in queued if s.t_end_s <= t <= next_start]
+            self.ends.append(max([s.t_end_s, *admitted]))
+        self.clock = None
+        self.step = 0
+
+    def step_ms(self, plan) -> float:
+        end = self.ends[self.step]
+        self.step += 1
+        return (end - self.clock.now()) * 1000
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from engine.model import load_model
+    return load_model("smollm2", "cpu", "auto")
+
+
+def test_same_step_times_give_the_same_steps_as_the_real_engine(smollm2):
+    spec = WorkloadSpec(num_requests=8, rate=12, prompt_lo=40, prompt_hi=160, output_lo=6, output_hi=20, seed=11)
+    policy = SchedulerPolicy(max_num_seqs=4, max_num_batched_tokens=96, long_prefill_token_threshold=48,
+                             kv_capacity_tokens=256)
+    requests = build_requests(spec, PromptMaker(smollm2.tokenizer))
+    real = run_real(CONFIG, policy, smollm2, [fresh_copy(r) for r in requests])
+    assert sum(s.preempted for s in real.steps) > 0, "the workload is meant to force preemptions"
+
+    replay = ReplayedSteps(real)
+    profile = SimProfile("replay", "the real run's step times", replay)
+    sim = build_simulation(CONFIG, policy, profile)
+    replay.clock = sim.clock
+    for r in requests:
+        sim.submit(fresh_copy(r))
+    sim.run()
+    assert [s.members for s in sim.steps] == [s.members for s in real.steps]
+    assert [s.preempted for s in sim.steps] == [s.preempted for s in real.steps]
+
+    # The comparison has teeth: with other step times the same scheduler decides otherwise.
+    other = simulate(CONFIG, policy, resolve_profile("hand-set"), [fresh_copy(r) for r in requests])
+    assert [s.members for s in other.steps] != [s.members for s in real.steps]
+
+
+class Scaled:
+    """A step model `factor` times as slow as another."""
+
+    def __init__(self, inner, factor: float):
+        self.inner, self.factor = inner, factor
+
+    def step_ms(self, plan) -> float:
+        return self.inner.step_ms(plan) * self.factor
+
+
+def test_the_comparison_reports_a_known_difference_in_step_times():
+    base = resolve_profile("a100-80gb:smollm2-135m")
+    slower = SimProfile("slower", "25% slower", Scaled(base.step_model, 1.25))
+    case = CASES[1]
+    # rate 0: every request is in at the start, so every time in the run scales with the steps
+    requests = build_requests(case.spec.changed(rate=0))
+    run_with = lambda profile: (lambda policy, rs: simulate(CONFIG, policy, profile, rs))
+
+    same = compare(case, run_with(base), run_with(base), requests)
+    assert all(e == 0 for e in same["errors"].values())
+
+    result = compare(case, run_with(base), run_with(slower), requests)
+    errors = result["errors"]
+    for label in ("TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95", "makespan"):
+        assert errors[label] == pytest.approx(0.25, abs=1e-6), label
+    assert errors["throughput"] == pytest.approx(1 / 1.25 - 1, abs=1e-6)
+    table = error_table([same, result])
+    assert "+25.0%*" in table and "-20.0%*" in table and "+0.0% " in table
+    assert worst([same, result])[2] == pytest.approx(0.25)
+
+
+def test_a_missing_real_value_gives_no_error_rather_than_a_wrong_one():
+    real = {"ttft_s": {"p50": 0.0, "p95": math.nan}, "tpot_s": {"p50": 0.1, "p95": 0.2},
+            "output_throughput_tok_s": 10.0, "duration_s": 2.0}
+    sim = {"ttft_s": {"p50": 0.1, "p95": 0.1}, "tpot_s": {"p50": 0.11, "p95": 0.2},
+           "output_throughput_tok_s": 8.0, "duration_s": 3.0}
+    errors = relative_errors(real, sim)
+    assert math.isnan(errors["TTFT p50"]) and math.isnan(errors["TTFT p95"])
+    assert errors["TPOT p50"] == pytest.approx(0.1) and errors["throughput"] == pytest.approx(-0.2)
+    assert errors["makespan"] == pytest.approx(0.5)
+
+
+def test_a_kv_capacity_beyond_the_simulated_device_is_refused():
+    profile = resolve_profile("l4:llama-3.1-8b")
+    with pytest.raises(ValueError, match=r"kv_capacity_tokens 100000 .* \(allowed 1 to \d+"):
+        simulate(CONFIG, SchedulerPolicy(kv_capacity_tokens=100_000), profile, [])
+
+
+def test_the_calibrated_profile_is_found_by_default_or_by_its_file(tmp_path, monkeypatch):
+    from engine.profile import Profile, current_key, save_profile
+    from engine.step_model import StepModel
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    known = StepModel(fixed_ms=5.0, knots=(), token_ms=(0.5,), sample_ms=0.1, decode_read_ms=1.0,
+                      prefill_pair_ms=0.2, label="known")
+    fit = {"heldout_mean_error": 0.02, "heldout_max_error": 0.05}
+    saved = save_profile(Profile(**current_key("smollm2", "fp32", "cpu"), step_model=known, fit=fit))
+    by_default = resolve_profile(None, "smollm2", "fp32", "cpu")
+    by_file = resolve_profile(saved.path)
+    for p in (by_default, by_file):
+        assert p.calibrated and p.step_model == known and p.label.startswith("calibrated profile:")
+    spec = WorkloadSpec(num_requests=5, rate=0, prompt_kind="fixed", prompt_lo=10, output_kind="fixed", output_lo=3)
+    engine = simulate(CONFIG, SchedulerPolicy(), by_default, build_requests(spec))
+    # one step of five 10-token prompts, then two of five decodes each
+    prefill = 5.0 + 0.5 * 50 + 0.1 * 5 + 0.2 * 5 * 55 / 1000
+    decode = lambda context: 5.0 + 0.5 * 5 + 0.1 * 5 + 1.0 * 5 * context / 1000
+    assert [s.duration_s * 1000 for s in engine.steps] == pytest.approx([prefill, decode(11), decode(12)])
+    with pytest.raises(ValueError, match="calibrate"):
+        resolve_profile(None, "smollm2", "bf16", "cpu")     # none was saved for bf16
+
+
+def test_an_unknown_profile_says_what_to_use():
+    with pytest.raises(ValueError, match="calibrate.*h100-sxm.*hand-set"):
+        resolve_profile("no-such-profile.json")
