@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 PORT   ?= 8501
 
-.PHONY: run test bench serve chromium clean
+.PHONY: run test bench serve classroom chromium clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,20 @@ bench: $(STAMP)
 HOST ?= 127.0.0.1
 serve: $(STAMP)
 	$(PY) -m engine serve --host $(HOST) --port 8000
+
+# A classroom: one engine server on every interface, and the app attached to it (the
+# students' browsers reach the app; the app reaches the engine). Ctrl-C stops both.
+classroom: $(STAMP)
+	@TOKEN=$${BATCHING_LAB_INSTRUCTOR_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(12))')}; \
+	IP=$$(hostname -I 2>/dev/null | cut -d' ' -f1); \
+	BATCHING_LAB_INSTRUCTOR_TOKEN=$$TOKEN $(PY) -m engine serve --host 0.0.0.0 --port 8000 & SERVER=$$!; \
+	trap 'kill $$SERVER' EXIT INT TERM; \
+	until $(PY) -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/health")' 2>/dev/null; do \
+		kill -0 $$SERVER || exit 1; sleep 1; done; \
+	echo "join URL:          http://$${IP:-localhost}:$(PORT)/classroom"; \
+	echo "instructor token:  $$TOKEN"; \
+	BATCHING_LAB_ENGINE_URL=http://127.0.0.1:8000 $(VENV)/bin/streamlit run app.py --server.address 0.0.0.0 \
+		--server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 clean:
 	rm -rf $(VENV)

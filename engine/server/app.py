@@ -7,6 +7,9 @@
     GET  /lab/requests    recent request rows, in the requests.csv columns (?limit=N)
     GET  /lab/policy      the live scheduler policy
     PUT  /lab/policy      change some knobs; needs the instructor token (Authorization: Bearer ...)
+    GET  /lab/load        the background load: running or not, its workload, requests sent
+    PUT  /lab/load        start it ({"running": true, workload knobs...}) or stop it; instructor
+    POST /lab/reset       abort everything in flight and start a fresh engine; instructor
 
 Every check that can be made at once (body, fields, context length, a full queue, a tenant
 over its limit) answers with its status before anything is sent. A client that goes away,
@@ -29,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ..metrics import request_row
 from ..request import Request, Status
 from . import openai_schema as oa
+from .background import spec_from
 from .service import EngineService, Stream
 from .text import TextStream
 
@@ -42,9 +46,8 @@ class ClientGone(Exception):
 
 def create_app(service: EngineService, model_name: str, instructor_token: str,
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    engine = service.engine
-    tokenizer = engine.tokenizer
-    max_model_len = engine.scheduler.max_model_len
+    tokenizer = service.engine.tokenizer          # the same model after a reset
+    max_model_len = service.engine.scheduler.max_model_len
 
     @asynccontextmanager
     async def lifespan(_):
@@ -156,14 +159,18 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
 
     @app.get("/lab/steps")
     async def lab_steps(since: int | None = None, stream: bool = True):
-        start = engine.step_count if since is None else since
+        start = service.engine.step_count if since is None else since
         if not stream:
+            run, marks = service.run, [asdict(m) for m in service.engine.marks]
             steps = service.steps_since(start)
-            return {"steps": [step_json(r) for r in steps], "next": steps[-1].step + 1 if steps else start}
+            return {"steps": [step_json(r) for r in steps], "next": steps[-1].step + 1 if steps else start,
+                    "run": run, "marks": marks}
 
         async def follow():
-            nxt = start
+            nxt, run = start, service.run
             while True:
+                if service.run != run:           # a reset: the fresh engine counts from step 0
+                    nxt, run = 0, service.run
                 for rec in service.steps_since(nxt):
                     yield oa.sse(step_json(rec))
                     nxt = rec.step + 1
@@ -172,32 +179,58 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
 
     @app.get("/lab/requests")
     async def lab_requests(limit: int = 200):
-        recent = list(engine.requests.values())[-max(0, limit):]
+        recent = list(service.engine.requests.values())[-max(0, limit):]
         return {"requests": [request_row(r) for r in recent]}
 
     @app.get("/lab/policy")
     async def get_policy():
-        return engine.policy.to_dict()
+        return service.engine.policy.to_dict()
 
     @app.put("/lab/policy")
     async def put_policy(http: HttpRequest):
-        check_instructor(http, instructor_token)
-        changes = oa.read_json(await read_body(http, max_body_bytes), max_body_bytes)
+        changes = await instructor_body(http, "changing the policy")
         try:
-            policy = engine.policy.changed(**changes)
+            policy = service.engine.policy.changed(**changes)
         except (ValueError, TypeError) as exc:
             raise oa.ApiError(400, str(exc)) from None
         service.set_policy(policy)
         return policy.to_dict()
 
+    @app.get("/lab/load")
+    async def get_load():
+        return service.background.state()
+
+    @app.put("/lab/load")
+    async def put_load(http: HttpRequest):
+        body = await instructor_body(http, "changing the background load")
+        running = body.pop("running", True)
+        if not isinstance(running, bool):
+            raise oa.ApiError(400, f"running must be true or false (got {running!r:.40})", "running")
+        try:
+            spec = spec_from(body) if running else None
+        except (ValueError, TypeError) as exc:
+            raise oa.ApiError(400, str(exc)) from None
+        service.set_background(spec)
+        return {"running": running}
+
+    @app.post("/lab/reset")
+    async def reset(http: HttpRequest):
+        check_instructor(http, instructor_token, "a reset")
+        service.reset()
+        return {"run": service.run + 1}
+
+    async def instructor_body(http: HttpRequest, what: str) -> dict:
+        check_instructor(http, instructor_token, what)
+        return oa.read_json(await read_body(http, max_body_bytes), max_body_bytes)
+
     return app
 
 
-def check_instructor(http: HttpRequest, token: str) -> None:
+def check_instructor(http: HttpRequest, token: str, what: str) -> None:
     given = http.headers.get("authorization", "").removeprefix("Bearer ").strip() \
         or http.headers.get("x-instructor-token", "")
     if not given:
-        raise oa.ApiError(401, "changing the policy needs the instructor token (Authorization: Bearer TOKEN)")
+        raise oa.ApiError(401, f"{what} needs the instructor token (Authorization: Bearer TOKEN)")
     if not secrets.compare_digest(given.encode(), token.encode()):
         raise oa.ApiError(403, "wrong instructor token")
 

@@ -42,7 +42,8 @@ def build_app(args, policy: SchedulerPolicy, token: str):
     engine = build_engine(config, policy, model)
     engine.keep_steps = KEEP_STEPS
     name = args.served_model_name or args.model
-    service = EngineService(engine, name, args.max_inflight_per_tenant)
+    service = EngineService(engine, name, args.max_inflight_per_tenant,
+                            rebuild=lambda p: build_engine(config, p, model))
     return create_app(service, name, token)
 
 

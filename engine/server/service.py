@@ -5,6 +5,10 @@ through a queue, the inbox: "submit this request", "abort that one". Between two
 engine thread takes what is in the inbox, runs one step, then hands every request its new
 tokens through that request's asyncio.Queue. asyncio objects are not thread-safe, so the
 hand-over goes through loop.call_soon_threadsafe: once per step, for all requests at once.
+
+The classroom's controls go through the inbox too: background load on or off, and a reset
+(every request in flight aborted, a fresh engine with the live policy and an empty history,
+on the same clock; `run` counts resets so a reader of /lab/steps knows to start over).
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..engine import Engine
+from ..engine import Engine, PolicyMark
 from ..request import Request, Status
+from .background import BackgroundLoad
 from .openai_schema import ApiError, Sampling
 from .prom import ServerMetrics
 
@@ -46,8 +51,12 @@ class Stream:
 
 
 class EngineService:
-    def __init__(self, engine: Engine, model_name: str, max_inflight_per_tenant: int = 64):
+    def __init__(self, engine: Engine, model_name: str, max_inflight_per_tenant: int = 64, rebuild=None):
+        """`rebuild(policy)` builds a fresh engine for a reset (None: this server cannot reset)."""
         self.engine = engine
+        self.rebuild = rebuild
+        self.run = 0                                   # resets so far
+        self.background = BackgroundLoad(engine.tokenizer)
         self.metrics = ServerMetrics(model_name)
         self.max_inflight_per_tenant = max_inflight_per_tenant
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -98,6 +107,15 @@ class EngineService:
     def set_policy(self, policy) -> None:
         self.engine.set_policy(policy)       # thread-safe: applies from the next step
 
+    def set_background(self, spec) -> None:
+        """Start background load from a WorkloadSpec, or stop it (None); from the next step."""
+        self._inbox.put(("load", spec))
+
+    def reset(self) -> None:
+        if self.rebuild is None:
+            raise ApiError(409, "this server was started without a way to rebuild its engine, so it cannot reset")
+        self._inbox.put(("reset", None))
+
     def steps_since(self, first_step: int) -> list:
         """Step records numbered `first_step` and later that are still kept."""
         steps = list(self.engine.steps)      # a copy: the engine thread trims the window meanwhile
@@ -109,10 +127,12 @@ class EngineService:
     # ----- the engine thread -----
 
     def _run(self) -> None:
-        eng = self.engine
         while not self._stop:
             try:
-                self._take_inbox(block=not eng.has_work())
+                self._take_inbox(block=not self.engine.has_work())
+                eng = self.engine                 # a reset may have replaced it
+                for req in self.background.due(eng.clock.now()):
+                    eng.submit(req)
                 rec = eng.step()
                 if rec is None and eng.has_work():
                     wake = eng.next_wake_s()      # e.g. a static batch still forming
@@ -126,13 +146,21 @@ class EngineService:
                 traceback.print_exc()
 
     def _take_inbox(self, block: bool) -> None:
+        wait_s = IDLE_WAIT_S
+        next_arrival = self.background.next_s()
+        if next_arrival is not None:
+            wait_s = min(wait_s, max(0.0, next_arrival - self.engine.clock.now()))
         try:
-            item = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+            item = self._inbox.get(timeout=wait_s) if block and wait_s > 0 else self._inbox.get_nowait()
         except queue.Empty:
             return
         while True:
             kind, stream = item
-            if kind == "submit":
+            if kind == "load":
+                self._set_background(stream)
+            elif kind == "reset":
+                self._reset()
+            elif kind == "submit":
                 self._active[stream.req.id] = stream
                 self.engine.submit(stream.req)
             elif kind == "abort" and not stream.req.done:
@@ -142,6 +170,29 @@ class EngineService:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _set_background(self, spec) -> None:
+        eng = self.engine
+        if spec is None:
+            self.background.stop()
+            label = "background load off"
+        else:
+            self.background.start(spec, eng.clock.now())
+            label = f"background load on: {spec.rate:g} req/s"
+        eng.marks.append(PolicyMark(eng.step_count, eng.clock.now(), label))
+
+    def _reset(self) -> None:
+        """Abort everything in flight, then swap in a fresh engine (same policy, same clock)."""
+        old = self.engine
+        self.background.stop()
+        for stream in list(self._active.values()):
+            stream.abort_reason = "abort"
+            old.abort(stream.req, "the instructor reset the engine")
+        self._hand_over()
+        old.executor = None                       # its KV pool goes before the new one is made
+        self.engine = self.rebuild(old.policy)
+        self.engine.clock, self.engine.keep_steps = old.clock, old.keep_steps
+        self.run += 1
 
     def _hand_over(self) -> None:
         """Give every active request its new tokens (and its end), one call per event loop."""

@@ -1,0 +1,187 @@
+"""Classroom: one shared engine, a whole class sending to it and watching the same batch.
+
+The app must be attached to a Batching Lab server (`make classroom` does both). A student
+picks a name (their tenant), sends a prompt or a burst, and finds their own requests
+outlined in the shared batch chart and their own TTFT/TPOT beside the class's. The
+instructor, with the token, changes the policy live, runs background load and resets.
+This page only reads boards that classroom.feed builds once for every viewer.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from classroom.board import CLASS, Board
+from classroom.feed import shared_feed
+from classroom.names import check_name
+from engine.config import SchedulerPolicy
+from engine.knobs import knobs_of
+from engine.workload import WorkloadSpec
+from remote import engines
+from remote.lab_control import LabControl, LabRefused
+from remote.load import LoadGenerator, served_model
+from ui import widgets
+
+INSTRUCTOR_KNOBS = ("mode", "max_num_seqs", "order", "enable_chunked_prefill", "kv_capacity_tokens")
+LOAD_KNOBS = ("rate", "num_requests")
+BURST_MAX, OUTPUT_MAX = 16, 256
+POLICY, WORKLOAD = knobs_of(SchedulerPolicy), knobs_of(WorkloadSpec)
+
+st.title(":material/groups: Classroom: one engine, everyone's requests")
+try:
+    choice = engines.from_env()
+except ValueError as exc:
+    st.error(widgets.plain(exc))
+    st.stop()
+if choice.kind != "server":
+    st.info("The classroom needs the app attached to a Batching Lab server: run `make classroom`, "
+            "or start `python -m engine serve` and set BATCHING_LAB_ENGINE_URL to its address.")
+    st.stop()
+
+feed = shared_feed(choice.url)
+session_id = get_script_run_ctx().session_id if get_script_run_ctx() else "script"
+
+
+@st.cache_resource(show_spinner=False)
+def model_name(url: str) -> str:
+    return served_model(url)
+
+
+def generator(name: str) -> LoadGenerator:
+    """This session's load generator: its requests carry the student's name as their tenant."""
+    gen = st.session_state.get("cr_generator")
+    if gen is None or gen.tenant != name:
+        gen = LoadGenerator(choice.api_url, model_name(choice.api_url), name)
+        st.session_state["cr_generator"] = gen
+    return gen
+
+
+# ----------------------------------------------------------------------------- who are you
+
+
+name = st.text_input("Your name (your requests carry it as their tenant)", key="cr_name", max_chars=64)
+me = ""
+if name:
+    try:
+        me = check_name(name)
+    except ValueError as exc:
+        st.error(widgets.plain(exc))
+
+if me:
+    with st.container(border=True, key="cr_send"):
+        prompt = st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
+        cols = st.columns(3)
+        tokens = cols[0].number_input("Output tokens", 1, OUTPUT_MAX, 64, key="cr_tokens")
+        burst = cols[1].number_input("Burst size", 1, BURST_MAX, 8, key="cr_burst")
+        if cols[2].button("Send", key="cr_send_one", type="primary"):
+            generator(me).send_prompt(prompt, int(tokens), ignore_eos=True)
+        if cols[2].button(f"Send a burst of {int(burst)}", key="cr_send_burst"):
+            generator(me).send_prompt(prompt, int(tokens), n=int(burst), ignore_eos=True)
+else:
+    st.caption("Pick a name to send requests; you can watch without one.")
+
+
+# ----------------------------------------------------------------------------- instructor
+
+
+def knob_widget(k, value):
+    key = f"cr_knob_{k.name}"
+    if k.kind == "choice":
+        return st.selectbox(k.label, k.choices, index=k.choices.index(value), help=k.help, key=key)
+    if k.kind == "bool":
+        return st.toggle(k.label, value=bool(value), help=k.help, key=key)
+    cast = int if k.kind == "int" else float
+    return st.number_input(k.label, cast(k.lo), cast(k.hi), cast(value), help=k.help, key=key)
+
+
+def instructor_panel(board: Board) -> None:
+    with st.expander("Instructor", icon=":material/key:"):
+        token = st.text_input("Instructor token", type="password", key="cr_token")
+        control = LabControl(choice.url, token)
+        with st.form("cr_policy_form", border=False):
+            changes = {n: knob_widget(POLICY[n], board.policy[n]) for n in INSTRUCTOR_KNOBS}
+            apply = st.form_submit_button("Apply to the engine", type="primary")
+        load_cols = st.columns(len(LOAD_KNOBS) + 2)
+        workload = {n: col.number_input(WORKLOAD[n].label, WORKLOAD[n].lo, WORKLOAD[n].ui_hi, WORKLOAD[n].default,
+                                        key=f"cr_load_{n}") for n, col in zip(LOAD_KNOBS, load_cols)}
+        start = load_cols[-2].button("Start background load", key="cr_load_start")
+        stop = load_cols[-2].button("Stop background load", key="cr_load_stop")
+        reset = load_cols[-1].button("Reset the engine", key="cr_reset",
+                                     help="Abort everything in flight and start a fresh engine with this policy.")
+        try:
+            if apply:
+                control.set_policy(**{n: v for n, v in changes.items() if v != board.policy[n]})
+            if start:
+                control.start_load(**workload)
+            if stop:
+                control.stop_load()
+            if reset:
+                control.reset()
+        except LabRefused as exc:
+            st.error(widgets.plain(f"The engine refused: {exc}"))
+        else:
+            if apply or start or stop or reset:
+                feed.board(session_id, fresh=True)
+                st.toast("Done: the whole class sees it from the next refresh.")
+
+
+# ----------------------------------------------------------------------------- the shared view
+
+
+def status_line(board: Board) -> None:
+    steps = board.tables.steps
+    last = steps.iloc[-1] if len(steps) else None
+    kv = f"{last['kv_used_blocks'] / last['kv_total_blocks']:.0%}" if last is not None and last["kv_total_blocks"] else "—"
+    load = board.load
+    st.markdown(
+        f"**Running:** {0 if last is None else int(last['running'])} of {board.policy['max_num_seqs']} slots · "
+        f"**waiting:** {0 if last is None else int(last['waiting'])} · **KV used:** {kv} · "
+        f"background load: {'on' if load['running'] else 'off'} · viewers: {feed.viewers} · "
+        f"refresh every {feed.interval_s():.1f} s")
+
+
+def tenant_table(board: Board) -> None:
+    table = board.tenants.copy()
+    table.insert(0, "", ["← you" if who == me else "" for who in table["who"]])
+    st.dataframe(table, hide_index=True, width="stretch", key="cr_tenants",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                for c in ("TTFT p50 (s)", "TPOT p50 (s)")})
+    if CLASS in set(table["who"]):
+        st.caption("TTFT and TPOT as the engine measured them, medians over finished requests.")
+
+
+def own_requests() -> None:
+    gen = st.session_state.get("cr_generator")
+    if gen is None or not gen.records:
+        return
+    rows = gen.table().tail(10)[["id", "status", "output_tokens", "ttft_s", "tpot_s", "e2e_s"]]
+    st.caption("Your latest requests, timed by this app from the stream (network included):")
+    st.dataframe(rows.iloc[::-1], hide_index=True, width="stretch", key="cr_own")
+
+
+def draw_board() -> None:
+    board = feed.board(session_id)
+    if feed.error:
+        st.warning(widgets.plain(feed.error))
+    if board is None:
+        st.info("Waiting for the engine's first answer…")
+        return
+    status_line(board)
+    st.plotly_chart(go.Figure(board.membership_for(me)), width="stretch", key="cr_membership")
+    if me:
+        st.caption("Your requests are outlined in black.")
+    left, right = st.columns(2)
+    left.plotly_chart(go.Figure(board.figures["queue"]), width="stretch", key="cr_queue")
+    right.plotly_chart(go.Figure(board.figures["kv"]), width="stretch", key="cr_kv")
+    tenant_table(board)
+    own_requests()
+    if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:
+        st.rerun(scope="app")                  # the class grew or shrank: refresh at the new pace
+
+
+st.session_state["cr_every"] = feed.interval_s()
+st.fragment(run_every=st.session_state["cr_every"])(draw_board)()
+first = feed.board(session_id)
+if first is not None:
+    instructor_panel(first)

@@ -1,0 +1,168 @@
+"""Any engine: the lab's load, sent to any OpenAI-compatible server (vLLM, SGLang, TGI, or ours).
+
+A client sees less than the engine does. This page shows only what it can know: each request's
+TTFT, TPOT and ITL timed from its own stream, a per-request timeline from this app's own
+timestamps, and running, waiting and KV usage read from the engine's Prometheus page. It says
+so beside the charts. The address can come from the environment (remote/engines.py), so a
+teacher can point the whole app at a GPU server before class.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from analysis import latency, style
+from engine import metrics
+from engine.arrivals import ArrivalFeed
+from engine.knobs import knobs_of
+from engine.workload import WorkloadSpec
+from remote import engines, prometheus
+from remote.load import LoadGenerator, now_s, served_model
+from ui import widgets
+
+LOAD_KNOBS = ("rate", "num_requests", "output_lo", "output_hi")
+WORKLOAD = knobs_of(WorkloadSpec)
+GAUGE_EVERY_S = 1.0
+KEEP_GAUGES = 600              # ten minutes of one-second gauge readings
+WINDOW_S = 120.0               # the live charts show the latest two minutes
+
+st.title(":material/dns: Any engine: the same load, sent to a server of your own")
+st.markdown("Point the lab at **any OpenAI-compatible server**: vLLM, SGLang or TGI on your GPUs, "
+            "or this project's own `python -m engine serve`. The load generator sends real "
+            "streaming requests; the charts are drawn from what comes back.")
+
+try:
+    env = engines.from_env()
+except ValueError as exc:
+    st.error(widgets.plain(exc))
+    env = engines.EngineChoice()
+
+with st.form("ext_target"):
+    cols = st.columns([3, 2, 3])
+    url = cols[0].text_input("Server address", env.url or "http://127.0.0.1:8000", key="ext_url",
+                             help="Where the server listens, e.g. http://10.0.0.5:8000 (a /v1 suffix is fine).")
+    model = cols[1].text_input("Model name", env.model, key="ext_model",
+                               help="As the server's /v1/models lists it; empty asks the server.")
+    metrics_url = cols[2].text_input("Metrics page (optional)", env.metrics_url, key="ext_metrics",
+                                     help="Its Prometheus page; empty means the address's /metrics.")
+    connect = st.form_submit_button("Connect", type="primary")
+
+if connect:
+    try:
+        base = engines.base_url(url)
+        name = model.strip() or served_model(base + "/v1")
+        choice = engines.EngineChoice("openai", base, name, metrics_url.strip())
+    except Exception as exc:        # a bad address or a server that does not answer: say which
+        st.error(widgets.plain(f"Could not connect to {url!r}: {exc}"))
+    else:
+        old = st.session_state.get("ext_generator")
+        if old is not None:
+            old.stop()
+        st.session_state["ext_choice"] = choice
+        st.session_state["ext_generator"] = LoadGenerator(choice.api_url, choice.model, "you")
+        st.session_state["ext_gauges"] = []
+
+choice: engines.EngineChoice | None = st.session_state.get("ext_choice")
+if choice is None:
+    st.info("Give the server's address and press Connect. To try it here, start this project's "
+            "server in a terminal with `make serve` and connect to http://127.0.0.1:8000.")
+    st.stop()
+
+gen: LoadGenerator = st.session_state["ext_generator"]
+st.caption(f"Connected to **{widgets.plain(choice.url)}**, model **{widgets.plain(choice.model)}**.")
+
+with st.container(border=True, key="ext_load"):
+    cols = st.columns(len(LOAD_KNOBS) + 1)
+    values = {n: col.number_input(WORKLOAD[n].label, WORKLOAD[n].lo, WORKLOAD[n].ui_hi, WORKLOAD[n].default,
+                                  help=WORKLOAD[n].help, key=f"ext_{n}")
+              for n, col in zip(LOAD_KNOBS, cols)}
+    start = cols[-1].button("Send this load", type="primary", key="ext_start")
+    stop = cols[-1].button("Stop sending", key="ext_stop")
+    if start:
+        try:
+            spec = WorkloadSpec(**{**values, "output_kind": "uniform", "id_prefix": "x"})
+        except ValueError as exc:
+            st.error(widgets.plain(exc))
+        else:
+            gen.run_feed(ArrivalFeed(spec))
+            st.toast(f"Sending {spec.num_requests} requests at {spec.rate:g} per second.")
+    if stop:
+        gen.stop()
+    st.caption("Prompts are sent as token ids drawn by the lab's workload generator, with "
+               "`ignore_eos` so each request generates exactly its output length.")
+
+
+def read_gauges() -> None:
+    """One reading of the engine's gauges per GAUGE_EVERY_S, kept for the chart."""
+    readings = st.session_state.setdefault("ext_gauges", [])
+    if readings and now_s() - readings[-1]["t"] < GAUGE_EVERY_S:
+        return
+    try:
+        g = prometheus.fetch(choice.metrics)
+    except Exception as exc:        # no metrics page, or one without known names
+        st.session_state["ext_gauge_error"] = f"No gauges from {choice.metrics}: {exc}"
+        return
+    st.session_state.pop("ext_gauge_error", None)
+    readings.append({"t": now_s(), "running": g.running, "waiting": g.waiting, "kv": g.kv_usage, "engine": g.engine})
+    del readings[:max(0, len(readings) - KEEP_GAUGES)]
+
+
+def gauge_figure(readings: list[dict]) -> go.Figure:
+    fig = go.Figure()
+    frame = pd.DataFrame(readings)
+    for name, label in (("running", "running"), ("waiting", "waiting")):
+        if len(frame) and frame[name].notna().any():
+            fig.add_trace(go.Scatter(x=frame["t"], y=frame[name], name=label, mode="lines"))
+    engine = frame["engine"].iloc[-1] if len(frame) else "the engine"
+    fig.update_layout(title=f"Running and waiting, from {engine}'s metrics page",
+                      xaxis_range=style.live_x_range(now_s(), WINDOW_S),
+                      xaxis_title="time (s)", yaxis_title="requests", height=300,
+                      margin=dict(l=50, r=10, t=50, b=40))
+    return fig
+
+
+def headline(table: pd.DataFrame) -> None:
+    done = table[table["status"] == "finished"]
+    itls = gen.itls()
+    cells = {
+        "finished": f"{len(done)} of {len(table)}",
+        "in flight": str(gen.in_flight),
+        "TTFT p50": _seconds(done["ttft_s"].median() if len(done) else None),
+        "TPOT p50": _seconds(done["tpot_s"].median() if len(done) else None),
+        "ITL p95": _seconds(metrics.percentile(itls, 95) if itls else None),
+    }
+    for col, (label, value) in zip(st.columns(len(cells)), cells.items()):
+        col.metric(label, value)
+
+
+def _seconds(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f} s"
+
+
+@st.fragment(run_every=1.0)
+def live() -> None:
+    read_gauges()
+    table = gen.table()
+    headline(table)
+    readings = st.session_state.get("ext_gauges", [])
+    if st.session_state.get("ext_gauge_error"):
+        st.warning(widgets.plain(st.session_state["ext_gauge_error"]))
+    elif readings and readings[-1]["kv"] is not None:
+        st.caption(f"KV cache in use: {readings[-1]['kv']:.0%} (from the metrics page)")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(latency.request_timeline(table, now_s=now_s(), x_range=style.live_x_range(now_s(), WINDOW_S)),
+                        width="stretch", key="ext_timeline")
+    with right:
+        st.plotly_chart(gauge_figure(readings), width="stretch", key="ext_gauges_chart")
+    st.info(widgets.plain(engines.HIDDEN["openai"]), icon=":material/visibility_off:")
+    errors = table[table["error"].astype(bool)] if len(table) else table
+    if len(errors):
+        st.caption("Requests the server refused or failed, with its reason:")
+        st.dataframe(errors[["id", "status", "error"]].tail(10), hide_index=True, width="stretch")
+
+
+live()

@@ -1,0 +1,97 @@
+"""Which engine the app talks to, chosen once per app process (for a classroom, by environment).
+
+- embedded: an engine inside this process, one per browser session (what `make run` starts).
+- server:   a Batching Lab server (`python -m engine serve`) at a URL. Its step records and
+            request rows come from /lab/*, so every chart of the Playground can be drawn.
+- openai:   any OpenAI-compatible server (vLLM, SGLang, TGI, or ours) at a URL, with a model
+            name and optionally a Prometheus metrics URL. Only what a client can see is known:
+            timings from the stream, and the gauges the metrics page publishes.
+
+Environment variables (all optional; with none set the engine is embedded):
+
+    BATCHING_LAB_ENGINE_URL      the server's address, e.g. http://10.0.0.5:8000 (a /v1 suffix is fine)
+    BATCHING_LAB_ENGINE_KIND     server (the default when a URL is set) or openai
+    BATCHING_LAB_ENGINE_MODEL    the model name to send (openai: required; server: read from /v1/models)
+    BATCHING_LAB_METRICS_URL     the Prometheus page (default: the URL's /metrics)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+KINDS = ("embedded", "server", "openai")
+URL_ENV, KIND_ENV, MODEL_ENV, METRICS_ENV = ("BATCHING_LAB_ENGINE_URL", "BATCHING_LAB_ENGINE_KIND",
+                                             "BATCHING_LAB_ENGINE_MODEL", "BATCHING_LAB_METRICS_URL")
+
+# What each kind shows, and what it cannot (the page says so next to its charts).
+HIDDEN = {
+    "embedded": "",
+    "server": "",
+    "openai": "An external engine does not publish its steps: there is no batch-membership chart, "
+              "only a per-request timeline from this app's own timestamps. Queue time and prefill "
+              "cannot be told apart from the client (both are inside TTFT), and running, waiting and "
+              "KV usage are only as fresh as its metrics page.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    kind: str = "embedded"
+    url: str = ""            # the server's base address, without /v1
+    model: str = ""          # the model name requests carry
+    metrics_url: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"engine kind {self.kind!r} is not allowed: choose one of {', '.join(KINDS)}")
+        if self.kind == "embedded":
+            return
+        parsed = urlparse(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"engine URL {self.url!r} is not allowed: give http://host:port or https://host:port")
+        if self.kind == "openai" and not self.model:
+            raise ValueError("an OpenAI-compatible engine needs a model name (the one its /v1/models lists)")
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "embedded"
+
+    @property
+    def api_url(self) -> str:
+        """The OpenAI base URL: the address with /v1."""
+        return self.url + "/v1"
+
+    @property
+    def metrics(self) -> str:
+        return self.metrics_url or (self.url + "/metrics" if self.remote else "")
+
+    @property
+    def hidden(self) -> str:
+        """What this engine does not reveal, in words for the page."""
+        return HIDDEN[self.kind]
+
+
+def base_url(url: str) -> str:
+    """`url` without a trailing slash or /v1: http://h:8000/v1/ -> http://h:8000."""
+    url = url.strip().rstrip("/")
+    return url.removesuffix("/v1")
+
+
+def choice(kind: str = "", url: str = "", model: str = "", metrics_url: str = "") -> EngineChoice:
+    """An EngineChoice from loose inputs; a URL without a kind means our server."""
+    if not url:
+        if kind not in ("", "embedded"):
+            raise ValueError(f"engine kind {kind!r} needs a URL ({URL_ENV})")
+        return EngineChoice()
+    return EngineChoice(kind or "server", base_url(url), model.strip(), metrics_url.strip())
+
+
+def from_env(environ=None) -> EngineChoice:
+    """The engine named by the BATCHING_LAB_ENGINE_* variables; embedded when none is set."""
+    env = os.environ if environ is None else environ
+    try:
+        return choice(env.get(KIND_ENV, ""), env.get(URL_ENV, ""), env.get(MODEL_ENV, ""),
+                      env.get(METRICS_ENV, ""))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (from the {URL_ENV} / {KIND_ENV} / {MODEL_ENV} environment variables)") from None

@@ -1,0 +1,63 @@
+"""A Batching Lab server's live run, read over HTTP into the Tables the Playground's charts take.
+
+`LabStream.poll()` asks /lab/steps for the steps taken since the last poll (members come
+back as [id, phase, tokens] lists and are turned back into tuples), /lab/requests for the
+recent request rows, and returns analysis.tables.Tables: the same shapes a LiveRun's
+snapshot gives, so every chart builder draws a remote engine unchanged. It keeps a window
+of the latest `keep_steps` steps; a reset on the server (its `run` number changes) starts
+the window over.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import httpx2 as httpx
+import pandas as pd
+
+from analysis.tables import MARK_COLUMNS, Tables, TraceTables
+from engine.engine import StepRecord
+from engine.metrics import REQUEST_COLUMNS
+
+KEEP_STEPS = 2000          # as a LiveRun keeps
+REQUEST_ROWS = 500         # recent request rows asked for at each poll
+
+
+def step_record(d: dict) -> StepRecord:
+    """A step as /lab/steps sends it -> the engine's StepRecord, members as tuples again."""
+    return StepRecord(**{**d, "members": tuple((str(rid), str(phase), int(n)) for rid, phase, n in d["members"])})
+
+
+class LabStream:
+    def __init__(self, url: str, keep_steps: int = KEEP_STEPS, request_rows: int = REQUEST_ROWS,
+                 timeout_s: float = 10.0):
+        self.url = url.rstrip("/")
+        self.request_rows = request_rows
+        self.http = httpx.Client(timeout=timeout_s)
+        self.steps: deque[StepRecord] = deque(maxlen=keep_steps)
+        self.run: int | None = None
+        self.next_step: int | None = None     # the next step to ask for (None: not asked yet)
+        self._tables = TraceTables()
+
+    def poll(self) -> Tables:
+        if self.next_step is None:              # joining: the recent window, not the whole history
+            latest = self._get("/lab/steps", {"stream": "false"})["next"]
+            self.next_step = max(0, latest - self.steps.maxlen)
+        got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
+        if self.run is not None and got["run"] != self.run:      # the server was reset
+            self.steps.clear()
+            got = self._get("/lab/steps", {"stream": "false", "since": 0})
+        self.run = got["run"]
+        self.steps.extend(step_record(d) for d in got["steps"])
+        self.next_step = got["next"]
+        rows = self._get("/lab/requests", {"limit": self.request_rows})["requests"]
+        requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS + ["partial_text"])
+        marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in got["marks"]], columns=MARK_COLUMNS)
+        return Tables(self._tables.steps(list(self.steps)), requests, marks)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _get(self, path: str, params: dict) -> dict:
+        r = self.http.get(self.url + path, params=params)
+        r.raise_for_status()
+        return r.json()

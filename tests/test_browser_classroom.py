@@ -1,0 +1,123 @@
+"""A classroom in a real browser: `python -m engine serve` (SmolLM2) and the app attached to it,
+an instructor and two students in three browser contexts (Debian's Chromium, Playwright).
+
+Each student's burst shows up outlined in the one shared batch chart; a student's policy
+change is refused; the instructor's change shows as a marker on everyone's chart.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, wait_until
+
+TOKEN = "teacher-secret"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
+MEMBERSHIP = ".st-key-cr_membership .js-plotly-plot"
+
+
+def started(cmd, env, health, log_name):
+    log = open(OUT / log_name, "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(health, timeout=2):
+                return proc
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, (OUT / log_name).read_text()
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def classroom():
+    OUT.mkdir(exist_ok=True)
+    engine_port, app_port = free_port(), free_port()
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
+           "PYTHONPATH": str(ROOT)}
+    procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu"],
+                     env, engine_url + "/health", "classroom-engine.log")]
+    try:
+        procs.append(started(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(app_port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+             "--browser.gatherUsageStats", "false"],
+            env, f"http://127.0.0.1:{app_port}/_stcore/health", "classroom-app.log"))
+        yield engine_url, f"http://127.0.0.1:{app_port}/classroom"
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=20)
+
+
+def open_page(browser, url, name=""):
+    page = browser.new_context(viewport={"width": 1400, "height": 1800}).new_page()
+    page.set_default_timeout(90_000)
+    page.goto(url)
+    page.locator(".st-key-cr_name input").wait_for()
+    if name:
+        page.locator(".st-key-cr_name input").fill(name)
+        page.locator(".st-key-cr_name input").press("Enter")
+        page.get_by_role("button", name="Send a burst of 8").wait_for()
+    return page
+
+
+def chart(page, js: str):
+    return page.eval_on_selector_all(MEMBERSHIP, f"els => els.map(el => {js})")
+
+
+def own_cells(page) -> int:
+    counts = chart(page, "(el._fullData || []).filter(t => t.name === 'your requests')"
+                         ".reduce((n, t) => n + t.x.length, 0)")
+    return max(counts, default=0)
+
+
+def marks(page) -> list[str]:
+    return [t for texts in chart(page, "((el._fullLayout && el._fullLayout.annotations) || []).map(a => a.text)")
+            for t in texts]
+
+
+def apply_max_num_seqs(page, token: str, value: int) -> None:
+    page.get_by_text("Instructor", exact=True).click()
+    page.locator(".st-key-cr_token input").fill(token)
+    page.locator(".st-key-cr_token input").press("Enter")
+    box = page.locator(".st-key-cr_knob_max_num_seqs input")
+    box.fill(str(value))
+    page.get_by_role("button", name="Apply to the engine").click()
+
+
+def policy(engine_url) -> dict:
+    with urllib.request.urlopen(engine_url + "/lab/policy") as r:
+        return json.load(r)
+
+
+def test_two_students_and_an_instructor_share_one_engine(classroom):
+    from playwright.sync_api import sync_playwright
+    engine_url, url = classroom
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        teacher = open_page(browser, url)
+        amy, bob = open_page(browser, url, "amy"), open_page(browser, url, "bob")
+        for student in (amy, bob):
+            student.get_by_role("button", name="Send a burst of 8").click()
+        for student in (amy, bob):
+            wait_until(lambda: own_cells(student) >= 8, what="the student's requests in the shared chart")
+        labels = "(el._fullData[0].text || []).flat()"
+        wait_until(lambda: len({t.rsplit(" ", 1)[0] for t in sum(chart(teacher, labels), [])
+                                if t.startswith("chatcmpl-")}) >= 16, what="both bursts on the teacher's chart")
+
+        apply_max_num_seqs(amy, "", 2)
+        wait_until(lambda: amy.get_by_text("401").count() > 0, what="the student's change to be refused")
+        assert policy(engine_url)["max_num_seqs"] == 16
+
+        apply_max_num_seqs(teacher, TOKEN, 4)
+        wait_until(lambda: policy(engine_url)["max_num_seqs"] == 4, what="the instructor's change")
+        for page in (teacher, amy, bob):
+            wait_until(lambda: "max_num_seqs 16→4" in marks(page), what="the change marker on every chart")
+        amy.screenshot(path=str(OUT / "classroom.png"))
+        browser.close()

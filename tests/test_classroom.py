@@ -1,0 +1,148 @@
+"""Classroom mode against our own server (tiny model): names, the shared board, the feed's
+one poll per refresh for every viewer, and the page: a student cannot change the policy,
+the instructor can."""
+import base64
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from classroom import feed as feed_module
+from classroom.board import CLASS
+from classroom.feed import ClassroomFeed, refresh_interval_s
+from classroom.names import check_name
+from engine.config import SchedulerPolicy
+from engine.model import load_model
+from remote.load import LoadGenerator
+from test_server import TOKEN, serving
+
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "classroom.py")
+
+
+def array(value) -> np.ndarray:
+    """A figure JSON's array: a list, or plotly's typed array {"dtype", "bdata": base64}."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving(load_model("tiny", "cpu", "fp32"), "tiny",
+                 policy=SchedulerPolicy(max_num_seqs=4, kv_capacity_tokens=16384)) as (url, service):
+        yield url, service
+
+
+def test_names():
+    assert check_name("  Amy ") == "Amy"
+    for bad, words in [("", "1 to 64 characters"), ("x" * 65, "got 65"), ("tenant-a", "background load")]:
+        with pytest.raises(ValueError, match=words):
+            check_name(bad)
+
+
+def test_refresh_interval_grows_with_the_class():
+    assert [refresh_interval_s(n) for n in (0, 1, 5, 10, 30, 100)] == [1.0, 1.0, 1.0, 1.5, 3.5, 5.0]
+
+
+def test_one_poll_per_refresh_for_every_viewer(server, monkeypatch):
+    url, _ = server
+    feed = ClassroomFeed(url)
+    polls = []
+    poll = feed.stream.poll
+    monkeypatch.setattr(feed.stream, "poll", lambda: polls.append(1) or poll())
+    boards = {id(feed.board(f"session-{i}")) for i in range(10) for _ in range(3)}
+    assert len(polls) == 1 and len(boards) == 1 and feed.viewers == 10
+    assert feed.interval_s() == 1.5
+    feed._built_at -= feed.interval_s()          # the interval has passed
+    assert feed.board("session-0").version == 2 and len(polls) == 2
+
+
+def test_the_board_outlines_each_tenants_own_cells(server):
+    url, _ = server
+    amy, bob = (LoadGenerator(url + "/v1", "tiny", name) for name in ("amy", "bob"))
+    futures = amy.send_prompt("hello", 12, n=2, ignore_eos=True) + bob.send_prompt("hi", 12, n=3, ignore_eos=True)
+    ids = {name: {f.result(timeout=60).id for f in fs} for name, fs in (("amy", futures[:2]), ("bob", futures[2:]))}
+    board = ClassroomFeed(url).board("s")
+    table = board.tenants.set_index("who")
+    assert table.loc["amy", "requests"] == 2 and table.loc["bob", "requests"] == 3
+    assert table.loc[CLASS, "requests"] == len(board.tables.requests) and table.loc["amy", "TTFT p50 (s)"] > 0
+    heat = board.figures["membership"]["data"][0]
+    for name in ("amy", "bob"):
+        xs, ys = board.cells[name]
+        assert len(xs) == len(ids[name]) * 12          # a prefill cell and 11 decode cells each
+        col = {x: j for j, x in enumerate(array(heat["x"]).tolist())}
+        assert {heat["text"][y][col[x]].rsplit(" ", 1)[0] for x, y in zip(xs, ys)} == ids[name]
+        mine = board.membership_for(name)
+        assert mine["data"][-1]["name"] == "your requests" and len(mine["data"][-1]["x"]) == len(xs)
+    assert len(board.figures["membership"]["data"]) == len(board.membership_for("nobody")["data"])
+
+
+def page(url, monkeypatch) -> AppTest:
+    monkeypatch.setenv("BATCHING_LAB_ENGINE_URL", url)
+    feed_module._feeds.clear()
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def apply_max_num_seqs(at: AppTest, token: str, value: int) -> AppTest:
+    at.text_input(key="cr_token").set_value(token)
+    at.number_input(key="cr_knob_max_num_seqs").set_value(value)
+    at.button[[b.label for b in at.button].index("Apply to the engine")].click()
+    return at.run()
+
+
+def test_a_student_cannot_change_the_policy_the_instructor_can(server, monkeypatch):
+    url, service = server
+    at = page(url, monkeypatch)
+    at.text_input(key="cr_name").set_value("amy").run()
+    for token, status in [("", "401"), ("guess", "403")]:
+        apply_max_num_seqs(at, token, 2)
+        assert any(status in e.value for e in at.error), [e.value for e in at.error]
+        assert service.engine.policy.max_num_seqs == 4
+    apply_max_num_seqs(at, TOKEN, 2)
+    assert not at.error and service.engine.policy.max_num_seqs == 2
+    assert service.engine.marks[-1].label == "max_num_seqs 4→2"
+
+
+def test_the_page_explains_itself_without_a_server(monkeypatch):
+    monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
+    at = AppTest.from_file(PAGE).run()
+    assert "make classroom" in at.info[0].value
+
+
+EXTERNAL = str(Path(__file__).resolve().parent.parent / "app_pages" / "external.py")
+
+
+def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, monkeypatch):
+    """The external-engine page, pointed at our own server: it sends the workload's requests,
+    times them from the stream, reads the gauges from /metrics and says what it cannot see."""
+    url, service = server
+    monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
+    at = AppTest.from_file(EXTERNAL, default_timeout=60).run()
+    assert "Connect" in at.info[0].value and not at.exception
+    at.text_input(key="ext_url").set_value("http://127.0.0.1:1")       # nothing listens there
+    at.button[0].click().run()
+    assert at.error and "Could not connect" in at.error[0].value and not at.exception
+    at.text_input(key="ext_url").set_value(url + "/v1")
+    at.button[0].click().run()
+    assert not at.error and "model **tiny**" in at.caption[0].value
+    at.number_input(key="ext_num_requests").set_value(3)
+    at.number_input(key="ext_output_lo").set_value(4)
+    at.number_input(key="ext_output_hi").set_value(6)
+    at.button(key="ext_start").click().run()
+    gen = at.session_state["ext_generator"]
+    deadline = time.monotonic() + 60
+    while (len(gen.records) < 3 or gen.in_flight) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    at.run()
+    table = gen.table()
+    assert list(table["status"]) == ["finished"] * 3 and (table["ttft_s"] > 0).all()
+    assert table["output_tokens"].between(4, 6).all()
+    assert [m.value for m in at.metric][0] == "3 of 3"
+    assert at.session_state["ext_gauges"][-1]["engine"] == "vllm"     # ours publishes vLLM's names
+    assert any("does not publish its steps" in i.value for i in at.info)
+    assert not at.exception
