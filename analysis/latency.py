@@ -1,4 +1,4 @@
-"""Per-request latency charts: the request timeline (Gantt), latency over time, CDFs and bar comparisons.
+"""Per-request latency charts: the request timeline (Gantt), latency over time and CDFs.
 """
 from __future__ import annotations
 
@@ -7,24 +7,28 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.metrics import UNSERVED
-from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, is_empty, layout, mark_lines, num,
-                            slo_line, stride)
+from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, font_px, ghost_line, is_empty, layout,
+                            mark_legend, num, slo_line, stride, time_marks)
+from analysis.tables import Tables
+
+PREFILL_PATTERN = "/"   # prefill bars are hatched, so they differ from decode without colour
 
 
 def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
-                     limit: int = 200) -> go.Figure:
+                     limit: int = 200, presenter: bool = False, x_range=None) -> go.Figure:
     """Gantt chart, one row per request: queued -> prefill -> decode.
 
     Shows the `limit` most recent arrivals up to now_s (default: the latest time in the
     table). Phases still open at now_s are drawn up to now_s, so this works live and while
     scrubbing a replay. Rejected and failed requests get a red x at their arrival.
+    x_range: (lo, hi) seconds to hold the x-axis still (style.live_x_range).
     """
     texts = ("Request timeline",
-             "Grey = queued, dark = prefill, light = decode. "
+             "Grey = queued, hatched dark = prefill, light = decode. "
              "Good: short grey bars; long grey bars mean requests wait for a slot.",
              "time (s)", "request")   # title, what good looks like, x and y axis
     if is_empty(requests, "id", "arrival_s"):
-        return empty_figure(*texts)
+        return empty_figure(*texts, presenter)
     arrival_all = num(requests, "arrival_s")
     if now_s is None:
         known = [arrival_all] + [num(requests, c) for c in
@@ -32,7 +36,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
         now_s = float(np.nanmax(np.concatenate(known)))
     df = requests[arrival_all <= now_s]
     if len(df) == 0:
-        return empty_figure(*texts)
+        return empty_figure(*texts, presenter)
     df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")[-limit:]]
 
     ids = df["id"].astype(str).to_numpy()
@@ -45,11 +49,12 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     bad = np.isin(status, UNSERVED)
     preempt = num(df, "preemptions")
 
-    def bar(name, start, end, color):
+    def bar(name, start, end, color, pattern=""):
         length = np.where(bad, np.nan, end - start)
         length[length <= 0] = np.nan
         return go.Bar(
-            name=name, orientation="h", y=ids, x=length, base=start, marker_color=color,
+            name=name, orientation="h", y=ids, x=length, base=start,
+            marker=dict(color=color, pattern=dict(shape=pattern, fgcolor="white")),
             customdata=np.stack([status, np.nan_to_num(preempt)], axis=-1),
             hovertemplate=(f"<b>%{{y}}</b> {name}<br>from %{{base:.2f}} s for %{{x:.3f}} s"
                            "<br>%{customdata[0]}, preempted %{customdata[1]}×<extra></extra>"),
@@ -58,27 +63,48 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     errors = (df["error"].fillna("").astype(str).to_numpy() if "error" in df.columns
               else np.full(len(df), ""))
     rejected = go.Scatter(
-        name="rejected / failed", x=arrival[bad], y=ids[bad], mode="markers",
+        name="rejected / failed", x=arrival[bad], y=ids[bad], mode="markers", showlegend=bool(bad.any()),
         marker=dict(symbol="x", size=9, color=COLORS["bad"]),
         customdata=np.stack([status[bad], errors[bad]], axis=-1),
         hovertemplate="<b>%{y}</b> %{customdata[0]} at %{x:.2f} s<br>%{customdata[1]}<extra></extra>",
     )
+    px = font_px(presenter)
+    row_px = px + 4
+    plot_px = min(780, max(200, row_px * len(df)))
+    out = layout(*texts, barmode="overlay", bargap=0.15, presenter=presenter, x_range=x_range,
+                 yaxis=dict(type="category", autorange="reversed",
+                            showticklabels=plot_px / len(df) >= row_px))   # ids only where they fit
+    out["height"] = plot_px + out["margin"]["t"] + out["margin"]["b"]
     return go.Figure(
         data=[bar("queued", arrival, sched, COLORS["queued"]),
-              bar("prefill", sched, first, COLORS["prefill"]),
+              bar("prefill", sched, first, COLORS["prefill"], PREFILL_PATTERN),
               bar("decode", first, finish, COLORS["decode"]), rejected],
-        layout=layout(*texts, barmode="overlay", bargap=0.15,
-                      height=max(320, min(900, 120 + 12 * len(df))),
-                      yaxis=dict(type="category", autorange="reversed", showticklabels=len(df) <= 60)),
+        layout=out,
     )
 
 
+def _rolling_p95(requests: pd.DataFrame, metric: str, window: int):
+    """(time, rolling p95 over the last `window` requests) for a previous run's ghost line."""
+    _, time_col, scale, _ = METRICS[metric]
+    if is_empty(requests, metric, time_col):
+        return np.zeros(0), np.zeros(0)
+    t, y = num(requests, time_col), num(requests, metric) * scale
+    ok = ~(np.isnan(t) | np.isnan(y))
+    order = np.argsort(t[ok], kind="stable")
+    t, y = t[ok][order], y[ok][order]
+    line = stride(len(t))
+    return t[line], pd.Series(y).rolling(window, min_periods=1).quantile(0.95).to_numpy()[line]
+
+
 def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float | None = None,
-                      marks: pd.DataFrame | None = None, window: int = 50) -> go.Figure:
+                      marks: pd.DataFrame | None = None, window: int = 50, presenter: bool = False,
+                      x_range=None, ghost: Tables | None = None,
+                      ghost_name: str = "previous run") -> go.Figure:
     """One point per request (TTFT at its first token, TPOT at its finish), with rolling
     p50 and p95 over the last `window` requests, the SLO line and policy-change marks.
 
-    slo is in seconds, like the columns.
+    slo is in seconds, like the columns. x_range: (lo, hi) seconds to hold the x-axis still.
+    ghost: another run's tables (the previous or a pinned run): its p95 drawn faint grey.
     """
     label, time_col, scale, unit = METRICS[metric]
     title = f"{label} over time"
@@ -86,11 +112,11 @@ def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float
             "watch whether p95 bends down.")
     xlabel, ylabel = "time (s)", f"{label} ({unit})"
     if is_empty(requests, metric, time_col):
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
     t, y = num(requests, time_col), num(requests, metric) * scale
     ok = ~(np.isnan(t) | np.isnan(y))
     if not ok.any():
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
     order = np.argsort(t[ok], kind="stable")
     t, y = t[ok][order], y[ok][order]
     ids = requests["id"].astype(str).to_numpy()[ok][order] if "id" in requests.columns else None
@@ -99,24 +125,30 @@ def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float
     p50, p95 = rolling.quantile(0.5).to_numpy(), rolling.quantile(0.95).to_numpy()
     pts = stride(len(t), 5 * MAX_POINTS)  # WebGL copes with many points, but not unlimited
     line = stride(len(t))
-    shapes, notes = mark_lines(marks, "t_s")
+    shapes, notes = time_marks(marks, t, x_range, presenter)
+    legend = mark_legend(shapes)
     if slo is not None:
-        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}")
+        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}", presenter=presenter)
         shapes.append(shape)
         notes.append(note)
+    gx, gy = _rolling_p95(ghost.requests, metric, window) if ghost is not None else ((), ())
+    behind = [ghost_line(gx, gy, f"{ghost_name} (p95)")] if len(gx) else []
     return go.Figure(
         data=[
+            *behind,
             go.Scattergl(name="each request", x=t[pts], y=y[pts], mode="markers",
                          marker=dict(size=5, color=COLORS["points"], opacity=0.45),
                          text=None if ids is None else ids[pts],
                          hovertemplate=f"%{{text}}<br>{label} %{{y:.3f}} {unit} at %{{x:.2f}} s"
                                        "<extra></extra>"),
             go.Scatter(name=f"p50 (last {window})", x=t[line], y=p50[line], mode="lines",
-                       line=dict(color=COLORS["p50"], width=2)),
+                       line=dict(color=COLORS["p50"], width=2, dash="dot")),
             go.Scatter(name=f"p95 (last {window})", x=t[line], y=p95[line], mode="lines",
                        line=dict(color=COLORS["p95"], width=2)),
+            *legend,
         ],
-        layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes),
+        layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
+                      presenter=presenter, x_range=x_range),
     )
 
 
@@ -131,7 +163,7 @@ def _buckets(values: pd.Series, n: int = 4) -> pd.Series:
 
 
 def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
-        slo: float | None = None) -> go.Figure:
+        slo: float | None = None, presenter: bool = False) -> go.Figure:
     """Empirical CDF of a per-request metric, one curve per group.
 
     by: None, a column name (e.g. "tenant"), or a Series aligned with requests. A numeric
@@ -143,7 +175,7 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
             "a long flat tail to the right is the slow minority.")
     xlabel, ylabel = f"{label} ({unit})" if unit else label, "share of requests ≤ x"
     if is_empty(requests, metric):
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
     values = pd.Series(num(requests, metric) * scale, index=requests.index)
     if by is None:
         groups = pd.Series("all", index=requests.index)
@@ -153,6 +185,7 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
             groups = _buckets(groups)
         groups = groups.astype(str)
     traces = []
+    dashes = ("solid", "dash", "dot", "dashdot")   # curves differ without colour too
     for name, vals in values.groupby(groups, sort=True):
         v = np.sort(vals.dropna().to_numpy())
         if len(v) == 0:
@@ -160,14 +193,15 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
         idx = stride(len(v), 400)
         traces.append(go.Scatter(
             name=f"{name} (n={len(v)})", x=v[idx], y=(idx + 1) / len(v), mode="lines",
-            line_shape="hv",
+            line_shape="hv", line=dict(dash=dashes[len(traces) % len(dashes)]),
             hovertemplate=f"{name}: %{{y:.0%}} of requests ≤ %{{x:.3f}} {unit}<extra></extra>"))
     if not traces:
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
     shapes, notes = [], []
     if slo is not None:
-        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}", vertical=True)
+        shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}", vertical=True,
+                               presenter=presenter)
         shapes, notes = [shape], [note]
     return go.Figure(data=traces, layout=layout(
         title, good, xlabel, ylabel, yaxis=dict(range=[0, 1.02], tickformat=".0%"),
-        shapes=shapes, annotations=notes))
+        shapes=shapes, annotations=notes, presenter=presenter))

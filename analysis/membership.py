@@ -14,10 +14,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.style import EMPTY_COLOR, PALETTE, empty_figure, is_empty, layout, mark_lines, num
+from analysis.style import (EMPTY_COLOR, REQUEST_COLORS, empty_figure, font_px, ink_on, is_empty, layout,
+                            mark_legend, mark_lines, num)
 
 MAX_GRID_STEPS = 600  # most step columns the batch-membership heatmap draws
 SLOT_WARMUP_STEPS = 500  # history replayed before the shown window to place requests in rows
+# Cells get a request-id label only where it fits. The page's width is not known here, so the
+# fit assumes a plot area this wide; hover shows the id in every cell whatever the width.
+PLOT_WIDTH_PX = 900
+ROW_PX = 22              # target height of one batch-slot row
+INKS = np.array([ink_on(c) for c in REQUEST_COLORS])   # text and marks drawn on each colour
+INK_COLORS = ("black", "white")
 
 
 def member_counts(steps: pd.DataFrame) -> np.ndarray:
@@ -95,18 +102,59 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     return grid
 
 
-def _color_index(rid: str) -> int:
-    """A stable hue per request id: neighbouring numeric ids get different hues."""
-    if not rid:
-        return 0
+def _preferred_hue(rid: str) -> int:
+    """A request's own hue: its number (the last digits in its id) modulo the palette, so
+    requests that arrive one after another prefer different hues, and a request keeps its
+    hue while the window scrolls."""
     digits = re.findall(r"\d+", rid)
     value = int(digits[-1]) if digits else zlib.crc32(rid.encode())
-    return value % len(PALETTE)
+    return value % len(REQUEST_COLORS)
+
+
+def request_hues(code: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """A palette index for every request (index into names; -1 for those not in the window).
+
+    The rule, requests taken in order of first appearance in the window (code: steps x slots):
+    each takes the first hue, counting on from its preferred one, that no earlier request in
+    the window has. So a window of at most len(REQUEST_COLORS) requests never repeats a hue.
+    When every hue is taken, a request takes the first hue whose latest holder left the batch
+    before it joined, so requests in the batch together still differ; if even that fails (more
+    requests at once than hues) the first hue whose latest holder is not in a neighbouring slot,
+    and its label and hover tell it apart from the other holders.
+    """
+    hues = np.full(len(names), -1, dtype=np.int64)
+    flat = code.ravel()
+    seen = flat >= 0
+    if not seen.any():
+        return hues
+    rows, slots = np.divmod(np.flatnonzero(seen), code.shape[1])
+    present = flat[seen]
+    ids, first_at = np.unique(present, return_index=True)
+    _, last_from_end = np.unique(present[::-1], return_index=True)
+    first_row, last_row = rows[first_at], rows[len(rows) - 1 - last_from_end]
+    n = len(REQUEST_COLORS)
+    used = [False] * n
+    busy_until = [-1] * n     # last row of the latest request given each hue
+    held_in = [-9] * n        # the slot of the latest request given each hue
+    joined = sorted(zip(first_row.tolist(), slots[first_at].tolist(), ids.tolist(), last_row.tolist()))
+    for row, slot, c, last in joined:
+        pref = _preferred_hue(str(names[c]))
+        order = [(pref + j) % n for j in range(n)]
+        hue = next((h for h in order if not used[h]), None)
+        if hue is None:
+            hue = next((h for h in order if busy_until[h] < row), None)
+        if hue is None:
+            hue = next((h for h in order if abs(held_in[h] - slot) > 1), pref)
+        used[hue] = True
+        busy_until[hue] = max(busy_until[hue], last)
+        held_in[hue] = slot
+        hues[c] = hue
+    return hues
 
 
 def _slot_colorscale() -> list:
-    """Discrete colorscale: z=0 empty, z=1+2k prefill of hue k, z=2+2k decode of hue k."""
-    colors = [EMPTY_COLOR] + [c for pair in PALETTE for c in pair]
+    """Discrete colorscale: z=0 empty slot, z=1+k the request colour k."""
+    colors = [EMPTY_COLOR, *REQUEST_COLORS]
     n = len(colors)
     scale = []
     for i, c in enumerate(colors):
@@ -117,32 +165,56 @@ def _slot_colorscale() -> list:
 _SLOT_SCALE = _slot_colorscale()
 
 
+def _runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stretches of one request in one slot (code: slots x steps): (slot, first column, length)."""
+    padded = np.concatenate([code, np.full((code.shape[0], 1), -2)], axis=1).ravel()
+    starts = np.flatnonzero(np.r_[True, padded[1:] != padded[:-1]])
+    lengths = np.diff(np.r_[starts, len(padded)])
+    keep = padded[starts] >= 0
+    slot, col = np.divmod(starts[keep], code.shape[1] + 1)
+    return slot, col, lengths[keep]
+
+
+def _legend(phase: np.ndarray, shapes: list) -> list:
+    """One legend entry for each kind of thing drawn, drawn the way the chart draws it."""
+    entries = [
+        ("prefill step (╱)", (phase == 1).any(), dict(symbol="line-ne", size=12,
+                                                       line=dict(color="black", width=2))),
+        ("decode step (plain)", (phase == 2).any(), dict(symbol="square", size=12, color="white",
+                                                          line=dict(color="#555", width=1))),
+        ("empty slot", (phase == 0).any(), dict(symbol="square", size=12, color=EMPTY_COLOR)),
+    ]
+    return [go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=marker, hoverinfo="skip")
+            for name, drawn, marker in entries if drawn] + mark_legend(shapes)
+
+
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
-                     max_steps: int = MAX_GRID_STEPS) -> go.Figure:
+                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False) -> go.Figure:
     """Who shares each engine step: x = step, y = batch slot, one colour per request.
 
-    window: show only the last N steps (live scrolling); upto_step: replay position.
-    At most max_steps columns are drawn; beyond that the latest ones are shown.
-    Rows match a replay from step 0 whenever the batch was empty at some point in the
-    SLOT_WARMUP_STEPS before the shown window (see slot_grid for the row rule).
+    window: show the last N steps (live scrolling); upto_step: replay position. The x-axis
+    always spans the whole window (or the whole table, up to max_steps columns), from the first
+    step on, so it never rescales while the run fills it. Rows match a replay from step 0
+    whenever the batch was empty at some point in the SLOT_WARMUP_STEPS before the shown
+    window (see slot_grid for the row rule); colours follow request_hues.
     """
     title = "Batch membership: who runs in each step"
-    good = ("Darker = prefill, lighter = decode, grey = empty slot. "
-            "Good: few grey cells — a grey cell is a slot that did no work.")
+    good = ("One colour per request (hover or label: its id); ╱\u00a0=\u00a0prefill step, plain = "
+            "decode step, grey = empty slot. Good: few grey cells — a grey cell is a slot that did no work.")
     xlabel, ylabel = "engine step", "batch slot"
     if is_empty(steps, "step", "members"):
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
     if not steps["step"].is_monotonic_increasing:
         steps = steps.sort_values("step")
     hi = len(steps)
     if upto_step is not None:
         hi = int(np.searchsorted(num(steps, "step"), upto_step, side="right"))
     if hi == 0:
-        return empty_figure(title, good, xlabel, ylabel)
+        return empty_figure(title, good, xlabel, ylabel, presenter)
 
-    shown = min(window or max_steps, max_steps)
-    lo = max(0, hi - shown)
+    columns = min(window or len(steps), max_steps)
+    lo = max(0, hi - columns)
     # Replay a little history so requests already running at the window's left edge sit in
     # the rows they really had. An idle step empties the batch, so replaying from the last
     # idle step gives exactly the rows a replay from step 0 would.
@@ -154,32 +226,50 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
 
-    hue = np.array([_color_index(name) for name in grid.names])[code]
-    z = np.where(phase == 0, 0, 2 * hue + phase)
+    hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
+    z = np.where(phase == 0, 0, hue + 1)
     # One hover string per cell, looked up from a small table: plotly deep-copies every
     # string of a text array, so the fewer string arrays the faster the chart.
     labels = np.array([f"{name} {p}" for name in grid.names for p in ("prefill", "decode")]
                       + ["empty slot"])
     label = labels[np.where(phase == 0, -1, 2 * code + phase - 1)]
-    gap = 1 if len(x) <= 200 else 0
     heat = go.Heatmap(
         z=z.T, x=x, y=np.arange(grid.n_slots), text=label.T, customdata=tokens.T,
-        colorscale=_SLOT_SCALE, zmin=-0.5, zmax=2 * len(PALETTE) + 0.5, showscale=False,
-        xgap=gap, ygap=1, name="batch",
+        colorscale=_SLOT_SCALE, zmin=-0.5, zmax=len(REQUEST_COLORS) + 0.5, showscale=False,
+        xgap=1 if columns <= 200 else 0, ygap=1, name="batch", showlegend=False,
         hovertemplate="step %{x} · slot %{y}<br><b>%{text}</b> · %{customdata} tokens"
                       "<extra></extra>",
     )
-    legend = [
-        go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                   marker=dict(symbol="square", size=12, color=color))
-        for name, color in [("prefill (darker)", PALETTE[0][0]), ("decode (lighter)", PALETTE[0][1]),
-                            ("empty slot", EMPTY_COLOR)]
-    ]
-    note = good if hi <= shown else f"Showing the last {len(x)} steps. " + good
-    shapes, notes = mark_lines(marks, "step", lo=x[0], hi=x[-1])
-    return go.Figure(data=[heat, *legend], layout=layout(
+    px = font_px(presenter)
+    plot_h = max(220, min(520, ROW_PX * grid.n_slots))
+    cell_w, cell_h = PLOT_WIDTH_PX / columns, plot_h / grid.n_slots
+    # Prefill cells get a diagonal stroke in the ink of their colour: told apart without colour.
+    # Each ink gets its own trace: plotly checks a colour array point by point, slowly.
+    pre_step, pre_slot = np.nonzero(phase == 1)
+    ink = INKS[hue[pre_step, pre_slot]]
+    mark_px = max(6.0, min(cell_w, cell_h, 16.0))
+    prefill = [go.Scatter(x=x[pre_step[ink == c]], y=pre_slot[ink == c], mode="markers",
+                          hoverinfo="skip", showlegend=False,
+                          marker=dict(symbol="line-ne", size=mark_px, line=dict(color=c, width=2)))
+               for c in INK_COLORS]
+    # A request's id on each stretch of decode cells wide and tall enough to hold it.
+    slot, col, length = _runs(np.where(phase == 2, code, -1).T)
+    name = grid.names[code.T[slot, col]]
+    fits = (length * cell_w >= np.char.str_len(name) * 0.62 * px + 4) & (cell_h >= px + 2)
+    slot, col, length, name = slot[fits], col[fits], length[fits], name[fits]
+    ink, mid = INKS[hue.T[slot, col]], x[col] + (length - 1) / 2
+    ids = [go.Scatter(x=mid[ink == c], y=slot[ink == c], text=name[ink == c], mode="text",
+                      hoverinfo="skip", showlegend=False, textfont=dict(size=px, color=c))
+           for c in INK_COLORS]
+    note = good if hi <= columns else f"Showing the last {len(x)} steps. " + good
+    x_first = int(x[0])
+    shapes, notes = mark_lines(marks, "step", lo=x_first - 0.5, hi=x_first + columns - 0.5,
+                               presenter=presenter)
+    out = layout(
         title, note, xlabel, ylabel, plot_bgcolor="white", shapes=shapes, annotations=notes,
+        presenter=presenter, x_range=(x_first - 0.5, x_first + columns - 0.5),
         xaxis=dict(showgrid=False, zeroline=False),
-        yaxis=dict(autorange="reversed", dtick=1 if grid.n_slots <= 32 else None,
-                   showgrid=False, zeroline=False),
-    ))
+        yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
+                   showgrid=False, zeroline=False))
+    out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
+    return go.Figure(data=[heat, *prefill, *ids, *_legend(phase, shapes)], layout=out)

@@ -3,10 +3,15 @@ and the small array helpers the builders use. No Streamlit.
 
 Speed: a live page redraws charts several times a second, so builders work on numpy arrays, draw
 many cells with one trace, and downsample long series to at most MAX_POINTS points.
+
+Readable without colour: every builder takes `presenter` (text of at least PRESENTER_FONT_PX
+instead of FONT_PX, for a room), and nothing is told by colour alone: lines differ in dash or
+mark, cells carry labels, hover text and marks.
 """
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -16,20 +21,31 @@ import plotly.graph_objects as go
 MAX_POINTS = 1500  # most points a line trace gets; longer series are downsampled
 NO_DATA = "no data yet"
 
-# One hue per request (cycled); the darker shade marks a prefill step, the lighter a decode step.
-PALETTE = [
-    ("#1f4e9c", "#9cbdf0"),  # blue
-    ("#b35400", "#f9c07a"),  # orange
-    ("#1d7437", "#97dcaa"),  # green
-    ("#a11d1d", "#f3a3a3"),  # red
-    ("#5a379c", "#c3aef0"),  # purple
-    ("#0d6b74", "#8fdce3"),  # teal
-    ("#a0306f", "#f2b0d8"),  # pink
-    ("#66660f", "#dede8a"),  # olive
-    ("#6b472b", "#d6b89c"),  # brown
-    ("#394659", "#b3bfd1"),  # slate
-]
-EMPTY_COLOR = "#e4e4e4"
+# Request colours: Paul Tol's "muted" qualitative scheme, told apart with the common colour
+# vision deficiencies. analysis/membership.py decides which request gets which.
+REQUEST_COLORS = ("#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99",
+                  "#999933", "#AA4499")
+
+
+def _luminance(hex_color: str) -> float:
+    """WCAG relative luminance of "#rrggbb"."""
+    channels = [int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def ink_on(hex_color: str) -> str:
+    """Black or white, whichever contrasts more with the colour (for text and marks on it)."""
+    lum = _luminance(hex_color)
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
+EMPTY_COLOR = "#ececec"
+GHOST_COLOR = "rgba(110, 110, 110, 0.45)"  # a previous or pinned run, drawn faintly behind this one
+
+FONT_PX = 12             # the smallest text on any chart
+PRESENTER_FONT_PX = 16   # the smallest text in presenter mode
+SUBTITLE_WIDTH = 105     # characters per subtitle line at FONT_PX on a half-width chart
 
 COLORS = {
     "waiting": "#d62728",
@@ -56,34 +72,69 @@ METRICS = {
 }
 
 
+def font_px(presenter: bool = False) -> int:
+    """The chart text size: FONT_PX, or PRESENTER_FONT_PX for presenter mode."""
+    return PRESENTER_FONT_PX if presenter else FONT_PX
+
+
+def subtitle_chars(presenter: bool = False) -> int:
+    """Characters per subtitle line on a half-width chart (plotly does not wrap text itself)."""
+    return SUBTITLE_WIDTH * FONT_PX // font_px(presenter)
+
+
 def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | None = None,
-            yaxis: dict | None = None, shapes=(), annotations=(), **extra) -> dict:
+           yaxis: dict | None = None, shapes=(), annotations=(), presenter: bool = False,
+           x_range=None, wrap: int | None = None, **extra) -> dict:
+    """A chart's layout. Every text size is set here (none below font_px(presenter)).
+    x_range: (lo, hi) to hold the x-axis still across refreshes instead of fitting the data.
+    wrap: characters per subtitle line (presenter mode wraps at subtitle_chars by default)."""
     # Everything goes in at construction: no plotly template (validating one costs ~8 ms
     # per figure, and Streamlit applies its own theme anyway) and no fig.update_*/add_*
     # calls afterwards (each one re-walks the figure and costs milliseconds).
+    px = font_px(presenter)
+    text = dict(size=px)   # tick labels take font's size
+    xaxis = dict(title=dict(text=xlabel, font=text), **(xaxis or {}))
+    if x_range is not None:
+        xaxis["range"] = [float(x_range[0]), float(x_range[1])]
+    wrap = wrap or (subtitle_chars(presenter) if presenter else None)
+    lines = textwrap.wrap(subtitle, wrap) if wrap else [subtitle]
+    bigger = px - FONT_PX                   # larger text needs larger margins
+    # the title is pinned to the top; below it go the subtitle's lines (about 1.4 px per px)
+    top = max(80, round(34 + 1.4 * (px + 4) + 1.4 * px * len(lines)))
     layout = dict(
-        title=dict(text=title, subtitle=dict(text=subtitle)),
-        xaxis=dict(title=dict(text=xlabel), **(xaxis or {})),
-        yaxis=dict(title=dict(text=ylabel), **(yaxis or {})),
+        font=dict(size=px),
+        title=dict(text=title, font=dict(size=px + 4), yref="container", y=1, yanchor="top",
+                   pad=dict(t=14), subtitle=dict(text="<br>".join(lines), font=text)),
+        xaxis=xaxis,
+        yaxis=dict(title=dict(text=ylabel, font=text), **(yaxis or {})),
         shapes=list(shapes),
         annotations=list(annotations),
-        margin=dict(l=60, r=20, t=80, b=90),
-        height=380,
+        margin=dict(l=60 + 3 * bigger, r=20, t=top, b=90 + 4 * bigger),
+        height=300 + top + 6 * bigger,
         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0,
-                    xanchor="left", x=0.0),
+                    xanchor="left", x=0.0, font=text),
+        hoverlabel=dict(font=text),
         hovermode="closest",
     )
     layout.update(extra)
     return layout
 
 
-def empty_figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> go.Figure:
+def live_x_range(now_s: float, span_s: float) -> tuple[float, float]:
+    """A live time chart's x-axis: the latest span_s seconds, full width from the start of the
+    run (0..span_s until the run is that long), so the axis never rescales as data arrives."""
+    hi = max(float(now_s), float(span_s))
+    return hi - span_s, hi
+
+
+def empty_figure(title: str, subtitle: str, xlabel: str, ylabel: str,
+                 presenter: bool = False) -> go.Figure:
     """A valid figure with no traces and a centred "no data yet" note."""
     hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
     note = dict(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                font=dict(size=16, color="#888"))
+                font=dict(size=font_px(presenter) + 4, color="#666"))
     return go.Figure(layout=layout(title, subtitle, xlabel, ylabel, xaxis=hidden,
-                                    yaxis=hidden, annotations=[note]))
+                                   yaxis=hidden, annotations=[note], presenter=presenter))
 
 
 def is_empty(df: pd.DataFrame | None, *columns: str) -> bool:
@@ -118,27 +169,83 @@ def stride(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
 
 
-def mark_lines(marks: pd.DataFrame | None, x_col: str, lo=None, hi=None) -> tuple[list, list]:
-    """Policy changes as vertical dashed lines (shapes) with their labels (annotations)."""
+MARK_LABEL_CHARS = 22   # a change mark's label longer than this is cut; hover shows it whole
+MARK_ROWS = 3           # labels of marks close together step down over this many rows
+MARK_PLOT_PX = 500      # plot width assumed when deciding whether two mark labels would touch
+MARK_NAME = "setting change (dashed line)"
+
+
+def short_mark_label(label: str) -> str:
+    """One short label per change mark: the change itself, or "3 changes" for several (the
+    engine joins a mark's changes with ", "). A long one is cut, keeping a " +2 more" ending."""
+    parts = [p for p in str(label).split(", ") if p]
+    text = parts[0] if len(parts) == 1 else f"{len(parts)} changes"
+    if len(text) <= MARK_LABEL_CHARS:
+        return text
+    more = re.search(r" \+\d+ more$", text)
+    tail = more.group(0) if more else ""
+    return text[:MARK_LABEL_CHARS - len(tail) - 1] + "…" + tail
+
+
+def mark_lines(marks: pd.DataFrame | None, x_col: str, lo=None, hi=None,
+               presenter: bool = False, span: float | None = None) -> tuple[list, list]:
+    """Policy changes in lo..hi as vertical dashed lines (shapes) with a short label each
+    (annotations) and the full label on hover (the marks' "detail" column when they have one).
+    A label that would touch the one before it (on an x span of hi - lo, unless given, drawn
+    MARK_PLOT_PX wide) steps down a row."""
     shapes, notes = [], []
     if is_empty(marks, x_col):
         return shapes, notes
     labels = marks["label"].astype(str) if "label" in marks.columns else [""] * len(marks)
-    for x, label in zip(num(marks, x_col), labels):
+    details = marks["detail"].astype(str) if "detail" in marks.columns else labels
+    if span is None:
+        span = hi - lo if lo is not None and hi is not None else 0.0
+    px, row, last_x, last_px = font_px(presenter), 0, None, 0.0
+    for x, label, detail in zip(num(marks, x_col), labels, details):
         if np.isnan(x) or (lo is not None and x < lo) or (hi is not None and x > hi):
             continue
-        shapes.append(dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+        gap_px = (x - last_x) / span * MARK_PLOT_PX if last_x is not None and span > 0 else 0.0
+        row = (row + 1) % MARK_ROWS if last_x is not None and gap_px < last_px else 0
+        text = short_mark_label(label)
+        last_x, last_px = float(x), len(text) * 0.62 * px + 8
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=last_x, x1=last_x, y0=0, y1=1,
                            line=dict(color="#444", width=1, dash="dash")))
-        notes.append(dict(x=x, y=1, xref="x", yref="paper", text=label, showarrow=False,
-                          xanchor="left", yanchor="top", font=dict(size=10, color="#444"),
-                          bgcolor="rgba(255,255,255,0.7)"))
+        notes.append(dict(x=last_x, y=1, yshift=-row * (px + 6), xref="x", yref="paper",
+                          text=text, hovertext=detail or None, showarrow=False,
+                          xanchor="left", yanchor="top", font=dict(size=px, color="#333"),
+                          bgcolor="rgba(255,255,255,0.8)"))
     return shapes, notes
 
 
-def slo_line(value: float, label: str, vertical: bool = False) -> tuple[dict, dict]:
+def time_marks(marks: pd.DataFrame | None, x: np.ndarray, x_range=None,
+               presenter: bool = False) -> tuple[list, list]:
+    """Change marks on a time chart: those inside x_range when the axis is held still, else
+    all of them (the axis then stretches to show them)."""
+    if x_range is not None:
+        return mark_lines(marks, "t_s", *x_range, presenter=presenter)
+    x = x[~np.isnan(x)]
+    span = float(x.max() - x.min()) if len(x) else 0.0
+    return mark_lines(marks, "t_s", presenter=presenter, span=span)
+
+
+def mark_legend(shapes: list) -> list:
+    """A legend entry for the change marks when there are any dashed mark lines drawn."""
+    drawn = any(s.get("line", {}).get("dash") == "dash" for s in shapes)
+    return [go.Scatter(x=[None], y=[None], mode="lines", name=MARK_NAME, hoverinfo="skip",
+                       line=dict(color="#444", width=1, dash="dash"))] if drawn else []
+
+
+def ghost_line(x, y, name: str, **kw) -> go.Scatter:
+    """A previous or pinned run as a faint grey line behind this run's lines."""
+    return go.Scatter(name=name, x=x, y=y, mode="lines", line=dict(color=GHOST_COLOR, width=3),
+                      hoverinfo="skip", **kw)
+
+
+def slo_line(value: float, label: str, vertical: bool = False,
+             presenter: bool = False) -> tuple[dict, dict]:
     """A dotted red SLO line (shape) and its label (annotation)."""
     line = dict(color=COLORS["bad"], width=1.5, dash="dot")
-    font = dict(size=10, color=COLORS["bad"])
+    font = dict(size=font_px(presenter), color=COLORS["bad"])
     if vertical:
         return (dict(type="line", xref="x", yref="paper", x0=value, x1=value, y0=0, y1=1, line=line),
                 dict(x=value, y=0, xref="x", yref="paper", text=label, showarrow=False,
@@ -150,22 +257,16 @@ def slo_line(value: float, label: str, vertical: bool = False) -> tuple[dict, di
 
 MODEL_COLOR = "#555555"  # a model's prediction, drawn beside the measurements
 PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
-SUBTITLE_WIDTH = 105   # characters per subtitle line: plotly does not wrap text by itself
-
-
 def wrapped_layout(title: str, subtitle: str, *args, **kw) -> dict:
     """layout(), with the subtitle wrapped onto lines that fit a half-width chart."""
-    lines = textwrap.wrap(subtitle, SUBTITLE_WIDTH)
-    out = layout(title, "<br>".join(lines), *args, **kw)
-    extra = 14 * max(0, len(lines) - 1)
-    out["margin"] = {**out["margin"], "t": out["margin"]["t"] + extra}
-    out["height"] = out["height"] + extra
-    return out
+    return layout(title, subtitle, *args, wrap=subtitle_chars(kw.get("presenter", False)), **kw)
 
 
-def vline(x: float, text: str, color: str = "#444", dash: str = "dash") -> tuple[dict, dict]:
+def vline(x: float, text: str, color: str = "#444", dash: str = "dash",
+          presenter: bool = False) -> tuple[dict, dict]:
     """A labelled vertical line at x (shape, annotation)."""
     return (dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
                  line=dict(color=color, width=1.5, dash=dash)),
             dict(x=x, y=1, xref="x", yref="paper", text=text, showarrow=False, xanchor="left",
-                 yanchor="top", font=dict(size=11, color=color), bgcolor="rgba(255,255,255,0.75)"))
+                 yanchor="top", font=dict(size=font_px(presenter), color=color),
+                 bgcolor="rgba(255,255,255,0.75)"))

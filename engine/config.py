@@ -73,7 +73,7 @@ class SchedulerPolicy:
         2.0, "TTFT target (s)",
         "Time to first token a user will accept. Requests over it do not count towards goodput; "
         "the red dotted line on the charts. Also the deadline for the 'edf' order.",
-        lo=0.01, hi=3600.0, step=0.05, unit="s", slider_hi=30.0)
+        lo=0.01, hi=3600.0, step=0.05, unit="s", slider_hi=120.0)
     tpot_slo_s: float = knob(
         0.5, "TPOT target (s/token)",
         "Average gap between output tokens a user will accept (0.1 s = 10 tokens/s). Requests "

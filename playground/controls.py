@@ -15,6 +15,7 @@ import streamlit as st
 
 from engine.workload import LENGTH_RANGES
 
+from playground.reattach import TOKEN_PARAM
 from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 
@@ -27,24 +28,27 @@ RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output token
 IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
 # SLO targets judge a run rather than steer it: they get their own section.
 SLO_TARGETS = ("ttft_slo_s", "tpot_slo_s")
-# A knob that only matters when another knob has a given value is greyed out otherwise.
-ONLY_WHEN = {"max_wait_ms": ("mode", "static"),
-             "long_prefill_token_threshold": ("enable_chunked_prefill", True)}
+# A knob that only matters in some setups is greyed out in the others.
+ONLY_WHEN = {"max_wait_ms": lambda s: s.mode == "static",
+             "long_prefill_token_threshold": lambda s: s.enable_chunked_prefill,
+             "num_requests": lambda s: not s.endless}
 
 
 def _key(name: str) -> str:
     return PREFIX + name
 
 
-def load_setup(setup: Setup) -> None:
-    """Put a setup into the widgets' state (before the widgets are drawn)."""
-    values = setup.to_dict()
+def load_setup(setup: Setup, step_model) -> None:
+    """Put a setup into the widgets' state (before the widgets are drawn), each value onto its
+    slider (a preset sized to a fast machine can ask for more than a slider reaches).
+    `step_model`: this machine's (playground.capacity.machine_step_model), which sizes the presets."""
+    values = {name: KNOBS[name].clamp(value) for name, value in setup.to_dict().items()}
     for name, value in values.items():
         if name not in IN_RANGE:
             st.session_state[_key(name)] = value
     for rng, (lo, hi) in RANGES.items():
         st.session_state[_key(rng + "_len")] = (values[lo], values[hi])
-    st.session_state[_key("preset")] = matching_preset(setup) or CUSTOM
+    st.session_state[_key("preset")] = matching_preset(setup, step_model) or CUSTOM
 
 
 def current_setup() -> Setup:
@@ -60,27 +64,32 @@ def current_setup() -> Setup:
     return Setup(**values)
 
 
-def init_from_link() -> list[str]:
+def init_from_link(step_model) -> list[str]:
     """On a session's first run: fill the widgets from the query parameters. Returns problems."""
     if st.session_state.get(_key("initialised")):
         return []
     setup, problems = Setup.from_query(st.query_params.to_dict())
-    load_setup(setup)
+    load_setup(setup, step_model)
     st.session_state[_key("initialised")] = True
     return problems
 
 
-def write_link(setup: Setup) -> None:
+def write_link(setup: Setup, run_token: str | None = None) -> None:
+    """The page's address: every setting, and the token of this session's run (playground.slot),
+    which lets a reload of this page take the run over."""
     query = setup.to_query()
+    if run_token:
+        query[TOKEN_PARAM] = run_token
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
 
 
-def _apply_preset() -> None:
-    pid = st.session_state[_key("preset")]
+def _apply_preset(step_model) -> None:
+    """The preset sized to this machine; the learner's seed and traffic kind stay."""
+    pid, s = st.session_state[_key("preset")], st.session_state
     if pid in PRESETS:
-        seed = st.session_state.get(_key("seed"), 0)
-        load_setup(PRESETS[pid].setup.changed(seed=seed))
+        mine = {name: s[_key(name)] for name in ("seed", "continuous") if _key(name) in s}
+        load_setup(PRESETS[pid].setup_for(step_model).changed(**mine), step_model)
 
 
 def _number_format(step: float) -> str:
@@ -92,10 +101,7 @@ def _number_format(step: float) -> str:
 def _widget(name: str) -> None:
     """The widget for one knob, chosen by its kind."""
     k, key = KNOBS[name], _key(name)
-    disabled = False
-    if name in ONLY_WHEN:
-        other, needed = ONLY_WHEN[name]
-        disabled = st.session_state.get(_key(other)) != needed
+    disabled = name in ONLY_WHEN and not ONLY_WHEN[name](current_setup())
     if k.kind == "bool":
         st.toggle(k.label, key=key, help=k.help, disabled=disabled)
     elif k.kind == "choice" and len(k.choices) <= 2:
@@ -134,19 +140,51 @@ def _widgets(names) -> None:
             _widget(name)
 
 
-def sidebar() -> Setup:
-    """Draw every control in the sidebar; return the setup they hold."""
+# ----- presenter mode: the knobs an instructor moves most, on the page itself
+# A widget can be drawn once per key, so the strip has widgets of its own ("pgs_<knob>") that
+# mirror the sidebar's: each starts from the sidebar's value and, when moved, sets it.
+STRIP = ("max_num_seqs", "rate", "mode", "enable_chunked_prefill")
+STRIP_PREFIX = "pgs_"
+
+
+def _from_strip(name: str) -> None:
+    st.session_state[_key(name)] = st.session_state[STRIP_PREFIX + name]
+
+
+def presenter_strip() -> None:
+    """max_num_seqs, rate, batching mode and chunked prefill in one row across the page."""
+    cols = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
+    for col, name in zip(cols, STRIP):
+        k, key = KNOBS[name], STRIP_PREFIX + name
+        st.session_state[key] = st.session_state.get(_key(name), k.default)
+        args = dict(key=key, help=k.help, on_change=_from_strip, args=(name,))
+        if k.kind == "bool":
+            col.toggle(k.label, **args)
+        elif k.kind == "choice":
+            col.radio(k.label, k.choices, horizontal=True, **args)
+        elif k.kind == "int":
+            col.slider(k.label, min_value=int(k.lo), max_value=int(k.hi), step=int(k.step), **args)
+        else:
+            col.slider(k.label, min_value=float(k.lo), max_value=float(k.hi), step=float(k.step),
+                       format=_number_format(k.step), **args)
+
+
+def sidebar(step_model) -> Setup:
+    """Draw every control in the sidebar, Setup first; return the setup they hold. `step_model`:
+    this machine's, which sizes the presets' rates and SLO targets."""
     with st.sidebar:
         st.header("Setup")
         ids = [CUSTOM, *PRESETS]
-        st.selectbox("Preset", ids, key=_key("preset"), on_change=_apply_preset,
+        st.selectbox("Preset", ids, key=_key("preset"), on_change=_apply_preset, args=(step_model,),
                      format_func=lambda i: "Custom" if i == CUSTOM else PRESETS[i].title,
-                     help="Workloads from lesson 6's table. Each sets the workload, a policy to "
-                          "start from and SLO targets together; every slider stays yours to move.")
+                     help="Workloads from lesson 6's table, and one past capacity. Each sets the "
+                          "workload, a policy to start from and SLO targets, sized to this machine; "
+                          "every slider stays yours to move.")
         pid = st.session_state.get(_key("preset"), CUSTOM)
         if pid in PRESETS:
-            modified = matching_preset(current_setup()) != pid
-            st.caption(PRESETS[pid].why + (" *(modified since)*" if modified else ""))
+            modified = matching_preset(current_setup(), step_model) != pid
+            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else ""),
+                       help=PRESETS[pid].why)
 
         with st.expander("Workload", expanded=True):
             st.caption("Changes apply to requests arriving from now on.")
@@ -161,5 +199,5 @@ def sidebar() -> Setup:
             _widgets(SLO_TARGETS)
 
         st.caption("The page address holds every setting and the seed: copy it to share or "
-                   "reproduce this setup.")
+                   "reproduce this setup. It also names your run, so a reload continues it.")
     return current_setup()

@@ -1,41 +1,48 @@
-"""Playground: run the real engine live, move any knob while it runs, watch what changes."""
+"""Playground: run the real engine live, move any knob while it runs, watch what changes.
+
+The page is a fixed skeleton (see playground/view.py): one fragment holds the live part and,
+while the engine runs, refreshes every REFRESH_S, giving each element new data.
+"""
+import time
+
 import streamlit as st
 
-from playground import controls, slot, view
-from playground.checks import check
 from engine.live import KEEP_STEPS
+from playground import comparison, controls, slot, view
+from playground.capacity import machine_step_model
+from playground.checks import check
+from playground.review import step_end, tables_at
 from playground.run import TERMINAL
 from ui import session, widgets
 
-RUNNING_REFRESH_S = 0.5     # status, headline and batch chart redraw this often while running
-SLOW_REFRESH_S = 2.0        # the time charts redraw this often while running
+REFRESH_S = 0.4             # status, headline and batch chart: 2.5 times a second while running
+TIME_CHARTS_EVERY_S = 0.8   # time charts and texts are rebuilt this often, and reused in between
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
+STARTING = "pg_starting"    # Start was pressed: the page says so first, then builds the run
+IN_FULL_RUN = "pg_in_full_run"
 
-st.title("Playground")
-st.caption("A real SmolLM2 engine on this machine. Press Start, then move any slider while it "
-           "runs: policy and SLO changes apply at the next engine step and show as dashed "
-           "lines on the time charts; workload changes apply to requests arriving from then on.")
+view.page_style()
+head, toggle = st.columns([3, 1], vertical_alignment="bottom")
+head.title("Playground")
+presenter = toggle.toggle("Presenter mode", key="pg_presenter",
+                          help="For a class: larger chart text, the key numbers, four charts and "
+                               "the knobs moved most, on the page.")
+if not presenter:
+    st.caption("A real SmolLM2 engine on this machine. Press Start, then move any slider while it "
+               "runs: once a slider rests, policy and SLO changes apply at the next engine step "
+               "and show as one dashed line on the time charts; workload changes apply to "
+               "requests arriving from then on.")
 
-link_problems = controls.init_from_link()
-setup = controls.sidebar()
-controls.write_link(setup)
-for problem in link_problems:
-    st.warning(widgets.plain(problem))
-
+# The presets are sized to this machine's step times, so the model loads before the setup is read.
 try:
     model = session.model()
+    step_model = machine_step_model(model)
 except Exception as exc:
     st.error(widgets.error_message("Cannot load the model", exc))
     st.stop()
-lab = slot.run()
-if lab is not None and lab.state not in TERMINAL:
-    try:
-        changes = lab.apply(setup)
-    except Exception as exc:
-        changes = []
-        st.warning(widgets.error_message("Not applied", exc))
-    if changes:
-        st.toast(widgets.plain("Applied at the next step: " + ", ".join(changes)))
+# The sidebar's widgets are drawn last (the setup they hold is read from the session first), so a
+# press on a button is answered on the page before anything else is redrawn.
+link_problems = controls.init_from_link(step_model)
 
 
 # ----- buttons
@@ -50,137 +57,192 @@ def _reported(what: str, action) -> None:
 
 
 def _start():
+    st.session_state[STARTING] = True     # the page first says "starting", then builds the run
+    view.follow_latest()
+
+
+def _new_run():
+    """A fresh run; the one it replaces stays as the grey reference (playground.comparison)."""
+    comparison.keep_previous(slot.run())
+    return slot.new_run(controls.current_setup())
+
+
+def _build_and_start():
     lab = slot.run()
     if lab is None or not lab.can_continue:
-        lab = slot.new_run(controls.current_setup())
+        lab = _new_run()
     lab.start()
 
 
 def _step():
     lab = slot.run()
     if lab is None or lab.state in TERMINAL:
-        lab = slot.new_run(controls.current_setup())
+        lab = _new_run()
     lab.step_once()
+    view.follow_latest()                  # the view moves to the new step
 
 
 def _reset():
+    comparison.keep_previous(slot.run())
     slot.reset_run()
-    for key in ("pg_scrub", "pg_scrub_last"):
-        st.session_state.pop(key, None)
+    view.follow_latest()
 
 
-state = lab.state if lab is not None else "idle"
+def _apply_changes(lab) -> None:
+    """Slider changes reach the engine once the sliders rest (PlaygroundRun.apply_when_rested)."""
+    if lab is None or lab.state in TERMINAL:
+        return
+    try:
+        decision = lab.apply_when_rested(controls.current_setup())
+    except ValueError as exc:
+        st.toast(widgets.error_message("Not applied", exc))
+        return
+    if decision is not None and decision.message:
+        st.toast(widgets.plain(decision.message))
+
+
+lab = slot.run()
+_apply_changes(lab)
+starting = st.session_state.get(STARTING, False)
+state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",
-               width="stretch", disabled=state in ("running", "paused"),
+               width="stretch", disabled=state in ("starting", "running"),
                help="Start a fresh run with the settings on the left (or go on, if you raised "
-                    "the number of requests after it finished).")
+                    "the number of requests after it finished). The run before it stays on "
+                    "the charts in grey, to compare with.")
 cols[1].button("Pause", key="pause", on_click=_reported, args=("Cannot pause", lambda: slot.run().pause()),
                width="stretch", disabled=state != "running", help="Freeze the engine between two steps.")
 cols[2].button("Resume", key="resume", on_click=_reported, args=("Cannot resume", lambda: slot.run().resume()),
                width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step", _step), width="stretch",
-               disabled=state == "running",
+               disabled=state in ("starting", "running"),
                help="Run exactly one engine step, then pause: watch who joins and leaves.")
 cols[4].button("Reset", key="reset", on_click=_reported, args=("Cannot reset", _reset), width="stretch",
-               disabled=lab is None, help="Stop and forget this run.")
+               disabled=lab is None or starting, help="Stop and forget this run.")
 
+if presenter:
+    controls.presenter_strip()
 if "pg_error" in st.session_state:
     st.error(st.session_state.pop("pg_error"))
-for notice in check(setup, lab.max_model_len if lab else min(2048, model.max_model_len)):
-    (st.warning if notice.level == "warning" else st.info)(notice.text)
+for problem in link_problems:
+    st.warning(widgets.plain(problem))
 
 
-# ----- live views
-# While the engine runs, the strip and the batch chart redraw every RUNNING_REFRESH_S and the
-# time charts every SLOW_REFRESH_S (each redraw costs the browser more than the server).
-# Paused or finished, one fragment holds everything, with a scrubber over the whole run.
-# A failure while reading the run shows as an error line in its fragment, not a traceback.
+# ----- the live part
+# One fragment, the same elements in every state. While the engine runs (or a slider change
+# waits to be applied) it refreshes every REFRESH_S; the time charts and texts are rebuilt
+# every TIME_CHARTS_EVERY_S and reused in between. Paused or finished, the review bar picks a
+# step and every view shows the run as it was at the end of that step.
 
-def read(lab):
-    """(snapshot, tables) of this session's run, or (None, empty tables) while there is none yet."""
+def _read(lab):
+    """(state, news for the notice line, tables, now on the engine clock)."""
     if lab is None:
-        tables = view.empty_tables()
-        view.status_line("idle", tables, setup, 0)
-        st.info("Press **Start** to send the workload to the engine, or **Step once** to "
-                "watch it one step at a time.")
-        return None, tables
+        state = "starting" if st.session_state.get(STARTING) else "idle"
+        news = ("Starting: loading the model / warming up…" if state == "starting" else
+                "Press **Start** to send the workload to the engine, or **Step once** to watch "
+                "it one step at a time.")
+        return state, news, view.empty_tables(), None
     lab.heartbeat()
     if lab.state == "running" and lab.steps_taken == 0:   # no snapshot: it would wait for the step
-        tables, waiting = view.empty_tables(), lab.arrived == 0
-        view.status_line("waiting for the first request" if waiting else "warming up",
-                         tables, setup, lab.arrived)
-        st.info("Waiting for the first request to arrive…" if waiting else
-                "Warming up: the first step is running (one-time setup, then the first prompts "
-                "are prefilled)…", icon="⏳")
-        return None, tables
+        waiting = lab.arrived == 0
+        return ("waiting for the first request" if waiting else "warming up",
+                "Waiting for the first request to arrive…" if waiting else
+                "Starting: warming up — the first step is running (one-time setup, then the "
+                "first prompts are prefilled)…", view.empty_tables(), None)
     snap, tables = lab.read()
-    view.status_line(snap.state, tables, setup, snap.arrived, snap.message)
-    return snap, tables
+    return snap.state, widgets.plain(widgets.without_paths(snap.message)), tables, snap.now_s
 
 
-if state == "running":
-    @st.fragment(run_every=RUNNING_REFRESH_S)
-    def live_fast():
-        with widgets.errors_shown("Reading the running engine"):
-            snap, tables = read(slot.run())
-            view.headline(tables, setup)
-            view.batch_chart(tables, setup)
-            view.generated_texts(tables)
-            if snap is not None and snap.state != "running":
-                st.rerun()    # the run paused, finished or stopped: redraw buttons and scrubber
+def _every(name: str, build, every_s: float, fresh: bool):
+    """build(), or the value it gave less than every_s ago (fresh=True: build now)."""
+    cached = st.session_state.get(name)
+    now = time.monotonic()
+    if fresh or cached is None or now - cached[0] >= every_s:
+        cached = (now, build())
+        st.session_state[name] = cached
+    return cached[1]
 
-    @st.fragment(run_every=SLOW_REFRESH_S)
-    def live_slow():
-        with widgets.errors_shown("Drawing the time charts"):
-            lab = slot.run()
-            if lab is None or lab.steps_taken == 0:
-                tables, now = view.empty_tables(), None
-            else:
-                snap, tables = lab.read()
-                now = snap.now_s                 # the timeline's open bars reach up to now
-            view.time_charts(tables, setup, now_s=now)
-            view.rejected_table(tables)
 
-    live_fast()
-    live_slow()
-else:
-    @st.fragment
-    def replay():
-        with widgets.errors_shown("Reading the run"):
-            snap, tables = read(lab)
-            view.headline(tables, setup)
-            upto = now = None
-            if snap is not None:
-                upto = view.replay_scrubber(tables)
-                if upto is not None:
-                    view.step_detail(tables, upto)
-                    now = float(tables.steps.loc[tables.steps["step"] == upto, "t_end_s"].iloc[0])
-            view.batch_chart(tables, setup, upto_step=upto)
-            view.generated_texts(tables)
-            view.time_charts(tables, setup, now_s=now)
-            view.rejected_table(tables)
+def live_view():
+    lab = slot.run()
+    state, news, tables, now = _read(lab)
+    running = state not in ("idle", "starting", "paused", *TERMINAL)
+    _apply_changes(lab)
+    in_effect = lab.setup if lab else controls.current_setup()
+    with widgets.errors_shown("Reading the run"):
+        view.status_line(state, tables, in_effect, lab.arrived if lab else 0)
+    view.notice_line(news, "error" if state == "error" else "info")
+    rejected = view.rejected_so_far(tables) if lab else None
+    for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected):
+        (st.warning if notice.level == "warning" else st.info)(notice.text)
+    chosen = view.review_bar(tables, reviewable=not running and lab is not None)
+    if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):
+        tables, now = tables_at(tables, chosen), step_end(tables, chosen)
+    ref = comparison.reference()
+    with widgets.errors_shown("Drawing the live views"):
+        view.headline(tables, in_effect, presenter)
+        view.step_detail(tables, chosen)
+        view.batch_chart(tables, in_effect, presenter)
+        builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
+                                     ghost=ref.tables if ref else None,
+                                     ghost_name=ref.name if ref else "previous run")
+        figures = _every("pg_time_figures", lambda: {k: b() for k, b in builders.items()},
+                         TIME_CHARTS_EVERY_S, fresh=not running)
+        view.time_charts(figures, presenter)
+        if not presenter:
+            texts = _every("pg_texts", lambda: view.latest_texts(tables), TIME_CHARTS_EVERY_S,
+                           fresh=not running)
+            view.generated_texts(texts)
+            view.rejected_table(view.rejected(tables))
+        comparison.panel(lab, tables, in_effect, reviewing=not running and lab is not None)
+    if st.session_state.get(IN_FULL_RUN):
+        return             # the rest of the page, the sidebar included, is still to be drawn
+    if (running, _busy(lab)) != st.session_state.get("pg_drawn_as"):
+        st.rerun()         # the run started, paused, finished or stopped: redraw buttons and refresh rate
 
-    replay()
-    if lab is not None:
-        @st.fragment(run_every=KEEPALIVE_S)
-        def keepalive():
-            with widgets.errors_shown("Reaching the run"):
-                lab.heartbeat()
-        keepalive()
+
+def _busy(lab) -> bool:
+    """The live part refreshes while the engine runs or a slider change waits to be applied."""
+    return lab is not None and (lab.state == "running" or lab.pending)
+
+
+max_model_len = min(2048, model.max_model_len)
+busy = _busy(lab)
+st.session_state["pg_drawn_as"] = (state == "running", busy)
+# A rerun from inside the live part while the whole page is drawn would stop the page before
+# its sidebar, and Streamlit would forget the sidebar widgets' values; so only a refresh of the
+# live part alone reruns the page (its next tick, if the run changed state meanwhile).
+st.session_state[IN_FULL_RUN] = True
+try:
+    st.fragment(live_view, run_every=REFRESH_S if busy else None)()
+finally:
+    st.session_state[IN_FULL_RUN] = False
+if lab is not None and not busy:
+    st.fragment(lambda: lab.heartbeat(), run_every=KEEPALIVE_S)()
 
 
 # ----- downloads and definitions
 
-st.subheader("Download this run")
-st.caption("The same files `python -m engine run` writes, so any tool built on them reads these. "
-           f"A live run keeps its latest {KEEP_STEPS:,} steps and the requests that ended in them, "
-           "so a longer run downloads that window.")
-d1, d2 = st.columns(2)
-d1.download_button("requests.csv", data=lab.requests_csv if lab else "",
-                   file_name="requests.csv", mime="text/csv", disabled=lab is None,
-                   on_click="ignore", key="dl_requests")
-d2.download_button("steps.csv", data=lab.steps_csv if lab else "",
-                   file_name="steps.csv", mime="text/csv", disabled=lab is None,
-                   on_click="ignore", key="dl_steps")
-view.definitions()
+if not presenter:
+    st.subheader("Download this run")
+    st.caption("The same files `python -m engine run` writes, so any tool built on them reads these. "
+               f"A live run keeps its latest {KEEP_STEPS:,} steps and the requests that ended in them, "
+               "so a longer run downloads that window.")
+    d1, d2 = st.columns(2)
+    d1.download_button("requests.csv", data=lab.requests_csv if lab else "",
+                       file_name="requests.csv", mime="text/csv", disabled=lab is None,
+                       on_click="ignore", key="dl_requests")
+    d2.download_button("steps.csv", data=lab.steps_csv if lab else "",
+                       file_name="steps.csv", mime="text/csv", disabled=lab is None,
+                       on_click="ignore", key="dl_steps")
+    view.definitions()
+
+setup = controls.sidebar(step_model)
+controls.write_link(setup, slot.token())
+
+# ----- Start: the page above already says "starting"; now build the run and draw it running.
+if starting:
+    _reported("Cannot start", _build_and_start)
+    st.session_state.pop(STARTING, None)
+    st.rerun()

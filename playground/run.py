@@ -1,22 +1,32 @@
 """One learner's Playground run: a LiveRun on the real model, plus what the page remembers about it.
 
-The page holds one PlaygroundRun per browser session. `apply(setup)` sends slider changes to the
-running engine: policy and SLO changes take effect at its next step (the engine marks them on
-the time axis), workload changes apply to arrivals from then on (marked here). No Streamlit.
+The page holds one PlaygroundRun per browser session (playground.slot). Slider changes reach
+the running engine as decisions: `apply_when_rested(setup, now)`, called on every refresh,
+waits until the sliders have rested for REST_S, then applies every knob that changed since
+the last decision at once. Policy and SLO changes take effect at the engine's next step,
+workload changes apply to arrivals from then on, and each decision is one mark on the time
+axis, with a short label and the full list of changes. No Streamlit.
 """
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, replace
+
+import pandas as pd
 
 from engine.config import EngineConfig
 from engine.knobs import changes
 from engine.live import THREAD_NAME, LiveRun, Snapshot
 
-from playground.setup import KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
-from analysis.tables import Tables, TraceTables, requests_csv, steps_csv
+from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
+from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
 
 TERMINAL = ("finished", "stopped", "error")   # a run in one of these states steps no more
+REST_S = 0.4          # a slider change is applied once the sliders have rested this long
+# The marks table: step, t_s, label (short, drawn on the charts), then the full list of changes
+# (for hover) and the names of the knobs changed.
+DECISION_COLUMNS = MARK_COLUMNS + ["detail", "knobs"]
 
 
 def engine_threads() -> int:
@@ -25,22 +35,56 @@ def engine_threads() -> int:
     return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 
 
-def workload_changes(old: Setup, new: Setup) -> list[str]:
-    return changes(old.to_dict(), new.to_dict(), WORKLOAD_KNOBS)
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Knobs changed together and applied at one engine step: one mark on the time axis."""
+    step: int                        # the first engine step that runs with them
+    t_s: float
+    changes: tuple[str, ...]         # in effect now: 'max_num_seqs 8→2', 'workload: rate 4.0→5.0'
+    knobs: tuple[str, ...]           # the names of the knobs in `changes`
+    held: tuple[str, ...] = ()       # workload changes with nothing left to act on: every request
+                                     # of a finite workload has arrived
+
+    @property
+    def label(self) -> str:
+        """Short, for the chart: the first change, and how many more."""
+        if not self.changes:
+            return ""
+        more = len(self.changes) - 1
+        return self.changes[0] + (f" +{more} more" if more else "")
+
+    @property
+    def detail(self) -> str:
+        """Every change, for the mark's hover text."""
+        return ", ".join(self.changes)
+
+    @property
+    def message(self) -> str:
+        """What the page tells the learner (a toast): what was applied, and what was not."""
+        parts = []
+        if self.changes:
+            parts.append("Applied at the next step: " + self.detail)
+        if self.held:
+            parts.append("Every request has arrived, so " + ", ".join(self.held) + " changes "
+                         "nothing yet: raise Requests or turn on Continuous traffic to send more.")
+        return " ".join(parts)
 
 
 class PlaygroundRun:
     def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300):
         if model is None:
             raise ValueError("the Playground runs the real model: pass a loaded model")
-        self.setup = setup
+        self.setup = setup                   # the setup in effect (the last one applied)
         self.model_name = model.name
         config = EngineConfig(model=model.name, kv_pool_tokens=KV_POOL_TOKENS,
                               max_model_len=min(2048, model.max_model_len), seed=setup.seed)
         self.max_model_len = config.max_model_len
         self.live = LiveRun(setup.policy(), setup.workload(), model=model, config=config,
                             is_alive=is_alive, idle_timeout_s=idle_timeout_s)
-        self.workload_marks: list[tuple[int, float, str]] = []
+        self.decisions: list[Decision] = []  # those whose step is still in the run's window
+        self.proposed: Setup | None = None   # a setup waiting for the sliders to rest
+        self.proposed_at = 0.0
+        self._refused: Setup | None = None   # the last setup refused: not retried on every refresh
         self._tables = TraceTables()
 
     # ----- controls
@@ -79,6 +123,11 @@ class PlaygroundRun:
         return self.live.state
 
     @property
+    def closed(self) -> bool:
+        """Closed for good: its KV pool is freed, what it recorded stays readable."""
+        return self.live.closed
+
+    @property
     def steps_taken(self) -> int:
         """Engine steps so far (read without waiting for the step in progress)."""
         return self.live.engine.step_count
@@ -93,22 +142,59 @@ class PlaygroundRun:
         """Finished, but the workload was extended since (more requests to send)."""
         return self.live.state == "finished" and not self.live.feed.exhausted
 
-    def apply(self, setup: Setup) -> list[str]:
-        """Send what changed to the engine; returns the changes, in words."""
-        old_policy, new_policy = self.setup.policy(), setup.policy()   # a bad policy changes nothing
+    # ----- changes
+
+    @property
+    def pending(self) -> bool:
+        """A change is waiting for the sliders to rest."""
+        return self.proposed is not None
+
+    def apply_when_rested(self, setup: Setup, now: float | None = None) -> Decision | None:
+        """Call on every refresh with the setup the widgets hold. A setup that differs from the
+        one in effect is applied once it has stayed the same for REST_S (several knobs moved
+        meanwhile make one decision); returns that Decision, None otherwise (nothing changed,
+        or still waiting). A setup the engine refuses raises ValueError once, then is ignored
+        until the widgets change again. `now`: time.monotonic() unless given (tests)."""
+        now = time.monotonic() if now is None else now
+        if setup == self.setup or setup == self._refused:
+            self.proposed = None
+            return None
+        if setup != self.proposed:
+            self.proposed, self.proposed_at = setup, now
+            return None
+        if now - self.proposed_at < REST_S:
+            return None
+        self.proposed = None
+        return self.apply(setup)
+
+    def apply(self, setup: Setup) -> Decision | None:
+        """Apply a setup at once; returns the Decision (None when nothing changed). A setup the
+        engine refuses changes nothing and raises ValueError."""
+        try:
+            policy, spec = setup.policy(), setup.workload()
+        except ValueError:
+            self._refused = setup
+            raise
         old, self.setup = self.setup, setup
-        changes = []
-        if new_policy != old_policy:
-            changes += old_policy.diff(new_policy)
-            self.live.set_policy(new_policy)
-        wl = workload_changes(old, setup)
-        if wl:
-            engine = self.live.engine
-            self.live.set_workload(setup.workload())
-            self.workload_marks.append((engine.step_count, engine.clock.now(),
-                                        "workload: " + ", ".join(wl)))
-            changes += wl
-        return changes
+        before, after = old.to_dict(), setup.to_dict()
+        names = [name for name in KNOBS if before[name] != after[name]]
+        moved = dict(zip(names, changes(before, after, names)))     # name -> 'max_num_seqs 8→2'
+        if not moved:
+            return None
+        workload = [name for name in moved if name in WORKLOAD_KNOBS]
+        if len(workload) < len(moved):
+            self.live.set_policy(policy)
+        if workload:
+            self.live.set_workload(spec)
+        held = workload if self.live.feed.exhausted else []
+        in_effect = [name for name in moved if name not in held]
+        engine = self.live.engine
+        decision = Decision(engine.step_count, engine.clock.now(),
+                            tuple(("workload: " if n in WORKLOAD_KNOBS else "") + moved[n] for n in in_effect),
+                            tuple(in_effect), tuple(moved[n] for n in held))
+        if decision.changes:
+            self.decisions.append(decision)
+        return decision
 
     # ----- reading
 
@@ -119,5 +205,14 @@ class PlaygroundRun:
         return steps_csv(self.live.snapshot(summary=False))
 
     def read(self) -> tuple[Snapshot, Tables]:
+        """A snapshot and its tables; the marks are this run's decisions (DECISION_COLUMNS)."""
         snap = self.live.snapshot(summary=False)    # the page's headline comes from the tables
-        return snap, self._tables.update(snap, self.workload_marks)
+        if snap.steps:                               # decisions leave with the steps they marked
+            first = snap.steps[0].step
+            self.decisions = [d for d in self.decisions if d.step >= first]
+        tables = self._tables.update(replace(snap, marks=()))
+        return snap, replace(tables, marks=self.marks())
+
+    def marks(self) -> pd.DataFrame:
+        rows = [(d.step, d.t_s, d.label, d.detail, d.knobs) for d in self.decisions]
+        return pd.DataFrame(rows, columns=DECISION_COLUMNS)

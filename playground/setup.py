@@ -21,7 +21,8 @@ KV_POOL_TOKENS = 16384
 
 # Where the Playground starts from a value of its own instead of the engine's default, and why.
 PLAYGROUND_DEFAULTS = {
-    "num_requests": 64,   # at the default rate, 16 s of arrivals: time to move sliders while it runs
+    "continuous": True,   # traffic runs until the learner stops it: time to move sliders and watch
+    "num_requests": 64,   # without continuous traffic, 16 s of arrivals at the default rate
 }
 
 WORKLOAD_KNOBS = knobs_of(WorkloadSpec)
@@ -66,6 +67,11 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
         for lo, hi in LENGTH_RANGES.values():     # a 'to' below 'from' is raised to match
             values[hi] = max(values[lo], values[hi])
         return WorkloadSpec(**values).validate()
+
+    @property
+    def endless(self) -> bool:
+        """Continuous traffic: requests arrive until the run is stopped (WorkloadSpec.endless)."""
+        return WorkloadSpec(continuous=self.continuous, rate=self.rate).endless
 
     def changed(self, **changes) -> "Setup":
         return replace(self, **changes)

@@ -1,26 +1,33 @@
-"""This browser session's Playground run: one PlaygroundRun, kept in st.session_state.
+"""This browser session's Playground run: one PlaygroundRun, kept in st.session_state and in the
+process-wide registry (playground.reattach) under a token that the page's address carries.
 
-A run's engine thread asks ui.session.session_alive() before every step, so a closed or
-reloaded tab stops it and frees its KV pool; a heartbeat from the page (PlaygroundRun.heartbeat) is
-the second guard. Starting a new run closes the session's previous one first.
+A reload opens a new session on the same address: `run()` finds the token there and takes
+the run over, so it goes on where it was. A run whose page is gone for good (the tab closed)
+is closed after the registry's grace period and its KV pool freed; a heartbeat from the page
+(PlaygroundRun.heartbeat) is the second guard. Starting a new run closes the session's previous one.
 
 Each run holds its own KV pool (16,384 tokens: ~375 MB for SmolLM2) and step buffers, about
 half a GB in all, beside the model the server loads once. MAX_ENGINES (default 4, ~2 GB of
-runs next to a ~1.2 GB server) caps how many a server holds at once; the CPU they share
-would not run more at a watchable speed anyway.
+runs next to a ~1.2 GB server) caps how many a server holds at once, runs waiting to be taken
+over after a reload included; the CPU they share would not run more at a watchable speed anyway.
 """
 from __future__ import annotations
 
 import os
+import time
+from functools import partial
 
 import streamlit as st
 
+from playground.reattach import RUNS, TOKEN_PARAM
 from playground.run import PlaygroundRun, engine_threads
 from playground.setup import Setup
 from ui import session
 
 RUN_KEY = "lab_run"
+TOKEN_KEY = "lab_run_token"
 HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
+TAKEOVER_WAIT_S = 1.5         # after a reload, how long the old session may take to disconnect
 MAX_ENGINES_ENV = "BATCHING_LAB_MAX_ENGINES"
 
 
@@ -32,7 +39,33 @@ def max_engines() -> int:
 
 
 def run() -> PlaygroundRun | None:
-    return st.session_state.get(RUN_KEY)
+    """This session's run; on a session's first visit, the run its address names, if that run
+    is waiting to be taken over (its page was reloaded)."""
+    lab = st.session_state.get(RUN_KEY)
+    if lab is None and TOKEN_KEY not in st.session_state:
+        st.session_state[TOKEN_KEY] = None           # look at the address once per session
+        token = st.query_params.get(TOKEN_PARAM)
+        if token:
+            lab = _take_over(token)
+    return lab
+
+
+def _take_over(token: str) -> PlaygroundRun | None:
+    connected = session.session_connected()
+    deadline = time.monotonic() + TAKEOVER_WAIT_S
+    lab = RUNS.take_over(token, connected)
+    while lab is None and token in RUNS and time.monotonic() < deadline:
+        time.sleep(0.1)                              # the reloaded page's session may still be closing
+        lab = RUNS.take_over(token, connected)
+    if lab is not None:
+        st.session_state[RUN_KEY], st.session_state[TOKEN_KEY] = lab, token
+        lab.heartbeat()
+    return lab
+
+
+def token() -> str | None:
+    """The token of this session's run, for the page's address (controls.write_link)."""
+    return st.session_state.get(TOKEN_KEY) if run() is not None else None
 
 
 def new_run(setup: Setup) -> PlaygroundRun:
@@ -43,13 +76,18 @@ def new_run(setup: Setup) -> PlaygroundRun:
     if active >= most:
         raise ValueError(f"{active} runs are active on this server (at most {most}, set by "
                          f"{MAX_ENGINES_ENV}); stop one or wait.")
-    lab = PlaygroundRun(setup, session.model(), is_alive=session.session_alive(),
-                 idle_timeout_s=HEARTBEAT_TIMEOUT_S)
-    st.session_state[RUN_KEY] = lab
+    key = RUNS.new_token()
+    lab = PlaygroundRun(setup, session.model(), is_alive=partial(RUNS.keeps, key),
+                        idle_timeout_s=HEARTBEAT_TIMEOUT_S)
+    RUNS.add(key, lab, session.session_connected())
+    st.session_state[RUN_KEY], st.session_state[TOKEN_KEY] = lab, key
     return lab
 
 
 def reset_run() -> None:
     lab = st.session_state.pop(RUN_KEY, None)
+    key, st.session_state[TOKEN_KEY] = st.session_state.get(TOKEN_KEY), None
+    if key:
+        RUNS.forget(key)
     if lab is not None:
         lab.close()

@@ -1,5 +1,8 @@
-"""The Playground's live views: headline strip, charts, streaming texts, rejected requests.
+"""The Playground's views: status, headline strip, review bar, charts, streaming texts.
 
+The page is one fixed skeleton: the same elements in the same order in every state (idle,
+starting, running, paused, finished), so a refresh only gives each element new data. Charts
+are live_charts (ui/live_chart.py): each keeps its plot and redraws it in place.
 Every function takes the Tables of one snapshot (plus the setup) and draws with the pure
 builders in analysis/; nothing here runs or steers the engine.
 """
@@ -9,16 +12,20 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analysis import frame_metrics, kv, latency, membership, queue
+from analysis import frame_metrics, kv, latency, membership, queue, style
 from analysis.tables import MARK_COLUMNS, Tables
 from engine import metrics
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from playground import status
 from playground.setup import Setup
 from ui import widgets
+from ui.live_chart import live_chart
 
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
 TEXTS_SHOWN = 4
+LIVE_SPAN_S = 60.0            # the time charts show the latest minute, full width from the start
+PRESENTER_CHARTS = ("pg_ttft", "pg_tpot", "pg_queue", "pg_throughput")   # its fewer panels
 
 DEFINITIONS = metrics.DEFINITIONS + (
     "- **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.\n")
@@ -30,33 +37,51 @@ def empty_tables() -> Tables:
                   pd.DataFrame(columns=MARK_COLUMNS))
 
 
+PAGE_STYLE = """<style>
+/* Streamlit's "Running..." badge and Stop button would flash in the header on every refresh. */
+[data-testid='stStatusWidget'] { visibility: hidden; }
+/* The whole width for the charts, and the buttons close to the top of the screen. */
+@media (min-width: 640px) {
+  [data-testid='stMainBlockContainer'] { padding: 1.5rem 2rem 4rem 2rem; max-width: none; }
+}
+/* An element waiting for its next refresh is faded by Streamlit: on a page that refreshes
+   twice a second that reads as flicker. Keep it as it is until its new data comes. */
+[data-testid='stElementContainer'][data-stale='true'] { opacity: 1 !important; transition: none !important; }
+/* Headline numbers shrink with the window rather than being cut off. */
+[data-testid='stMetricValue'] { font-size: clamp(1.4rem, 2.3vw, 2.25rem); }
+</style>"""
+
+
+def page_style() -> None:
+    st.html(PAGE_STYLE)
+
+
 def largest_batch(steps: pd.DataFrame) -> int:
     """Most requests that shared one step so far (a step's `running` = its members)."""
     return int(steps["running"].max()) if len(steps) else 0
 
 
-def status_line(state: str, tables: Tables, setup: Setup, arrived: int, message: str = "") -> None:
-    steps, reqs, old = tables.steps, tables.requests, tables.retired
-    n = len(steps)
-    status = reqs["status"] if len(reqs) else pd.Series(dtype=str)
-    taken = n + old.steps
-    unserved = int(status.isin(metrics.UNSERVED).sum()) + sum(map(old.count, metrics.UNSERVED))
-    rate = ""
-    if n >= 2:
-        recent = steps.iloc[-min(n, 50):]
-        span = float(recent["t_end_s"].iloc[-1] - recent["t_start_s"].iloc[0])
-        if span > 0:
-            rate = f" · {len(recent) / span:.1f} steps/s"
-    st.markdown(
-        f"**Engine: {state}** · steps: {taken} · arrived: {arrived}/{setup.num_requests} · "
-        f"finished: {int((status == 'finished').sum()) + old.count('finished')} · rejected: "
-        f"{unserved} · largest batch: "
-        f"{largest_batch(steps)} of {setup.max_num_seqs} slots{rate}")
-    if message:     # the engine's words, which may quote a request's own values
-        (st.error if state == "error" else st.info)(widgets.plain(widgets.without_paths(message)))
+def status_line(state: str, tables: Tables, setup: Setup, arrived: int) -> None:
+    st.markdown(status.status_text(state, tables, setup, arrived))
 
 
-def headline(tables: Tables, setup: Setup) -> None:
+def rejected_so_far(tables: Tables) -> int:
+    """Requests turned away or failed over the whole run (the window's and those it dropped)."""
+    reqs, old = tables.requests, tables.retired
+    shown = int(reqs["status"].isin(metrics.UNSERVED).sum()) if len(reqs) else 0
+    return shown + sum(map(old.count, metrics.UNSERVED))
+
+
+def notice_line(text: str = "", level: str = "info") -> None:
+    """One slot for a line of news (starting, warming up, the engine's own message): always
+    drawn, empty when there is nothing to say, so the elements below never move."""
+    if not text:
+        st.empty()
+    else:
+        {"error": st.error, "warning": st.warning}.get(level, st.info)(text)
+
+
+def headline(tables: Tables, setup: Setup, presenter: bool = False) -> None:
     h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
                                setup.max_num_seqs, tables.retired)
     items = [
@@ -77,50 +102,63 @@ def headline(tables: Tables, setup: Setup) -> None:
         ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}",
          "Empty batch slots (max_num_seqs minus requests) summed over every busy step."),
     ]
-    for row in (items[:5], items[5:]):
+    rows = [[items[i] for i in (1, 3, 4, 5, 6)]] if presenter else [items[:5], items[5:]]
+    for row in rows:
         for col, (label, value, help_text) in zip(st.columns(5), row):
             col.metric(label, value, help=help_text)
 
 
-def _plot(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, config=widgets.PLOT_CONFIG, width="stretch")
+# ----------------------------------------------------------------------------- review
+# The review bar is always drawn; while the engine runs it is disabled and follows the latest
+# step. "pg_follow" says whether the view stays on the latest step when new steps come (after
+# "Step once", or when the learner left it at the end).
+
+SCRUB, FOLLOW = "pg_scrub", "pg_follow"
 
 
-def batch_figure(tables: Tables, setup: Setup, upto_step: int | None = None):
-    slots = max(setup.max_num_seqs, largest_batch(tables.steps))
-    return membership.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
-                                   upto_step=upto_step, marks=tables.marks)
+def follow_latest() -> None:
+    """Put the review on the latest step (Step once, Start, Reset call this)."""
+    st.session_state[FOLLOW] = True
 
 
-def batch_chart(tables: Tables, setup: Setup, upto_step: int | None = None) -> None:
-    _plot(batch_figure(tables, setup, upto_step), "pg_batch")
+def _move(delta: int, first: int, latest: int) -> None:
+    chosen = min(max(st.session_state.get(SCRUB, latest) + delta, first), latest)
+    st.session_state[SCRUB] = chosen
+    st.session_state[FOLLOW] = chosen >= latest
 
 
-def replay_scrubber(tables: Tables) -> int | None:
-    """After pausing: a slider over the steps the run keeps (its window). Returns the chosen
-    step number."""
+def _scrubbed(latest: int) -> None:
+    st.session_state[FOLLOW] = st.session_state[SCRUB] >= latest
+
+
+def review_bar(tables: Tables, reviewable: bool) -> int | None:
+    """Previous / next step buttons around a scrubber over the steps the run keeps. Returns the
+    step the view shows (None before the first step)."""
     steps = tables.steps
-    if len(steps) == 0:
-        return None
-    first, latest = int(steps["step"].iloc[0]), int(steps["step"].iloc[-1])
-    key, last_key = "pg_scrub", "pg_scrub_last"
-    last = st.session_state.get(last_key)
-    if last != latest:    # new steps since: follow them if the slider was at the end
-        chosen = st.session_state.get(key)
-        if chosen in (None, last) or not first <= chosen <= latest:
-            st.session_state[key] = latest
-        st.session_state[last_key] = latest
-    if first == latest:
-        return latest
-    return st.slider("Replay: step", first, latest, key=key,
-                     help="Step back through the run (the latest steps it keeps): the batch chart "
-                          "and the request timeline show the engine as it was at this step.")
+    first, latest = (int(steps["step"].iloc[0]), int(steps["step"].iloc[-1])) if len(steps) else (0, 0)
+    state = st.session_state
+    if not reviewable or state.get(FOLLOW, True) or SCRUB not in state:
+        state[SCRUB] = latest
+    state[SCRUB] = min(max(state[SCRUB], first), latest)
+    chosen, off = state[SCRUB], not reviewable or first == latest
+    left, mid, right = st.columns([2, 8, 2], vertical_alignment="bottom")
+    left.button("Back", key="pg_prev", icon=":material/chevron_left:", width="stretch",
+                help="The step before this one.", on_click=_move, args=(-1, first, latest), disabled=off or chosen <= first)
+    mid.slider("Review: step", first, max(latest, first + 1), key=SCRUB, on_change=_scrubbed,
+               args=(latest,), disabled=off,
+               help="Pause (or press Step once), then step back through the run: the headline, "
+                    "the batch chart, the queue and the request timeline show the engine as it "
+                    "was at the end of this step.")
+    right.button("Next", key="pg_next", icon=":material/chevron_right:", width="stretch",
+                 help="The step after this one.", on_click=_move, args=(1, first, latest), disabled=off or chosen >= latest)
+    return chosen if len(steps) else None
 
 
-def step_detail(tables: Tables, step: int) -> None:
+def step_detail(tables: Tables, step: int | None) -> None:
     steps = tables.steps
-    row = steps[steps["step"] == step]
+    row = steps[steps["step"] == step] if step is not None else steps.iloc[0:0]
     if len(row) == 0:
+        st.caption("Each engine step appears here once the run starts.")
         return
     r = row.iloc[0]
     members = list(r["members"])          # (request id, phase, tokens) of each member
@@ -132,29 +170,53 @@ def step_detail(tables: Tables, step: int) -> None:
                f"{int(r['decode_tokens'])} decode tokens — {who}{more}")
 
 
-def time_figures(tables: Tables, setup: Setup, now_s: float | None = None) -> dict:
-    """The time charts' builders by chart key, in page order (tools.bench_live_refresh times them)."""
+# ----------------------------------------------------------------------------- charts
+
+
+def batch_figure(tables: Tables, setup: Setup, presenter: bool = False):
+    slots = max(setup.max_num_seqs, largest_batch(tables.steps))
+    return membership.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
+                                       marks=tables.marks, presenter=presenter)
+
+
+def batch_chart(tables: Tables, setup: Setup, presenter: bool = False) -> None:
+    live_chart(batch_figure(tables, setup, presenter), "pg_batch", font_px=style.font_px(presenter))
+
+
+def time_figures(tables: Tables, setup: Setup, now_s: float | None = None, presenter: bool = False,
+                 ghost: Tables | None = None, ghost_name: str = "previous run") -> dict:
+    """The time charts' builders by chart key, in page order (tools.bench_live_refresh times them);
+    in presenter mode only PRESENTER_CHARTS. The x-axis holds the latest LIVE_SPAN_S up to now_s;
+    `ghost` (another run's tables) is drawn faintly behind TTFT, TPOT, queue and throughput."""
     steps, reqs, marks = tables.steps, tables.requests, tables.marks
-    return {
-        "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT),
-        "pg_ttft": lambda: latency.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks),
-        "pg_tpot": lambda: latency.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks),
-        "pg_queue": lambda: queue.queue_over_time(steps, marks),
+    x = dict(presenter=presenter,
+             x_range=style.live_x_range(now_s, LIVE_SPAN_S) if now_s is not None else None)
+    behind = dict(ghost=ghost, ghost_name=ghost_name)
+    builders = {
+        "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT, **x),
+        "pg_ttft": lambda: latency.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks, **x, **behind),
+        "pg_tpot": lambda: latency.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks, **x, **behind),
+        "pg_queue": lambda: queue.queue_over_time(steps, marks, **x, **behind),
         "pg_throughput": lambda: queue.throughput_over_time(steps, reqs, setup.ttft_slo_s,
-                                                             setup.tpot_slo_s, marks),
-        "pg_kv": lambda: kv.kv_usage(steps, marks),
+                                                             setup.tpot_slo_s, marks, **x, **behind),
+        "pg_kv": lambda: kv.kv_usage(steps, marks, **x),
     }
+    return {k: b for k, b in builders.items() if k in PRESENTER_CHARTS} if presenter else builders
 
 
-def time_charts(tables: Tables, setup: Setup, now_s: float | None = None) -> None:
-    """The request timeline across the page, then the other time charts two to a row."""
-    figures = time_figures(tables, setup, now_s)
-    _plot(figures.pop("pg_timeline")(), "pg_timeline")
+def time_charts(figures: dict, presenter: bool = False) -> None:
+    """Built time_figures: the request timeline across the page, then the others two to a row."""
+    font = style.font_px(presenter)
     rows = list(figures.items())
+    if rows and rows[0][0] == "pg_timeline":
+        live_chart(rows.pop(0)[1], "pg_timeline", font_px=font)
     for i in range(0, len(rows), 2):
-        for col, (key, build) in zip(st.columns(2), rows[i:i + 2]):
+        for col, (key, fig) in zip(st.columns(2), rows[i:i + 2]):
             with col:
-                _plot(build(), key)
+                live_chart(fig, key, font_px=font)
+
+
+# ----------------------------------------------------------------------------- texts, rejects
 
 
 def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
@@ -172,30 +234,40 @@ def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
                          "tokens": picked["output_tokens"], "text": text.loc[picked.index]})
 
 
-def generated_texts(tables: Tables) -> None:
+def generated_texts(df: pd.DataFrame) -> None:
+    """TEXTS_SHOWN slots, two to a row, filled from latest_texts (empty slots stay in place)."""
     st.markdown("**Latest generated text**")
-    df = latest_texts(tables)
-    if len(df) == 0:
-        st.caption("Generated text streams in here once requests start decoding.")
-        return
+    st.caption("Generated text streams in here once requests start decoding." if len(df) == 0
+               else "The requests decoding now, then the latest finished.")
     cols = st.columns(2)
-    for i, (_, r) in enumerate(df.iterrows()):
+    rows = [r for _, r in df.iterrows()]
+    for i in range(TEXTS_SHOWN):
         with cols[i % 2]:
-            tail = r["text"][-300:].replace("\n", " ")
-            st.caption(f"**{widgets.plain(r['request'])}** · {r['status']} · {r['tokens']} tokens")
-            st.text(("…" if len(r["text"]) > 300 else "") + tail)
+            if i < len(rows):
+                r = rows[i]
+                tail = r["text"][-300:].replace("\n", " ")
+                st.caption(f"**{widgets.plain(r['request'])}** · {r['status']} · {r['tokens']} tokens")
+                st.text(("…" if len(r["text"]) > 300 else "") + tail)
+            else:
+                st.caption(" ")
+                st.text("")
 
 
-def rejected_table(tables: Tables) -> None:
+def rejected(tables: Tables) -> pd.DataFrame:
     reqs = tables.requests
     if len(reqs) == 0:
-        return
+        return pd.DataFrame(columns=["id", "tenant", "arrival_s", "prompt_tokens", "status", "reason"])
     bad = reqs[reqs["status"].isin(metrics.UNSERVED)]
-    if len(bad) == 0:
-        return
+    return bad[["id", "tenant", "arrival_s", "prompt_tokens", "status", "error"]].rename(
+        columns={"error": "reason"})
+
+
+def rejected_table(bad: pd.DataFrame) -> None:
     st.subheader(f"Rejected requests ({len(bad)})")
-    st.dataframe(bad[["id", "tenant", "arrival_s", "prompt_tokens", "status", "error"]]
-                 .rename(columns={"error": "reason"}), hide_index=True, width="stretch")
+    if len(bad):
+        st.dataframe(bad, hide_index=True, width="stretch")
+    else:
+        st.caption("None so far: every request that arrived was admitted.")
 
 
 def definitions() -> None:

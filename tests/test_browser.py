@@ -1,9 +1,11 @@
 """The real thing: Debian's Chromium, driven by Playwright, against `streamlit run app.py`.
 
-The server runs the default model (SmolLM2-135M). One test starts a run, watches the batch
-chart grow, moves max_num_seqs and finds the change marked on the chart, saves a screenshot
-(test-output/playground.png), then reloads and checks the old engine thread stopped. The other
-runs two browser sessions at once and checks each engine follows only its own settings.
+The server runs the default model (SmolLM2-135M). The tests: live charts that update in place
+(no blank frame, a constant number of plots) and keep up with the engine; five arrow-key presses
+on a slider make one change mark; a reload mid-run continues the same run; review steps the views
+and the headline; the "c" key opens nothing and there is no Deploy button; the Playground is one
+click away from every page; two sessions run their own engines. Each test resets its run, so the
+server holds none afterwards (a page closed without Reset keeps its run for the reload grace).
 """
 import os
 import re
@@ -23,8 +25,10 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "test-output"
 # Small workloads, so SmolLM2 on two CPU cores shows many steps within seconds.
-SMALL = {"rate": "0", "num_requests": "24", "prompt_lo": "32", "prompt_hi": "48",
+SMALL = {"continuous": "0", "rate": "0", "num_requests": "24", "prompt_lo": "32", "prompt_hi": "48",
          "output_lo": "200", "output_hi": "300"}
+# Traffic that runs until it is stopped, for tests that watch a run for a while.
+ENDLESS = {"continuous": "1", "rate": "3", "output_lo": "60", "output_hi": "120"}
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"Debian's Chromium is not installed at {CHROMIUM} "
@@ -99,25 +103,40 @@ def status_el(page):
 
 def status(page) -> dict:
     text = status_el(page).inner_text()
-    m = re.search(r"Engine: ([\w ]+?) · steps: (\d+) .* largest batch: (\d+) of (\d+) slots", text)
+    m = re.search(r"Engine: ([\w ]+?) · steps: ([\d,]+) .* largest batch(?: since the change at step "
+                  r"[\d,]+)?: (\d+|none yet,) of (\d+) slots", text)
     assert m, text
-    return {"state": m[1], "steps": int(m[2]), "largest": int(m[3]), "slots": int(m[4])}
+    largest = 0 if m[3] == "none yet," else int(m[3])
+    return {"state": m[1], "steps": int(m[2].replace(",", "")), "largest": largest, "slots": int(m[4])}
 
 
-BATCH_CHART = ".st-key-pg_batch .js-plotly-plot"   # the batch-membership chart's plot
+def chart_plot(page, key: str = "pg_batch"):
+    """The plot of a live chart (ui/live_chart.py): it is drawn inside the component's frame."""
+    return page.frame_locator(f".st-key-{key} iframe").locator(".js-plotly-plot")
 
 
 def chart_steps(page) -> int:
     """How many step columns the batch-membership heatmap draws right now."""
-    return page.eval_on_selector_all(
-        BATCH_CHART, "els => Math.max(0, ...els.map(el => (el._fullData && el._fullData[0] &&"
-                     " el._fullData[0].x) ? el._fullData[0].x.length : 0))")
+    return chart_plot(page).evaluate(
+        "el => (el._fullData && el._fullData[0] && el._fullData[0].x) ? el._fullData[0].x.length : 0")
+
+
+def run_token(page) -> str:
+    m = re.search(r"[?&]run=([\w-]+)", page.url)
+    assert m, f"no run token in {page.url}"
+    return m[1]
+
+
+def reset_and_close(page, context) -> None:
+    """Reset frees the run's engine at once (a closed page's run waits out the reload grace)."""
+    page.get_by_role("button", name="Reset", exact=True).click()
+    wait_until(lambda: status(page)["state"] == "idle", timeout=20, what="the reset")
+    context.close()
 
 
 def chart_marks(page) -> list[str]:
-    return page.eval_on_selector_all(
-        BATCH_CHART, "els => els.flatMap(el => ((el._fullLayout && el._fullLayout.annotations)"
-                     " || []).map(a => a.text))")
+    return chart_plot(page).evaluate(
+        "el => ((el._fullLayout && el._fullLayout.annotations) || []).map(a => a.text)")
 
 
 def wait_until(fn, timeout=90, what="condition"):
@@ -141,47 +160,62 @@ def engines_running(context, url) -> int:
     return int(re.search(r"Engines running on this server: (\d+)", text)[1])
 
 
-def click_slider(page, key: str, value: int, lo: int, hi: int) -> int:
-    """One click on the slider's track where `value` sits (one change, one rerun); returns
-    the value the slider took."""
-    track = page.locator(f".st-key-{key} [role=group] > div").first
-    box = track.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * (value - lo) / (hi - lo), box["y"] + box["height"] / 2)
-    thumb = page.locator(f".st-key-{key} input[type=range]")
-    return wait_until(lambda: int(thumb.input_value()) != hi and int(thumb.input_value()),
-                      timeout=10, what="the slider to move")
-
-
 # ----------------------------------------------------------------------------- tests
 
 
-def test_live_run_slider_change_marker_screenshot_and_reload(server, browser):
-    url, log_path = server
-    context = browser.new_context(viewport={"width": 1500, "height": 2600})
+def test_arrow_presses_on_a_slider_make_one_change_mark(server, browser):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1440, "height": 1400})
     page = open_playground(context, url, max_num_seqs="16")
-    assert status(page)["state"] == "idle"
+    page.get_by_role("button", name="Start", exact=True).click()
+    wait_until(lambda: chart_steps(page) >= 3, what="first steps")
+    thumb = page.locator(".st-key-pg_max_num_seqs [role=slider]")
+    thumb.focus()
+    for _ in range(5):                 # a learner tapping the key: each press is its own change
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(250)     # less than the rest the page waits for (playground/run.py)
+    wait_until(lambda: status(page)["slots"] == 21, timeout=20, what="the change to apply")
+    page.wait_for_timeout(2000)        # time for any further mark to show
+    marks = [m for m in chart_marks(page) if "max_num_seqs" in m]
+    assert marks == ["max_num_seqs 16→21"], marks
+    reset_and_close(page, context)
 
-    page.get_by_role("button", name="Start").click()
-    first = wait_until(lambda: chart_steps(page) >= 3 and chart_steps(page), what="first steps")
-    wait_until(lambda: chart_steps(page) > first, what="the batch chart to gain steps")
-    assert status(page)["state"] == "running"
 
-    seqs = click_slider(page, "pg_max_num_seqs", 4, 1, 64)
-    assert 1 <= seqs < 16
-    wait_until(lambda: f"max_num_seqs 16→{seqs}" in chart_marks(page), what="the change marker")
-    wait_until(lambda: status(page)["slots"] == seqs, what="the status to show the new slots")
-    time.sleep(1.5)                                  # a few steps under the new policy
-    OUT.mkdir(exist_ok=True)
-    page.screenshot(path=str(OUT / "playground.png"))
-    assert (OUT / "playground.png").stat().st_size > 20_000
+def test_reload_mid_run_continues_the_same_run(server, browser):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = open_playground(context, url, **ENDLESS)
+    page.get_by_role("button", name="Start", exact=True).click()
+    wait_until(lambda: status(page)["steps"] >= 10, what="10 steps")
+    token, before = run_token(page), status(page)["steps"]
 
-    # Reloading gives a fresh session; the old session's engine thread must stop.
     page.reload()
     status_el(page).wait_for()
-    assert status(page)["state"] == "idle"
-    wait_until(lambda: engines_running(context, url) == 0, timeout=60,
-               what="the reloaded page's old engine thread to stop")
-    assert "is gone: stopping its engine thread" in log_path.read_text()
+    assert run_token(page) == token
+    after = wait_until(lambda: status(page)["state"] == "running" and status(page)["steps"],
+                       timeout=20, what="the reloaded page to show the run")
+    assert after >= before, (before, after)          # the same run: its step count went on
+    wait_until(lambda: status(page)["steps"] > after, timeout=20, what="the run to go on")
+    assert engines_running(context, url) == 1         # taken over, not a second engine
+    reset_and_close(page, context)
+
+
+def test_c_key_opens_nothing_no_deploy_button_and_playground_one_click_away(server, browser):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    for start in ("", "lesson-why-batch", "why_batch", "about"):   # home, a lesson, a lab, About
+        page.goto(f"{url}/{start}")
+        page.locator("h1").first.wait_for()
+        page.keyboard.press("c")
+        page.wait_for_timeout(300)
+        assert page.locator("[role=dialog]").count() == 0, f"'c' opened a dialog on /{start}"
+        assert page.get_by_role("button", name="Deploy").count() == 0
+        assert page.locator("[data-testid=stAppDeployButton]").count() == 0
+        page.get_by_test_id("stTopNavLink").filter(has_text="Playground").click()
+        page.wait_for_url(re.compile(r"/playground(\?|$)"), timeout=30_000)
+        status_el(page).wait_for()
     context.close()
 
 
@@ -190,8 +224,8 @@ def test_two_sessions_run_their_own_engines(server, browser):
     ctx_a, ctx_b = (browser.new_context(viewport={"width": 1400, "height": 1400}) for _ in range(2))
     page_a = open_playground(ctx_a, url, max_num_seqs="2")
     page_b = open_playground(ctx_b, url, max_num_seqs="6")
-    page_a.get_by_role("button", name="Start").click()
-    page_b.get_by_role("button", name="Start").click()
+    page_a.get_by_role("button", name="Start", exact=True).click()
+    page_b.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: status(page_a)["steps"] >= 6 and status(page_b)["steps"] >= 6,
                what="both engines to take steps")
     a, b = status(page_a), status(page_b)
@@ -200,17 +234,105 @@ def test_two_sessions_run_their_own_engines(server, browser):
     assert engines_running(ctx_a, url) == 2
 
     # Pausing one leaves the other running.
-    page_a.get_by_role("button", name="Pause").click()
+    page_a.get_by_role("button", name="Pause", exact=True).click()
     wait_until(lambda: status(page_a)["state"] == "paused", what="A to pause")
     a_steps, b_steps = status(page_a)["steps"], status(page_b)["steps"]
     wait_until(lambda: status(page_b)["steps"] >= b_steps + 3, what="B to go on")
     time.sleep(0.6)
     assert status(page_a)["steps"] == a_steps and status(page_a)["state"] == "paused"
-
-    # Closing a page stops its engine.
-    ctx_a.close()
-    ctx_b.close()
+    reset_and_close(page_a, ctx_a)
+    reset_and_close(page_b, ctx_b)
     probe = browser.new_context()
-    wait_until(lambda: engines_running(probe, url) == 0, timeout=60,
-               what="closed pages' engines to stop")
+    assert engines_running(probe, url) == 0
     probe.close()
+
+
+# ----------------------------------------------------------------------------- live charts, review
+
+# In the batch chart's frame: is something drawn (heatmap cells, shapes), and how many plots are
+# there on the page (plots in the page itself plus the live charts' frames)?
+DRAWN = "el => el.querySelectorAll('.hm image, .trace, .shapelayer path').length"
+PLOTS = "() => document.querySelectorAll('.js-plotly-plot, iframe').length"
+COUNT_DRAWS = "el => { el.__draws = 0; el.on('plotly_afterplot', () => el.__draws++); }"
+
+
+def last_step_shown(page) -> int:
+    return chart_plot(page).evaluate("el => { const x = el._fullData[0].x; return x[x.length - 1]; }")
+
+
+def metric(page, label: str) -> str:
+    box = page.locator("[data-testid=stMetric]", has_text=label).first
+    return box.locator("[data-testid=stMetricValue]").inner_text()
+
+
+def test_live_charts_update_in_place_without_blank_frames(server, browser):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = open_playground(context, url, max_num_seqs="16", **ENDLESS)
+    page.wait_for_timeout(1500)                          # the idle page is fully drawn
+    clicked_to_starting_ms = page.evaluate("""() => new Promise(done => {
+        const t0 = performance.now();
+        [...document.querySelectorAll('button')].find(b => b.innerText.trim() == 'Start').click();
+        const look = () => [...document.querySelectorAll('p')].some(p => p.innerText.includes('Engine: starting'))
+            ? done(performance.now() - t0) : requestAnimationFrame(look);
+        look(); })""")
+    wait_until(lambda: status(page)["steps"] >= 1, what="the first step")
+    first_step = time.monotonic()
+    wait_until(lambda: chart_steps(page) >= 1, timeout=10, what="the first chart")
+    first_chart_s = time.monotonic() - first_step
+    wait_until(lambda: chart_steps(page) >= 3, what="a few steps")
+
+    charts = ("pg_batch", "pg_queue")                     # both change with every engine step
+    for key in charts:
+        chart_plot(page, key).evaluate(COUNT_DRAWS)
+    plots, blank, steps0, t0 = set(), 0, status(page)["steps"], time.monotonic()
+    for _ in range(40):                                  # 40 samples over 20 s
+        plots.add(page.evaluate(PLOTS))
+        blank += chart_plot(page).evaluate(DRAWN) == 0
+        page.wait_for_timeout(500)
+    span = time.monotonic() - t0
+    step_rate = (status(page)["steps"] - steps0) / span
+    draws = {key: chart_plot(page, key).evaluate("el => el.__draws") / span for key in charts}
+    print(f"Start -> 'starting' {clicked_to_starting_ms:.0f} ms; first chart {first_chart_s:.2f} s "
+          f"after the first step; redraws/s {draws}; engine {step_rate:.2f} steps/s; plots {plots}")
+    assert blank == 0, f"{blank} of 40 samples showed an empty batch chart"
+    assert len(plots) == 1, f"the number of plots changed: {plots}"
+    assert clicked_to_starting_ms < 300
+    assert first_chart_s < 2
+    # A chart can only change when there is a new step: it must keep up with the engine, up to
+    # 2 redraws a second for the batch chart and 1 for the time charts.
+    assert draws["pg_batch"] >= 0.9 * min(2.0, step_rate), (draws, step_rate)
+    assert draws["pg_queue"] >= 0.9 * min(1.0, step_rate), (draws, step_rate)
+    reset_and_close(page, context)
+
+
+def test_review_steps_the_views_and_the_headline(server, browser):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1440, "height": 1600})
+    page = open_playground(context, url, max_num_seqs="4")
+    page.get_by_role("button", name="Start", exact=True).click()
+    wait_until(lambda: status(page)["steps"] >= 25, what="25 steps")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    wait_until(lambda: status(page)["state"] == "paused", what="the pause")
+
+    thumb = page.locator(".st-key-pg_scrub input[type=range]")
+    wait_until(lambda: thumb.is_enabled(), timeout=10, what="the scrubber")
+    thumb.focus()
+    page.keyboard.press("Home")                          # scrub to the first step, then on to k
+    k = 20
+    for _ in range(k):
+        page.keyboard.press("ArrowRight")
+    caption = page.locator("[data-testid=stCaptionContainer]", has_text=re.compile(r"^Step \d+ at"))
+    wait_until(lambda: caption.inner_text().startswith(f"Step {k} at") and last_step_shown(page) == k,
+               timeout=20, what=f"the view at step {k}")
+    before = metric(page, "Throughput")
+    page.get_by_role("button", name="Next", exact=True).click()
+    wait_until(lambda: caption.inner_text().startswith(f"Step {k + 1} at"), timeout=10, what="step k+1")
+    wait_until(lambda: last_step_shown(page) == k + 1, timeout=10, what="the chart at step k+1")
+    assert metric(page, "Throughput") != before
+    # Step once moves the view to the new step.
+    latest = status(page)["steps"]
+    page.get_by_role("button", name="Step once", exact=True).click()
+    wait_until(lambda: caption.inner_text().startswith(f"Step {latest} at"), timeout=20,
+               what="the view to follow Step once")
+    reset_and_close(page, context)

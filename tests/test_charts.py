@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis import frame_metrics, kv, latency, membership, queue, style
+from analysis.tables import Tables
 from engine import metrics
 from tools.bench_charts import builders, synthetic_trace
 
@@ -119,12 +120,13 @@ def test_batch_membership_figure():
     fig = membership.batch_membership(steps, 3)
     heat = fig.data[0]
     assert isinstance(heat, go.Heatmap)
-    assert len(fig.data) == 4  # heatmap + 3 legend swatches (prefill, decode, empty)
+    # heatmap, prefill marks and id labels (each in two inks) + legend entries (no change marks)
+    assert [t.name for t in fig.data[5:]] == ["prefill step (╱)", "decode step (plain)", "empty slot"]
     z = np.asarray(heat.z)
     assert z.shape == (3, 7)  # slots x steps
     assert ((z == 0) == (np.array(EXPECTED_IDS).T == "")).all()  # 0 = empty slot
-    # prefill cells are odd codes (darker shade), decode cells even
-    assert z[0, 0] % 2 == 1 and z[0, 1] % 2 == 0
+    # a request keeps one colour through prefill and decode (a at slot 0, steps 0 and 1)
+    assert z[0, 0] == z[0, 1] != 0
     assert np.asarray(heat.text)[2, 3] == "d prefill"
     assert np.asarray(heat.customdata)[2, 3] == 3
     assert fig.layout.title.text and fig.layout.title.subtitle.text
@@ -244,8 +246,8 @@ def test_latency_over_time():
     req = make_requests()
     marks = pd.DataFrame({"step": [3], "t_s": [2.2], "label": ["max_num_seqs 8→2"]})
     fig = latency.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2)
-    points, p50, p95 = fig.data
-    assert len(fig.data) == 3
+    points, p50, p95, mark_key = fig.data
+    assert mark_key.name == style.MARK_NAME  # a legend entry for the drawn change mark
     assert len(points.x) == 5  # every request with a first token
     assert list(points.x) == sorted(points.x)
     assert list(p50.y) == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.7])
@@ -378,3 +380,160 @@ def test_bench_trace_and_every_builder_run():
         if isinstance(out, go.Figure):
             assert out.layout.title.text and out.layout.title.subtitle.text, name
             out.to_json()
+
+
+# ------------------------------------------------------------------------- readable without colour
+
+
+def test_membership_hover_names_the_request_in_every_cell():
+    heat = membership.batch_membership(make_steps(MEMBERS), 3).data[0]
+    text = np.asarray(heat.text).T   # steps x slots, like EXPECTED_IDS
+    for row, ids in zip(text, EXPECTED_IDS):
+        for cell, rid in zip(row, ids):
+            assert cell.split()[0] == rid if rid else cell == "empty slot"
+
+
+def test_membership_marks_prefill_cells_not_only_by_shade():
+    fig = membership.batch_membership(make_steps(MEMBERS), 3)
+    heat, on_light, on_dark = fig.data[:3]      # prefill marks in black ink, then in white
+    assert on_light.marker.symbol == on_dark.marker.symbol == "line-ne"
+    marked = {(int(x), int(y)) for t in (on_light, on_dark) for x, y in zip(t.x, t.y)}
+    phases = np.array([[P if rid and cell.endswith(P) else "" for cell, rid in zip(row, ids)]
+                       for row, ids in zip(np.asarray(heat.text).T, EXPECTED_IDS)])
+    expected = {(step, slot) for step, slot in zip(*np.nonzero(phases == P))}
+    assert marked == expected == {
+        (0, 0), (0, 1), (2, 0), (3, 2), (6, 0)}
+    # prefill and decode of one request share its colour: only the mark tells them apart
+    z = np.asarray(heat.z)
+    for trace, ink in ((on_light, "black"), (on_dark, "white")):   # the mark contrasts with its cell
+        assert trace.marker.line.color == ink
+        assert all(style.ink_on(style.REQUEST_COLORS[z[y, x] - 1]) == ink for x, y in zip(trace.x, trace.y))
+    assert z[1, 0] == z[1, 1] and z[2, 3] == z[2, 4]
+
+
+def test_membership_colours_never_repeat_in_a_window_of_at_most_palette_size():
+    # ids 0, 9, 18 ... all prefer hue 0 (id mod 9); 9 requests in the window need 9 hues
+    n = len(style.REQUEST_COLORS)
+    members = [tuple((f"r{9 * i}", D, 1) for i in range(n))] * 3
+    z = np.asarray(membership.batch_membership(make_steps(members), n).data[0].z)
+    assert sorted(z[:, 0].tolist()) == list(range(1, n + 1))
+    assert (z == z[:, :1]).all()    # each request keeps its colour
+    # more requests than hues: those in the batch together still differ
+    waves = [tuple((f"r{9 * (i + 4 * w)}", D, 1) for i in range(4)) for w in range(6)]
+    z = np.asarray(membership.batch_membership(make_steps(waves), 4).data[0].z)
+    for step in z.T:
+        assert len(set(step.tolist())) == len(step)
+
+
+def test_membership_labels_long_stretches_only():
+    steps = make_steps([(("long", D, 1), ("s", D, 1))] + [(("long", D, 1),)] * 29)
+    black, white = membership.batch_membership(steps, 2, window=120).data[3:5]
+    labels = [*black.text, *white.text]
+    assert labels == ["long"]                       # a 1-step stretch has no room for "s"
+    assert [*black.x, *white.x][0] == pytest.approx(14.5)   # centred on its 30 cells
+
+
+def test_membership_x_axis_spans_the_window_from_the_first_step():
+    steps = make_steps([(("a", D, 1),)] * 150)
+    ranges = {tuple(membership.batch_membership(steps.iloc[:k], 1, window=120).layout.xaxis.range)
+              for k in range(1, 121)}
+    assert ranges == {(-0.5, 119.5)}
+    later = membership.batch_membership(steps, 1, window=120).layout.xaxis.range
+    assert tuple(later) == (29.5, 149.5)
+
+
+def test_membership_legend_lists_what_is_drawn():
+    steps = make_steps([(("a", D, 1), ("b", D, 1))] * 4)       # no prefill, no empty slot
+    names = [t.name for t in membership.batch_membership(steps, 2).data if t.showlegend is not False]
+    assert names == ["decode step (plain)"]
+    marks = pd.DataFrame({"step": [2], "t_s": [0.3], "label": ["max_num_seqs 2→4"]})
+    names = [t.name for t in membership.batch_membership(steps, 3, marks=marks).data
+             if t.showlegend is not False]
+    assert names == ["decode step (plain)", "empty slot", style.MARK_NAME]
+
+
+def test_change_marks_get_one_short_label_and_the_full_one_on_hover():
+    steps = make_steps([(("a", D, 1),)] * 100)    # marks 2 of 100 steps apart: labels would touch
+    marks = pd.DataFrame({"step": [1, 3], "t_s": [0.2, 0.4],
+                          "label": ["max_num_seqs 8→2, order fcfs→sjf, rate 4.0→5.0",
+                                    "max_num_batched_tokens 512→2048 +2 more"]})
+    notes = membership.batch_membership(steps, 1, marks=marks).layout.annotations
+    assert notes[0].text == "3 changes"
+    assert notes[1].text.startswith("max_num_batch") and notes[1].text.endswith("… +2 more")
+    assert len(notes[1].text) <= style.MARK_LABEL_CHARS
+    assert notes[0].hovertext == marks["label"][0]
+    assert notes[1].yshift < notes[0].yshift == 0     # close marks step down a row
+    marks["detail"] = ["a", "every change of the second mark"]
+    notes = queue.queue_over_time(steps, marks).layout.annotations
+    assert notes[1].hovertext == "every change of the second mark"
+
+
+def _font_sizes(value, key=""):
+    """Every font size set anywhere in a figure's JSON."""
+    if isinstance(value, dict):
+        if "font" in key and isinstance(value.get("size"), (int, float)):
+            yield value["size"]
+        for k, v in value.items():
+            yield from _font_sizes(v, k)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _font_sizes(v, key)
+
+
+
+def every_builder(presenter):
+    steps = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0], preempted=[0, 1, 0, 0, 0, 0, 0])
+    req = make_requests()
+    marks = pd.DataFrame({"step": [3], "t_s": [0.35], "label": ["max_num_seqs 8→2, order fcfs→sjf"]})
+    ghost = Tables(steps, req, marks)
+    return [
+        membership.batch_membership(steps, 3, marks=marks, presenter=presenter),
+        membership.batch_membership(EMPTY_STEPS, 3, presenter=presenter),
+        latency.request_timeline(req, presenter=presenter),
+        latency.latency_over_time(req, "ttft_s", 0.5, marks, presenter=presenter, ghost=ghost),
+        latency.cdf(req, "ttft_s", by="tenant", slo=0.5, presenter=presenter),
+        queue.queue_over_time(steps, marks, presenter=presenter, ghost=ghost),
+        queue.throughput_over_time(steps, req, 0.5, 0.1, marks, presenter=presenter, ghost=ghost),
+        kv.kv_usage(steps, marks, presenter=presenter),
+    ]
+
+
+@pytest.mark.parametrize("presenter, least", [(False, 12), (True, 16)])
+def test_every_chart_text_is_at_least_12_px_or_16_for_presenters(presenter, least):
+    for fig in every_builder(presenter):
+        js = fig.to_plotly_json()
+        assert js["layout"]["font"]["size"] >= least      # what ticks and hover inherit
+        sizes = list(_font_sizes(js))
+        assert sizes and min(sizes) >= least, fig.layout.title.text
+
+
+def test_time_charts_hold_a_given_x_range():
+    assert style.live_x_range(3.0, 60.0) == (0.0, 60.0)
+    assert style.live_x_range(100.0, 60.0) == (40.0, 100.0)
+    steps, req = make_steps(MEMBERS), make_requests()
+    for fig in [latency.latency_over_time(req, x_range=(0, 60)), queue.queue_over_time(steps, x_range=(0, 60)),
+                queue.throughput_over_time(steps, req, x_range=(0, 60)), kv.kv_usage(steps, x_range=(0, 60)),
+                latency.request_timeline(req, x_range=(0, 60))]:
+        assert tuple(fig.layout.xaxis.range) == (0, 60)
+
+
+def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
+    steps, req = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0]), make_requests()
+    earlier = Tables(steps.assign(waiting=steps["waiting"] * 2),
+                     req.assign(ttft_s=req["ttft_s"] * 3, tpot_s=req["tpot_s"] * 3), pd.DataFrame())
+    figs = {
+        "ttft": latency.latency_over_time(req, "ttft_s", ghost=earlier),
+        "tpot": latency.latency_over_time(req, "tpot_s", ghost=earlier),
+        "queue": queue.queue_over_time(steps, ghost=earlier),
+        "throughput": queue.throughput_over_time(steps, req, ghost=earlier, ghost_name="pinned run"),
+    }
+    for name, fig in figs.items():
+        first = fig.data[0]
+        assert first.name.startswith("pinned run" if name == "throughput" else "previous run"), name
+        assert first.line.color == style.GHOST_COLOR, name
+        assert not any(t.line.color == style.GHOST_COLOR for t in fig.data[1:]
+                       if hasattr(t, "line") and t.line), name
+    assert list(figs["queue"].data[0].y) == [0, 2, 4, 6, 4, 2, 0]
+    assert max(figs["ttft"].data[0].y) == pytest.approx(3 * max(figs["ttft"].data[3].y))
+    # without a ghost: no such trace
+    assert not any("previous run" in (t.name or "") for t in queue.queue_over_time(steps).data)

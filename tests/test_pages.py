@@ -3,6 +3,8 @@ input checks and the query-parameter round trip are sound.
 
 BATCHING_LAB_MODEL=tiny keeps these fast: the same engine and runner code as SmolLM2,
 with a two-layer random-weight model. The browser test (test_browser.py) uses SmolLM2.
+The Playground's tests run it under tests/apps/playground_app.py (the page wired as app.py
+wires it, without the other pages); home and About run under app.py.
 """
 import json
 import time
@@ -12,15 +14,19 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from engine.step_model import StepModel
 from playground.checks import check
-from playground.run import PlaygroundRun, engine_threads
+from playground.run import REST_S, PlaygroundRun, engine_threads
 from playground.setup import KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 from analysis.tables import requests_csv, steps_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
+PLAYGROUND_APP = str(ROOT / "tests" / "apps" / "playground_app.py")
 PLAYGROUND = "playground/page.py"
+# Step times of a CPU-like machine (as tests/test_presets.py), to size the presets with.
+MACHINE = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a CPU-like machine")
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +40,11 @@ def app():
     tests = []
 
     def make(page=None, query=None):
-        at = AppTest.from_file(APP, default_timeout=120)
+        at = AppTest.from_file(PLAYGROUND_APP if page == PLAYGROUND else APP, default_timeout=120)
         for k, v in (query or {}).items():
             at.query_params[k] = v
         at.run()
-        if page:
+        if page and page != PLAYGROUND:
             at.switch_page(page).run()
         tests.append(at)
         return at
@@ -64,6 +70,17 @@ def wait_for_steps(lab, n, timeout=60):
 
 def status(at) -> str:
     return next(m.value for m in at.markdown if m.value.startswith("**Engine:"))
+
+
+def figures(at) -> list[dict]:
+    """The figures of the page's live charts (ui/live_chart.py), in page order."""
+    return [json.loads(c.proto.json_args)["figure"] for c in at.get("component_instance")]
+
+
+def rest_and_run(at):
+    """Let the sliders rest (the page applies a change once they have), then refresh."""
+    time.sleep(REST_S + 0.05)
+    at.run()
 
 
 def no_exception(at):
@@ -100,6 +117,7 @@ def test_playground_renders_idle(app):
     assert at.button(key="start").disabled is False
     assert at.button(key="pause").disabled is True
     assert len(at.metric) == 9          # the headline strip
+    assert len(figures(at)) == 7        # the batch chart and six time charts, drawn from the start
     assert lab_of(at) is None
 
 
@@ -110,8 +128,9 @@ def test_start_steps_snapshot_pause_scrub_reset(app):
     lab = lab_of(at)
     assert lab is not None and lab.model_name == "tiny"
     wait_for_steps(lab, 5)
-    at.run()
+    at.button(key="pause").click().run()     # drawn enabled while running (the last refresh)
     no_exception(at)
+    assert lab.state in ("paused", "finished")
     assert "steps: " in status(at)
     snap, tables = lab.read()
     assert len(snap.steps) >= 5 and len(tables.steps) == len(snap.steps)
@@ -119,9 +138,6 @@ def test_start_steps_snapshot_pause_scrub_reset(app):
     assert list(tables.requests.columns)[:len(REQUEST_COLUMNS)] == REQUEST_COLUMNS
     assert snap.arrived == 12                       # rate 0: everything arrives at once
 
-    at.button(key="pause").click().run()
-    no_exception(at)
-    assert lab.state in ("paused", "finished")
     scrub = at.slider(key="pg_scrub")
     n = len(lab.live.engine.steps)
     assert scrub.value == n - 1 and scrub.max == n - 1
@@ -148,30 +164,60 @@ def test_step_once_runs_exactly_one_step(app):
     assert "steps: 2" in status(at)
 
 
-def test_policy_change_applies_live_and_is_marked(app):
+def started_with_16_slots(app):
+    """A running page: 40 long requests at once, 16 slots."""
     at = app(PLAYGROUND, {"rate": "0", "num_requests": "40", "output_lo": "200", "output_hi": "200",
                           "max_num_seqs": "16"})
     at.button(key="start").click().run()
-    lab = lab_of(at)
+    return at, lab_of(at)
+
+
+def test_policy_change_applies_live_and_is_marked(app):
+    at, lab = started_with_16_slots(app)
     wait_for_steps(lab, 3)
     at.slider(key="pg_max_num_seqs").set_value(2).run()
     no_exception(at)
-    assert lab.live.engine.policy.max_num_seqs == 2
+    assert lab.pending and lab.live.engine.policy.max_num_seqs == 16   # waits for the slider to rest
+    rest_and_run(at)
+    no_exception(at)
+    assert lab.live.engine.policy.max_num_seqs == 2 and not lab.pending
+    assert any(t.value.replace("\\", "") == "Applied at the next step: max_num_seqs 16→2" for t in at.toast)
     before = len(lab.live.engine.steps)
     wait_for_steps(lab, before + 3)
     snap, tables = lab.read()
-    assert any("max_num_seqs 16→2" in m.label for m in snap.marks)
-    assert "max_num_seqs 16→2" in " ".join(tables.marks["label"])
+    assert list(tables.marks["label"]) == ["max_num_seqs 16→2"]
     later = [s for s in snap.steps if s.step > before]
     assert later and all(s.running <= 2 for s in later)
-    # the next page refresh draws the mark on the batch chart
+    # the next page refresh draws the mark on the time charts (the tiny model's steps soon push
+    # it out of the batch chart's window), and the status says 2 of 2
+    lab.pause()
     at.run()
-    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert "max_num_seqs 16→2" in [a.get("text") for a in fig["layout"]["annotations"]]
+    queue_chart = figures(at)[4]          # batch, timeline, TTFT, TPOT, queue, throughput, KV
+    assert queue_chart["layout"]["title"]["text"].startswith("Queue")
+    assert "max_num_seqs 16→2" in [a.get("text") for a in queue_chart["layout"]["annotations"]]
+    assert "of 2 slots" in status(at) and "of 16 slots" not in status(at)
+    lab.resume()
     # a workload change is marked too
     at.slider(key="pg_rate").set_value(2.0).run()
+    rest_and_run(at)
     snap, tables = lab.read()
-    assert any(label.startswith("workload: rate 0.0→2.0") for label in tables.marks["label"])
+    assert any(label.startswith("workload: rate 0.0→2.0") for label in tables.marks["label"]), \
+        list(tables.marks["label"])
+
+
+def test_two_knobs_moved_together_make_one_mark(app):
+    at, lab = started_with_16_slots(app)
+    wait_for_steps(lab, 2)
+    for value in (12, 8, 4):                   # a slider dragged on: nothing applied meanwhile
+        at.slider(key="pg_max_num_seqs").set_value(value).run()
+    at.selectbox(key="pg_order").set_value("sjf").run()
+    assert lab.live.engine.policy.max_num_seqs == 16
+    rest_and_run(at)
+    no_exception(at)
+    marks = lab.read()[1].marks
+    assert len(marks) == 1, list(marks["label"])
+    assert marks["label"].iloc[0] == "max_num_seqs 16→4 +1 more"
+    assert marks["detail"].iloc[0] == "max_num_seqs 16→4, order fcfs→sjf"
 
 
 def test_is_alive_false_stops_the_engine_thread():
@@ -253,32 +299,36 @@ def test_input_checks():
 @pytest.mark.parametrize("pid", list(PRESETS))
 def test_presets_are_valid_and_reject_nothing(pid):
     preset = PRESETS[pid]
+    setup = preset.setup_for(MACHINE)
     assert preset.title and preset.why and len(preset.why) < 240
-    preset.setup.policy().validate()
-    preset.setup.workload().validate()
-    assert [n for n in check(preset.setup, 2048) if n.level == "warning"] == []
-    for name, value in preset.setup.to_dict().items():   # every value sits on its slider
+    setup.policy().validate()
+    setup.workload().validate()
+    assert [n for n in check(setup, 2048) if n.level == "warning"] == []
+    for name, value in setup.to_dict().items():   # every value sits on its slider
         assert KNOBS[name].clamp(value) == value, name
-    assert matching_preset(preset.setup.changed(seed=7)) == pid
+    assert matching_preset(setup.changed(seed=7), MACHINE) == pid
 
 
 def test_choosing_a_preset_sets_workload_policy_and_link(app):
+    from playground.capacity import machine_step_model
+    from ui import session
     at = app(PLAYGROUND)
     at.selectbox(key="pg_preset").set_value("multi_tenant_api").run()
     no_exception(at)
-    want = PRESETS["multi_tenant_api"].setup
+    want = PRESETS["multi_tenant_api"].setup_for(machine_step_model(session._load("tiny")))
     assert at.selectbox(key="pg_order").value == "fair"
     assert at.slider(key="pg_tenants").value == want.tenants
     assert at.slider(key="pg_prompt_len").value == (want.prompt_lo, want.prompt_hi)
     assert at.query_params["order"] in ("fair", ["fair"])
-    assert any(PRESETS["multi_tenant_api"].why in c.value for c in at.caption)
+    assert at.slider(key="pg_rate").value == KNOBS["rate"].clamp(want.rate)   # on its slider
+    assert any(PRESETS["multi_tenant_api"].caption in c.value for c in at.caption)
 
 
 # ----------------------------------------------------------------------------- links
 
 
 def test_setup_query_round_trip():
-    for setup in [Setup(), *(p.setup for p in PRESETS.values()),
+    for setup in [Setup(), *(p.setup_for(MACHINE) for p in PRESETS.values()),
                   Setup(rate=0.5, burstiness=2.25, enable_chunked_prefill=False, ttft_slo_s=0.35,
                         tpot_slo_s=0.07, seed=12345, mode="static", order="edf")]:
         query = setup.to_query()

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
 from engine.model import load_model
+from engine.step_model import StepModel
 from engine.workload import WorkloadSpec
 from playground.controls import IN_RANGE, RANGES
 from playground.presets import PRESETS
@@ -76,8 +77,8 @@ def test_a_bad_step_priority_in_a_link_is_reported_and_ignored():
 def test_step_priority_reaches_the_running_engine():
     lab = PlaygroundRun(Setup(rate=0.0, num_requests=4, output_lo=4, output_hi=4), load_model("tiny"))
     try:
-        changes = lab.apply(lab.setup.changed(step_priority="prefill_first"))
-        assert changes == ["step_priority decode_first→prefill_first"]
+        decision = lab.apply(lab.setup.changed(step_priority="prefill_first"))
+        assert decision.changes == ("step_priority decode_first→prefill_first",)
         assert lab.live.engine.policy.step_priority == "prefill_first"
         lab.step_once()
         assert lab.steps_taken == 1 and lab.state != "error"
@@ -85,12 +86,18 @@ def test_step_priority_reaches_the_running_engine():
         lab.stop()
 
 
+MACHINE = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a machine")
+SIZED = ("rate", "ttft_slo_s", "tpot_slo_s")      # a preset sizes these to the machine
+
+
 @pytest.mark.parametrize("pid", list(PRESETS))
 def test_a_preset_lists_only_the_knobs_it_changes(pid):
     changes = PRESETS[pid].changes
     for name, value in changes.items():
-        assert name in KNOBS and value != KNOBS[name].default, name
-    assert PRESETS[pid].setup.to_dict() == {**Setup().to_dict(), **changes}
+        assert name in KNOBS and name not in SIZED and value != KNOBS[name].default, name
+    sized = PRESETS[pid].setup_for(MACHINE).to_dict()
+    assert {k: v for k, v in sized.items() if k not in SIZED} == {
+        k: v for k, v in {**Setup().to_dict(), **changes}.items() if k not in SIZED}
 
 
 def test_range_sliders_cover_both_of_their_knobs():

@@ -2,14 +2,12 @@
 
 - `model()` loads the model named by BATCHING_LAB_MODEL (default "smollm2") once per process.
 - `step_times()` times a few real decode steps of it on this machine, once per process.
-- An engine thread started for a page asks `session_alive()` before every step: once this
-  browser tab is closed or reloaded, Streamlit drops its session and the thread stops.
+- `session_connected()` tells whether this browser tab is still connected; a Playground run
+  outlives it for a grace period (playground.reattach), so a reload takes the run over.
 """
 from __future__ import annotations
 
-import logging
 import os
-import time
 
 import streamlit as st
 from streamlit import runtime
@@ -19,8 +17,6 @@ from engine.model import load_model
 from engine.step_times import measure_step_times
 
 MODEL_ENV = "BATCHING_LAB_MODEL"
-GONE_GRACE_S = 2.0            # a session missing this long is gone (not a websocket reconnecting)
-log = logging.getLogger("batching_lab")
 
 
 def model_name() -> str:
@@ -52,30 +48,16 @@ def step_times() -> dict:
         return _step_times(name)
 
 
-def session_alive(grace_s: float = GONE_GRACE_S):
-    """A callable for the engine thread: is this browser session still connected?
+def session_connected():
+    """A callable: is this browser session connected right now?
 
-    A session missing for less than grace_s counts as alive, so a websocket that drops and
-    reconnects (Streamlit resumes the same session) does not kill the run; a closed or reloaded
-    tab stays gone and stops it.
+    Asked by playground.reattach, which keeps a run whose session is gone for a grace period
+    (a reload, or a websocket that drops and reconnects, resumes within it). Without a server
+    (AppTest, a bare script) it always answers yes: the run's heartbeat guards it there.
     """
     ctx = get_script_run_ctx()
     session_id = ctx.session_id if ctx else None
     if session_id is None or not runtime.exists():
-        return lambda: True          # no server (AppTest, a bare script): the heartbeat guards it
+        return lambda: True
     rt = runtime.get_instance()
-    missing_since = None
-
-    def alive() -> bool:
-        nonlocal missing_since
-        if rt.is_active_session(session_id):
-            missing_since = None
-            return True
-        now = time.monotonic()
-        missing_since = missing_since or now
-        if now - missing_since < grace_s:
-            return True
-        log.warning("browser session %s is gone: stopping its engine thread", session_id)
-        return False
-
-    return alive
+    return lambda: rt.is_active_session(session_id)
