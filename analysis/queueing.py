@@ -4,13 +4,19 @@ Pure functions over numbers and trace tables, no Streamlit. Times in seconds, ra
 
 - M/M/1 (a model, not a measurement): one server, Poisson arrivals at rate lam, exponential
   service at rate mu. Mean time in system W = 1 / (mu - lam), finite only while lam < mu.
-- Little's Law (a theorem about any trace): over a window that starts and ends with the
-  system empty, the time-averaged number in system L equals throughput lambda times the
-  mean time in system W. On a real run it is a consistency check on the measurements.
+- Little's Law (L = lambda W) checked on a window cut from the middle of a run. L comes from
+  the engine's own per-step counters (waiting + running); lambda and W come from the requests
+  that arrived in the window, from their own timestamps. The two sides are measured
+  independently, so a miscounting engine or broken timestamps make the check fail.
+  On a finite window the law holds only up to its edges: requests already inside when the
+  window opens add to L but not to lambda W, and requests still inside when it closes add their
+  whole stay to W but only part of it to L. `LittleCheck.edge` is that difference, worked out
+  from the timestamps, and the check allows for it.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,29 +61,6 @@ def time_averaged_in_system(arrivals, departures, t0: float | None = None,
     return float(inside.sum() / (t1 - t0))
 
 
-def littles_law(requests: pd.DataFrame) -> tuple[float, float, float, float]:
-    """(L, lambda, W, lambda * W) for the finished requests of a run.
-
-    L      = time-averaged number in system over [first arrival, last departure]
-    lambda = requests / that window (arrival rate = throughput: the window starts and ends empty)
-    W      = mean time in system (departure - arrival), i.e. mean E2E latency
-    Uses the columns arrival_s and finish_s of the finished requests.
-    """
-    df = finished(requests)
-    a, d = num(df, "arrival_s"), num(df, "finish_s")
-    ok = ~(np.isnan(a) | np.isnan(d))
-    a, d = a[ok], d[ok]
-    if len(a) == 0:
-        return math.nan, math.nan, math.nan, math.nan
-    span = float(d.max() - a.min())
-    if span <= 0:
-        return math.nan, math.nan, math.nan, math.nan
-    L = time_averaged_in_system(a, d)
-    lam = len(a) / span
-    W = float((d - a).mean())
-    return L, lam, W, lam * W
-
-
 def time_averaged_from_steps(steps: pd.DataFrame, t0: float, t1: float) -> float:
     """Time-averaged (waiting + running) from the engine's own per-step counters over [t0, t1].
 
@@ -90,3 +73,68 @@ def time_averaged_from_steps(steps: pd.DataFrame, t0: float, t1: float) -> float
     n = np.nan_to_num(num(steps, "waiting")) + np.nan_to_num(num(steps, "running"))
     dur = np.clip(np.minimum(end, t1) - np.maximum(start, t0), 0.0, None)
     return float((n * dur).sum() / (t1 - t0))
+
+
+MIDDLE_SHARE = 0.5     # the check's window: the middle half of the run
+TOLERANCE = 0.1        # how far (as a share of L) the engine's count may sit from the timestamps'
+
+
+@dataclass(frozen=True, slots=True)
+class LittleCheck:
+    """Little's Law on one window [t0, t1] of a run."""
+    t0: float
+    t1: float
+    arrivals: int          # requests that arrived in the window
+    lam: float             # arrivals / window length
+    W: float               # mean time in system (finish - arrival) of those requests
+    L: float               # time-averaged waiting + running, from the engine's step records
+    edge: float            # L - lambda W due to the window's edges alone (from the timestamps)
+
+    @property
+    def lam_W(self) -> float:
+        return self.lam * self.W
+
+    @property
+    def expected_L(self) -> float:
+        """What the timestamps say L must be: lambda W plus the edge effect."""
+        return self.lam_W + self.edge
+
+    @property
+    def gap(self) -> float:
+        """(L - expected L) / expected L: near 0 when the engine's counters agree."""
+        return (self.L - self.expected_L) / self.expected_L if self.expected_L > 0 else math.nan
+
+    def holds(self, tolerance: float = TOLERANCE) -> bool:
+        return abs(self.gap) <= tolerance
+
+
+def middle_window(requests: pd.DataFrame, share: float = MIDDLE_SHARE) -> tuple[float, float]:
+    """The middle `share` of [first arrival, last finish] of the finished requests."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    df = finished(requests)
+    a, d = num(df, "arrival_s"), num(df, "finish_s")
+    if len(a) == 0:
+        return math.nan, math.nan
+    start, end = float(np.nanmin(a)), float(np.nanmax(d))
+    cut = (end - start) * (1 - share) / 2
+    return start + cut, end - cut
+
+
+def littles_law_window(requests: pd.DataFrame, steps: pd.DataFrame, t0: float, t1: float) -> LittleCheck | None:
+    """Little's Law over [t0, t1]: L from the engine's counters, lambda and W from the requests
+    that arrived in the window. None when the window is empty or nobody arrived in it."""
+    if not t1 > t0:
+        return None
+    df = finished(requests)
+    a, d = num(df, "arrival_s"), num(df, "finish_s")
+    ok = ~(np.isnan(a) | np.isnan(d))
+    a, d = a[ok], d[ok]
+    came = (a >= t0) & (a < t1)
+    if not came.any():
+        return None
+    lam, W = float(came.sum()) / (t1 - t0), float((d[came] - a[came]).mean())
+    # the timestamps' own time-average over the window differs from lambda W only by the edges
+    edge = time_averaged_in_system(a, d, t0, t1) - lam * W
+    return LittleCheck(t0=t0, t1=t1, arrivals=int(came.sum()), lam=lam, W=W,
+                       L=time_averaged_from_steps(steps, t0, t1), edge=edge)

@@ -25,6 +25,8 @@ from engine.build import build_engine
 from engine.config import EngineConfig, SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import PromptMaker, WorkloadSpec
+from labs import timing
+from labs.part import Part
 
 
 @dataclass(frozen=True)
@@ -98,25 +100,24 @@ def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None
         data = results.stored(results.run_path(fingerprint(model), policy, spec))
         return None if data is None else (RunResult(**data), True)
     model = _need_model(model)
-    return _guarded(lambda again: results.cached_run(model, policy, spec, progress=progress, label=label,
-                                                     refresh=again), refresh)
+
+    def measure(again: bool):
+        result, hit = results.cached_run(model, policy, spec, progress=progress, label=label, refresh=again)
+        if not hit:
+            _learn_speed(model, policy, [Part(spec)], result)
+        return result, hit
+    return _guarded(measure, refresh)
 
 
-@dataclass(frozen=True)
-class Part:
-    """One stream of a mixed workload: a WorkloadSpec, optionally relabelled.
+def _learn_speed(model, policy: SchedulerPolicy, parts: list, result: RunResult) -> None:
+    """Tell the time ledger (labs.timing) how long this run's steps took against the cost model."""
+    predicted = sum(end - start for start, end in timing.simulate(policy, parts))
+    timing.learn(fingerprint(model), predicted, timing.busy_s(result.steps))
 
-    tenant: every request of this part belongs to this tenant (and gets `priority`);
-    ttft_slo_s: this part's own TTFT target, which the `edf` order uses as its deadline.
-    """
-    spec: WorkloadSpec
-    tenant: str | None = None
-    priority: int | None = None
-    ttft_slo_s: float | None = None
 
-    def to_dict(self) -> dict:
-        return {"spec": self.spec.to_dict(), "tenant": self.tenant, "priority": self.priority,
-                "ttft_slo_s": self.ttft_slo_s}
+def estimate(model, jobs) -> tuple[float, bool]:
+    """labs.timing.estimate_runs for this machine: (seconds, calibrated?) for [(policy, parts)]."""
+    return timing.estimate_runs(fingerprint(model), jobs)
 
 
 def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, label: str = "",
@@ -143,7 +144,9 @@ def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
                 r.priority = part.priority
             r.ttft_slo_s = part.ttft_slo_s
             engine.submit(r)
-    return results.run_to_end(engine, policy, progress, label)
+    result = results.run_to_end(engine, policy, progress, label)
+    _learn_speed(model, policy, parts, result)
+    return result
 
 
 def run_each(settings, run_one, progress=None, describe=str) -> list[tuple] | None:

@@ -1,12 +1,22 @@
 """Lesson texts, quizzes and the glossary, loaded from Markdown files in this folder.
 
 A lesson file is ``NN-slug.md``: YAML front matter between two ``---`` lines, then a
-Markdown body. Links inside bodies are markers the pages resolve:
-``[TTFT](glossary#ttft)``, ``[the lab](lab:why_batch)``, ``[lesson 4](lesson:latency-metrics)``.
+Markdown body. Markers inside bodies, which the pages resolve:
+
+- links: ``[TTFT](glossary#ttft)``, ``[the lab](lab:why_batch)``, ``[lesson 4](lesson:latency-metrics)``;
+- a number quoted from a lab's code: ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}`` shows the text
+  after ``=``; tests/test_lesson_numbers.py checks it against ``labs/slo_goodput/experiment.py``'s
+  ``RATES`` (or a shared ``labs/<name>.py``'s constant; an optional ``:percent`` or ``:gain`` after the name says how the value is written);
+- a picture on a line of its own: ``{{picture:static_vs_continuous}}``.
+
+A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
+may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
+without: "Suppose a run took ..."}``; ``{lab.name}`` names a value a lab page recorded.
 No Streamlit here: pages call these functions and decide the URLs.
 """
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +32,9 @@ TYPE_WORDS = {str: "text", int: "a whole number", list: "a list"}
 REQUIRED = {"title": str, "order": int, "summary": str, "labs": list, "glossary": list, "quiz": list}
 LINK = re.compile(r"\[([^\]]+)\]\((glossary#|lab:|lesson:)([\w-]+)\)")
 KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
+LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
+PICTURE = re.compile(r"^\{\{picture:([\w-]+)\}\}[ \t]*$", re.MULTILINE)
+MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
 
 
@@ -30,7 +43,23 @@ class QuizQuestion:
     question: str
     choices: list[str]
     answer: int          # index into choices of the single right choice
-    explanation: str
+    explanation: str     # why the right choice is right
+    why: list[str]       # per choice: why it is wrong ("" for the right one)
+    measured_with: str = ""      # a lead sentence with {lab.name} values from the learner's run
+    measured_without: str = ""   # the same lead, worded for when nothing was measured
+
+    def measures(self) -> list[tuple[str, str]]:
+        """(lab id, value name) of every value the lead sentence quotes."""
+        return [(m.group(1), m.group(2)) for m in MEASURE.finditer(self.measured_with)]
+
+    def lead(self, lookup: Callable[[str, str], "str | None"]) -> str:
+        """The lead sentence with the learner's values, or its worded fallback if any is missing."""
+        if not self.measured_with:
+            return ""
+        values = {f"{lab}.{name}": lookup(lab, name) for lab, name in self.measures()}
+        if any(v is None for v in values.values()):
+            return self.measured_without
+        return MEASURE.sub(lambda m: values[f"{m.group(1)}.{m.group(2)}"], self.measured_with)
 
 
 @dataclass(slots=True)
@@ -78,8 +107,38 @@ def find_links(text: str) -> list[tuple[str, str]]:
 
 
 def plain_text(text: str) -> str:
-    """Link markers reduced to their labels: for search and word counts."""
-    return LINK.sub(lambda m: m.group(1), text)
+    """Markers reduced to what a reader sees (pictures dropped): for search and word counts."""
+    return PICTURE.sub("", render_numbers(LINK.sub(lambda m: m.group(1), text)))
+
+
+@dataclass(frozen=True, slots=True)
+class LabNumber:
+    lab: str             # lab id, e.g. "slo_goodput"
+    name: str            # a constant of labs/<lab>/experiment.py, with attributes: "SPEC.num_requests"
+    style: str           # "" (as written), "percent" (0.3 -> 30%) or "gain" (1.2 -> 20%)
+    text: str            # what the lesson shows
+
+
+def find_lab_numbers(text: str) -> list[LabNumber]:
+    return [LabNumber(m.group(1), m.group(2), m.group(3) or "", m.group(4)) for m in LAB_NUMBER.finditer(text)]
+
+
+def render_numbers(text: str) -> str:
+    """Lab-number markers reduced to the numbers they show."""
+    return LAB_NUMBER.sub(lambda m: m.group(4), text)
+
+
+def split_pictures(body: str) -> list[tuple[str, str]]:
+    """The body as ("markdown", text) and ("picture", id) parts, in order."""
+    parts, at = [], 0
+    for m in PICTURE.finditer(body):
+        if body[at:m.start()].strip():
+            parts.append(("markdown", body[at:m.start()]))
+        parts.append(("picture", m.group(1)))
+        at = m.end()
+    if body[at:].strip():
+        parts.append(("markdown", body[at:]))
+    return parts
 
 
 Resolver = Union[Mapping[str, str], Callable[[str], "str | None"], None]
@@ -108,6 +167,43 @@ def _split_front_matter(text: str) -> tuple[str, str]:
     raise ValueError("front matter is not closed by a second '---' line")
 
 
+def choice_order(n_choices: int, seed: str) -> list[int]:
+    """A shuffled order of a question's choices, the same every time for the same seed."""
+    order = list(range(n_choices))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def _choices(n: int, items) -> tuple[list[str], list[str]]:
+    if not isinstance(items, list) or len(items) < 2:
+        raise ValueError(f"quiz question {n}: choices must be a list of at least two")
+    texts, whys = [], []
+    for k, c in enumerate(items, 1):
+        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or not c["text"].strip():
+            raise ValueError(f"quiz question {n}, choice {k}: needs a non-empty 'text'")
+        texts.append(c["text"].strip())
+        whys.append(str(c.get("why") or "").strip())
+    if len(set(texts)) != len(texts):
+        raise ValueError(f"quiz question {n}: choices are not unique")
+    return texts, whys
+
+
+def _measured(n: int, m) -> tuple[str, str]:
+    if m is None:
+        return "", ""
+    if not isinstance(m, dict) or not all(isinstance(m.get(k), str) and m[k].strip() for k in ("with", "without")):
+        raise ValueError(f"quiz question {n}: 'measured' needs 'with' and 'without' sentences")
+    names = [(g.group(1), g.group(2)) for g in MEASURE.finditer(m["with"])]
+    if not names:
+        raise ValueError(f"quiz question {n}: 'measured.with' quotes no {{lab.name}} value")
+    unknown = sorted({lab for lab, _ in names} - set(LAB_IDS))
+    if unknown:
+        raise ValueError(f"quiz question {n}: unknown lab id(s) {unknown} in 'measured.with'")
+    if MEASURE.search(m["without"]):
+        raise ValueError(f"quiz question {n}: 'measured.without' must not quote measured values")
+    return m["with"].strip(), m["without"].strip()
+
+
 def _quiz(items: list) -> list[QuizQuestion]:
     out = []
     for n, q in enumerate(items, 1):
@@ -116,19 +212,21 @@ def _quiz(items: list) -> list[QuizQuestion]:
         missing = [k for k in ("question", "choices", "answer", "explanation") if k not in q]
         if missing:
             raise ValueError(f"quiz question {n} is missing {', '.join(missing)}")
-        choices, answer = q["choices"], q["answer"]
-        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c.strip() for c in choices):
-            raise ValueError(f"quiz question {n}: choices must be a list of at least two non-empty strings")
-        if len(set(choices)) != len(choices):
-            raise ValueError(f"quiz question {n}: choices are not unique")
+        choices, whys = _choices(n, q["choices"])
+        answer = q["answer"]
         if isinstance(answer, bool) or not isinstance(answer, int):
             raise ValueError(f"quiz question {n}: answer must be exactly one choice index, got {answer!r}")
         if not 0 <= answer < len(choices):
             raise ValueError(f"quiz question {n}: answer {answer} is out of range 0..{len(choices) - 1}")
         if not str(q["question"]).strip() or not str(q["explanation"]).strip():
             raise ValueError(f"quiz question {n}: question and explanation must not be empty")
-        out.append(QuizQuestion(str(q["question"]).strip(), [c.strip() for c in choices], answer,
-                                str(q["explanation"]).strip()))
+        lacking = [k + 1 for k, w in enumerate(whys) if k != answer and not w]
+        if lacking:
+            raise ValueError(f"quiz question {n}: wrong choice(s) {lacking} need a 'why'")
+        if whys[answer]:
+            raise ValueError(f"quiz question {n}: the right choice takes no 'why' (that is the explanation)")
+        out.append(QuizQuestion(str(q["question"]).strip(), choices, answer, str(q["explanation"]).strip(),
+                                whys, *_measured(n, q.get("measured"))))
     return out
 
 
@@ -197,7 +295,7 @@ def load_glossary(path: Path | str = FOLDER / "glossary.md") -> dict[str, Glossa
         elif current is not None:
             current.definition += line + "\n"
     for t in terms.values():
-        t.definition = t.definition.strip()
+        t.definition = render_numbers(t.definition.strip())
         if not t.definition:
             raise ValueError(f"{path.name}: term '{t.id}' has no definition")
     return terms

@@ -5,7 +5,9 @@ ui/registry.py, keyed by lab id, and every page calls search_sidebar() and progr
 
 URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossary at /glossary
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
-opened, checks answered) lives in st.session_state, so it lasts as long as the browser session.
+read, checks answered) lives in st.session_state (lessons/progress.py), so it lasts as long as the
+browser session; the quiz is lessons/quiz.py. A body line `{{picture:<id>}}` shows that picture
+(ui.pictures).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -21,8 +23,10 @@ from typing import Mapping
 
 import streamlit as st
 
-from lessons import catalog
-from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, search
+from lessons import catalog, progress
+from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
+from lessons.quiz import show_quiz
+from ui import pictures
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -34,7 +38,6 @@ FOLDER_ENV = "BATCHING_LAB_LESSONS_DIR"
 MAX_HITS = 10
 MIN_QUERY = 2
 
-PROGRESS_KEY = "lesson_progress"       # {"read": set of lesson ids, "checks": {check key: (choice, correct)}}
 SEARCH_KEY = "lesson_search"
 FILTER_KEY = "glossary_filter"
 READ_ICON, UNREAD_ICON = ":material/check_circle:", ":material/radio_button_unchecked:"
@@ -126,31 +129,13 @@ def _available(page: st.Page | None) -> bool:
 
 # ---- progress (per browser session) ---------------------------------------------------------
 
-def _progress() -> dict:
-    if PROGRESS_KEY not in st.session_state:
-        st.session_state[PROGRESS_KEY] = {"read": set(), "checks": {}}
-    return st.session_state[PROGRESS_KEY]
-
-
-def _check_key(lesson_id: str, n: int) -> str:
-    return f"{lesson_id}:{n}"
-
-
 def progress_counts(lessons: list[Lesson] | None = None) -> dict[str, int]:
-    """Lessons read, checks answered and checks right, out of what the catalog holds now."""
+    """Lessons read, checks answered and checks right on the first try, out of what the catalog holds now."""
     lessons = load_site().lessons if lessons is None else lessons
-    p = _progress()
-    keys = [_check_key(l.id, n) for l in lessons for n in range(len(l.quiz))]
-    answered = [p["checks"][k] for k in keys if k in p["checks"]]
-    return {"read": sum(l.id in p["read"] for l in lessons), "lessons": len(lessons),
-            "answered": len(answered), "correct": sum(ok for _, ok in answered), "checks": len(keys)}
-
-
-def _on_check(lesson_id: str, n: int, answer: int) -> None:
-    choice = st.session_state.get(f"quiz:{lesson_id}:{n}")
-    st.session_state[f"checked:{lesson_id}:{n}"] = choice
-    if choice is not None:
-        _progress()["checks"][_check_key(lesson_id, n)] = (choice, choice == answer)
+    per = [progress.lesson_counts(l.id, len(l.quiz)) for l in lessons]
+    return {"read": sum(progress.is_read(l.id) for l in lessons), "lessons": len(lessons),
+            "answered": sum(a for a, _ in per), "correct": sum(c for _, c in per),
+            "checks": sum(len(l.quiz) for l in lessons)}
 
 
 # ---- pages ----------------------------------------------------------------------------------
@@ -161,7 +146,6 @@ def lesson_pages(lab_pages: Mapping[str, st.Page] | None = None) -> list[st.Page
     missing gets plain text instead of a link."""
     site = load_site()
     labs = dict(lab_pages or {})
-    read = _progress()["read"]
     pages: dict[str, st.Page] = {}
     glossary = st.Page(lambda: _show_glossary(pages), title="Glossary", icon=GLOSSARY_ICON,
                        url_path=GLOSSARY_URL_PATH)
@@ -169,7 +153,7 @@ def lesson_pages(lab_pages: Mapping[str, st.Page] | None = None) -> list[st.Page
         pages[lesson.id] = st.Page(
             lambda lesson_id=lesson.id: _show_lesson(lesson_id, pages, glossary, labs),
             title=f"{lesson.order} · {lesson.title}", url_path=lesson_url_path(lesson.id),
-            icon=READ_ICON if lesson.id in read else UNREAD_ICON)
+            icon=READ_ICON if progress.is_read(lesson.id) else UNREAD_ICON)
     return [*pages.values(), glossary]
 
 
@@ -194,11 +178,6 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
     if lesson is None:
         st.error(f"The lesson '{lesson_id}' is no longer in {site.folder}.")
         return
-    read = _progress()["read"]
-    if lesson.id not in read:
-        read.add(lesson.id)
-        st.rerun()    # so the sidebar and the page list show it as read from the first view
-
     _problems_notice(site)
     to_glossary, to_lab, to_lesson = _resolvers(site, pages, glossary_page, labs)
     position = [l.id for l in site.lessons].index(lesson.id)
@@ -211,7 +190,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
-    st.markdown(render_links(lesson.body, to_glossary, to_lab, to_lesson))
+    _body(render_numbers(render_links(lesson.body, to_glossary, to_lab, to_lesson)))
 
     st.header("Try it", anchor="try-it")
     for lab_id in lesson.labs:
@@ -221,7 +200,8 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
         else:
             st.markdown(f":material/science: The lab *{lab_title(lab_id)}* is not available in this app yet.")
 
-    _quiz(lesson)
+    show_quiz(lesson)
+    _read_button(lesson)
 
     st.divider()
     cols = st.columns(2)
@@ -239,29 +219,26 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 
 
 
-def _quiz(lesson: Lesson) -> None:
-    st.header("Check yourself", anchor="check-yourself")
-    st.caption("Answer from memory first: recalling is what makes it stick.")
-    checks = _progress()["checks"]
-    for n, q in enumerate(lesson.quiz):
-        key = f"quiz:{lesson.id}:{n}"
-        last = checks.get(_check_key(lesson.id, n))
-        with st.container(border=True):
-            choice = st.radio(f"**{n + 1}.** {q.question}", range(len(q.choices)),
-                              index=None if last is None else last[0], key=key,
-                              format_func=lambda i, q=q: q.choices[i])
-            st.button("Check", key=f"check:{lesson.id}:{n}", on_click=_on_check,
-                      args=(lesson.id, n, q.answer))
-            pressed = f"checked:{lesson.id}:{n}" in st.session_state
-            checked = st.session_state[f"checked:{lesson.id}:{n}"] if pressed else (last and last[0])
-            if pressed and checked is None:
-                st.info("Pick an answer, then press Check.")
-            elif checked is not None and checked == choice:
-                if checked == q.answer:
-                    st.success(f"**Correct.** {q.explanation}", icon=":material/check:")
-                else:
-                    st.error(f"**Not quite.** The answer is *{q.choices[q.answer]}*. {q.explanation}",
-                             icon=":material/close:")
+def _body(markdown: str) -> None:
+    """The lesson text, with its pictures where their markers stand."""
+    for kind, part in split_pictures(markdown):
+        if kind == "markdown":
+            st.markdown(part)
+        elif part in pictures.PICTURE_IDS:
+            pictures.show_picture(part)
+        else:
+            st.warning(f"The picture '{part}' is not available; known pictures: "
+                       f"{', '.join(sorted(pictures.PICTURE_IDS))}.", icon=":material/image_not_supported:")
+
+
+def _read_button(lesson: Lesson) -> None:
+    """Read status comes from the learner, at the end of the text, not from opening the page."""
+    if progress.is_read(lesson.id):
+        st.caption(":material/check_circle: You marked this lesson as read (or answered all its checks).")
+    else:
+        st.button("Mark as read", key=f"read:{lesson.id}", icon=":material/check_circle:",
+                  on_click=progress.mark_read, args=(lesson.id,),
+                  help="Answering every check above marks it read too.")
 
 
 def _show_glossary(lesson_pages_by_id: dict[str, st.Page]) -> None:
@@ -349,16 +326,14 @@ def progress_sidebar() -> None:
     """'Lessons read 3/9, checks 5/24 answered' and each lesson's mark; call it on every page."""
     site = load_site()
     c = progress_counts(site.lessons)
-    p = _progress()
     with st.sidebar:
         st.progress(c["read"] / c["lessons"] if c["lessons"] else 0.0)
         st.caption(f"Lessons read {c['read']}/{c['lessons']}, checks {c['answered']}/{c['checks']} "
-                   f"answered ({c['correct']} correct)")
+                   f"answered ({c['correct']} right on the first try)")
         lessons, _ = _pages_for_links(site)
         with st.expander("Your lessons"):
             for l in site.lessons:
-                results = [p["checks"][k] for n in range(len(l.quiz)) if (k := _check_key(l.id, n)) in p["checks"]]
-                done, right = len(results), sum(ok for _, ok in results)
+                done, right = progress.lesson_counts(l.id, len(l.quiz))
                 st.page_link(lessons[l.id], label=f"{l.order} · {l.title} — checks {done}/{len(l.quiz)}"
-                             + (f", {right} right" if done else ""),
-                             icon=READ_ICON if l.id in p["read"] else UNREAD_ICON)
+                             + (f", {right} right first time" if done else ""),
+                             icon=READ_ICON if progress.is_read(l.id) else UNREAD_ICON)

@@ -12,6 +12,7 @@ from engine.config import SchedulerPolicy
 from engine.model import cache_root
 from labs import runs
 from labs.knee import experiment as knee
+from ui.predict import MEASUREMENTS_KEY, PREDICTIONS_KEY
 from ui.registry import LESSON_LABS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,40 +42,64 @@ def texts(at: AppTest) -> str:
 def test_registry_lists_every_lesson_lab_once():
     from lessons.catalog import LAB_IDS
     ids = [lab.url_path for lab in LESSON_LABS]
-    assert len(ids) == len(set(ids)) == 8
+    assert len(ids) == len(set(ids)) == 9
     assert set(ids) == set(LAB_IDS) - {"playground"}
     for lab in LESSON_LABS:
         assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")
 
 
+def commit(at: AppTest) -> AppTest:
+    """Press the page's first "Commit my prediction" button (its guess stays at the default)."""
+    next(b for b in at.button if b.key.endswith("__commit")).click().run()
+    return at
+
+
 @pytest.mark.parametrize("lab_id, path", [(lab.url_path, lab.path) for lab in LESSON_LABS],
                          ids=[lab.url_path for lab in LESSON_LABS])
-def test_page_renders_without_running_anything(lab_env, lab_id, path):
+def test_page_asks_for_a_prediction_before_anything_else(lab_env, lab_id, path):
     at = page(path).run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.title, "every lab has a title"
-    # nothing is measured yet: the page offers its run button and has run nothing
-    assert any(b.key.endswith("__run") for b in at.button), [b.key for b in at.button]
-    assert not list(lab_env.glob("results/*.json"))
+    # first the prediction: a commit button, and neither a run button nor any result
+    assert any(b.key.endswith("__commit") for b in at.button), [b.key for b in at.button]
+    assert not any(b.key.endswith("__run") for b in at.button)
+    assert not at.metric and not at.get("plotly_chart")
     for s in at.slider:
         assert s.help, f"slider {s.label!r} needs a help tooltip"
+    # committed: the guess is kept and the page offers its run; nothing is measured yet
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.session_state[PREDICTIONS_KEY], "the prediction is kept in the session's progress"
+    assert any(b.key.endswith("__run") for b in at.button), [b.key for b in at.button]
+    assert "Expected run time: about" in texts(at)
+    assert not list(lab_env.glob("results/run-*.json")) and not list(lab_env.glob("results/scaling-*.json"))
 
 
 def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     at = page("labs/why_batch/page.py").run()
     at.multiselect(key="wb_sizes").set_value([1, 2, 4]).run()
     at.slider(key="wb_context").set_value(32).run()
-    at.button(key="why_batch__run").click().run()
+    at.slider(key="wb_repeats").set_value(2).run()
+    at.number_input(key="predict_why_batch__guess").set_value(3.0).run()
+    commit(at).button(key="why_batch__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
     labels = [m.label for m in at.metric]
-    assert "tokens/s at batch 4" in labels and "the bend" in labels
+    assert "tokens/s at batch 4" in labels and "the knee" in labels
+    assert "You predicted" in labels and "Measured" in labels      # the guess beside the result
+    assert at.session_state[PREDICTIONS_KEY]["why_batch"]["guess"] == 3.0
+    assert at.session_state[PREDICTIONS_KEY]["why_batch"]["measured"] > 0
+    assert at.session_state[MEASUREMENTS_KEY]["why_batch"]["step_ms_1"].endswith(" ms"), "kept for the quiz"
     assert "Measured just now" in texts(at)
     assert len(at.get("plotly_chart")) == 2
+    assert at.get("download_button"), "lab results download as CSV"
     # a second visit with the same settings is served from the cache, with a re-measure button
     again = page("labs/why_batch/page.py")
     again.session_state["wb_sizes"] = [1, 2, 4]
     again.session_state["wb_context"] = 32
+    again.session_state["wb_repeats"] = 2
     again.run()
+    assert not again.get("plotly_chart"), "stored results wait for the prediction too"
+    commit(again)
     assert "Cached result from this machine" in texts(again)
     assert any(b.key == "why_batch__refresh" for b in again.button)
     assert len(again.get("plotly_chart")) == 2
@@ -83,18 +108,20 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
 def test_knee_sweep_runs_and_marks_the_knee(lab_env):
     at = page("labs/knee/page.py").run()
     at.multiselect(key="kn_values").set_value([1, 4]).run()
-    at.button(key="knee__run").click().run()
+    at.slider(key="kn_repeats").set_value(2).run()
+    commit(at).button(key="knee__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
     knee = next(m for m in at.metric if m.label == "Knee (max_num_seqs)")
     assert knee.value in ("1", "4")
+    assert at.session_state[PREDICTIONS_KEY]["knee"]["measured"] == int(knee.value)
     assert len(at.get("plotly_chart")) == 2
-    assert len(list(lab_env.glob("results/run-*.json"))) == 2
+    assert len(list(lab_env.glob("results/run-*.json"))) == 4, "two settings, two runs each"
 
 
 def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
     at = page("labs/static_vs_continuous/page.py").run()
     at.slider(key="svc_slots").set_value(4).run()
-    at.button(key="svc__run").click().run()
+    commit(at).button(key="svc__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert any(m.label.startswith("Wasted slot-steps") for m in at.metric)
     step = at.slider(key="svc_step")
@@ -104,6 +131,18 @@ def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
     at.button(key="svc_play").click().run()
     assert at.session_state["svc_playing"]
     assert any(b.label.startswith("⏸") for b in at.button)
+
+
+def test_dynamic_batching_sweeps_max_wait(lab_env):
+    at = page("labs/dynamic_batching/page.py").run()
+    at.multiselect(key="db_waits").set_value([0, 1000]).run()
+    at.slider(key="db_repeats").set_value(1).run()
+    commit(at).button(key="dynamic_batching__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.session_state[PREDICTIONS_KEY]["dynamic_batching"]["measured"] in (
+        "TTFT up, throughput up", "TTFT up, throughput down", "TTFT down, throughput up", "both about the same")
+    assert len(at.get("plotly_chart")) == 1
+    assert len(list(lab_env.glob("results/run-*.json"))) == 2
 
 
 def test_peek_finds_what_cached_run_stored(lab_env):

@@ -64,13 +64,15 @@ def test_every_lesson_page_renders(rendered, lesson):
     assert [t.value for t in at.title] == [f"{lesson.order} · {lesson.title}"]
     assert any(f"{lesson.minutes} min read" in c.value for c in at.main.caption)
     assert any(lesson.summary in m.value for m in at.main.markdown)
-    body = next(m.value for m in at.main.markdown if "## The claim" in m.value)
-    assert "$" in body                                  # formulas go to KaTeX as written
+    body = "\n".join(m.value for m in at.main.markdown)
+    assert "## The claim" in body and "$" in body       # formulas go to KaTeX as written
     assert not find_links(body), "every link marker is resolved or reduced to its label"
+    assert "{{" not in body, "lab numbers and pictures are resolved, not shown as markers"
     assert [r.value for r in at.radio] == [None] * len(lesson.quiz)
-    assert [r.label.split("** ", 1)[1] for r in at.radio] == [q.question for q in lesson.quiz]
+    assert all(r.label.endswith(q.question) for r, q in zip(at.radio, lesson.quiz))
     assert len([b for b in at.button if b.label == "Check"]) == len(lesson.quiz)
-    assert not at.warning, "no lesson problems with the shipped lessons"
+    assert [b.label for b in at.button if b.label == "Mark as read"] == ["Mark as read"]
+    assert not at.warning, "no lesson problems and no unknown pictures in the shipped lessons"
 
 
 def test_prev_next_and_try_it_links(rendered):
@@ -125,41 +127,75 @@ def test_glossary_page_terms_see_links_filter_and_selected_term():
     assert any(m.value.startswith(f"**{GLOSSARY['ttft'].term}**") for m in at.main.markdown)
 
 
-def test_answering_a_check_shows_the_explanation_and_updates_progress():
+def check(at: AppTest, lesson_id: str, n: int, choice: int | None = None) -> AppTest:
+    if choice is not None:
+        at.radio(key=f"quiz:{lesson_id}:{n}").set_value(choice)
+    at.button(key=f"check:{lesson_id}:{n}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_check_hints_first_reveals_after_a_second_try_and_scores_only_first_tries():
     lesson = LESSONS[0]
     at = goto(start(), LESSON_URL_PREFIX + lesson.id)
-    assert progress_line(at) == f"Lessons read 1/{len(LESSONS)}, checks 0/{N_CHECKS} answered (0 correct)"
-    q0, q1 = lesson.quiz[0], lesson.quiz[1]
+    assert progress_line(at) == f"Lessons read 0/{len(LESSONS)}, checks 0/{N_CHECKS} answered (0 right on the first try)"
+    q0, q1, q2 = lesson.quiz[:3]
 
-    at.button(key=f"check:{lesson.id}:0").click().run()           # nothing picked yet
+    check(at, lesson.id, 0)                                           # nothing picked yet
     assert any("Pick an answer" in i.value for i in at.info)
-    assert progress_line(at).endswith(f"checks 0/{N_CHECKS} answered (0 correct)")
+    assert progress_line(at).endswith(f"checks 0/{N_CHECKS} answered (0 right on the first try)")
 
-    at.radio(key=f"quiz:{lesson.id}:0").set_value(q0.answer)
-    at.button(key=f"check:{lesson.id}:0").click().run()
+    check(at, lesson.id, 0, q0.answer)
     assert [s.value for s in at.success] == [f"**Correct.** {q0.explanation}"]
-    assert progress_line(at).endswith(f"checks 1/{N_CHECKS} answered (1 correct)")
+    assert progress_line(at).endswith(f"checks 1/{N_CHECKS} answered (1 right on the first try)")
 
-    wrong = (q1.answer + 1) % len(q1.choices)
-    at.radio(key=f"quiz:{lesson.id}:1").set_value(wrong)
-    at.button(key=f"check:{lesson.id}:1").click().run()
-    assert len(at.error) == 1 and q1.explanation in at.error[0].value
-    assert q1.choices[q1.answer] in at.error[0].value
-    assert progress_line(at).endswith(f"checks 2/{N_CHECKS} answered (1 correct)")
-
-    at.radio(key=f"quiz:{lesson.id}:1").set_value(q1.answer).run()  # a new pick hides the old verdict
+    wrong = [i for i in range(len(q1.choices)) if i != q1.answer]
+    check(at, lesson.id, 1, wrong[0])                                 # a hint, no reveal
+    assert len(at.error) == 1 and q1.why[wrong[0]] in at.error[0].value
+    assert "The answer is" not in at.error[0].value and q1.explanation not in at.error[0].value
+    check(at, lesson.id, 1, wrong[1])                                 # the second wrong try reveals
+    assert f"The answer is *{q1.choices[q1.answer]}*" in at.error[0].value and q1.explanation in at.error[0].value
+    assert progress_line(at).endswith(f"checks 2/{N_CHECKS} answered (1 right on the first try)")
+    at.radio(key=f"quiz:{lesson.id}:1").set_value(q1.answer).run()   # a new pick hides the old verdict
     assert not at.error
+
+    check(at, lesson.id, 2, next(i for i in range(len(q2.choices)) if i != q2.answer))
+    assert progress_line(at).startswith(f"Lessons read 1/{len(LESSONS)}, checks 3/"), "all checks answered: read"
+    check(at, lesson.id, 2, q2.answer)                                # a retry solves it but does not score
+    assert [s.value for s in at.success] == [f"**Correct.** {q0.explanation}", f"**Correct on try 2.** {q2.explanation}"]
+    assert progress_line(at).endswith(f"checks 3/{N_CHECKS} answered (1 right on the first try)")
 
     # progress and answers survive a trip to another lesson and back
     goto(at, LESSON_URL_PREFIX + LESSONS[1].id)
-    assert progress_line(at).startswith(f"Lessons read 2/{len(LESSONS)}, checks 2/")
+    assert progress_line(at).startswith(f"Lessons read 1/{len(LESSONS)}, checks 3/")
     marks = {pl.proto.page: pl.proto.icon for pl in at.sidebar.expander[0].get("page_link")}
     assert marks[LESSON_URL_PREFIX + LESSONS[0].id] == READ_ICON
-    assert marks[LESSON_URL_PREFIX + LESSONS[2].id] == UNREAD_ICON
+    assert marks[LESSON_URL_PREFIX + LESSONS[1].id] == UNREAD_ICON, "opening a lesson does not mark it read"
     goto(at, LESSON_URL_PREFIX + lesson.id)
     assert at.radio(key=f"quiz:{lesson.id}:0").value == q0.answer
-    assert [s.value for s in at.success] == [f"**Correct.** {q0.explanation}"]
-    assert progress_line(at).startswith(f"Lessons read 2/{len(LESSONS)}, checks 2/")
+    assert [s.value for s in at.success][0] == f"**Correct.** {q0.explanation}"
+
+
+def test_mark_as_read_at_the_end_of_a_lesson():
+    lesson = LESSONS[1]
+    at = goto(start(), LESSON_URL_PREFIX + lesson.id)
+    assert progress_line(at).startswith(f"Lessons read 0/{len(LESSONS)}")
+    next(b for b in at.button if b.label == "Mark as read").click().run()
+    assert progress_line(at).startswith(f"Lessons read 1/{len(LESSONS)}")
+    assert not [b for b in at.button if b.label == "Mark as read"]
+    marks = {pl.proto.page: pl.proto.icon for pl in at.sidebar.expander[0].get("page_link")}
+    assert marks[LESSON_URL_PREFIX + lesson.id] == READ_ICON
+
+
+def test_choices_are_shuffled_per_learner_and_stable_for_one():
+    lesson = LESSONS[0]
+    orders = []
+    for _ in range(4):
+        at = goto(start(), LESSON_URL_PREFIX + lesson.id)
+        orders.append(tuple(tuple(r.options) for r in at.radio))
+        at.run()
+        assert tuple(tuple(r.options) for r in at.radio) == orders[-1], "the same learner sees the same order"
+    assert len(set(orders)) > 1, "different sessions see different orders"
 
 
 def test_search_from_the_sidebar():
@@ -196,7 +232,7 @@ def test_broken_lesson_is_named_and_the_others_still_render(tmp_path, monkeypatc
         assert len(at.warning) == 1
         notice = at.warning[0].value
         assert "Lesson problems" in notice and "01-broken.md" in notice and "missing front matter" in notice
-        assert progress_line(at).startswith(f"Lessons read 1/3, checks 0/{sum(len(l.quiz) for l in lessons)}")
+        assert progress_line(at).startswith(f"Lessons read 0/3, checks 0/{sum(len(l.quiz) for l in lessons)}")
         # links to lessons that are not in this folder fall back to plain text
         assert all(not u.startswith("/" + LESSON_URL_PREFIX) or u[1 + len(LESSON_URL_PREFIX):] in
                    {l.id for l in lessons} for u in links(at))
@@ -205,3 +241,27 @@ def test_broken_lesson_is_named_and_the_others_still_render(tmp_path, monkeypatc
     assert {pl.proto.page for pl in at.main.get("page_link")} <= {LESSON_URL_PREFIX + l.id for l in lessons}
     listed = [pl.proto.page for pl in at.sidebar.expander[0].get("page_link")]
     assert listed == [LESSON_URL_PREFIX + l.id for l in lessons]   # the broken lesson has no page
+
+
+def test_a_question_quotes_the_learners_own_measurement(monkeypatch):
+    lesson = next(l for l in LESSONS if l.id == "latency-metrics")
+    n, q = next((n, q) for n, q in enumerate(lesson.quiz) if q.measured_with)
+    at = goto(start(), LESSON_URL_PREFIX + lesson.id)
+    assert at.radio(key=f"quiz:{lesson.id}:{n}").label.endswith(f"{q.measured_without} {q.question}")
+    measured = {("slo_goodput", "top_rate"): "8 req/s", ("slo_goodput", "ttft_p95_top_rate"): "3.2 s"}
+    monkeypatch.setattr("lessons.quiz.measurement", lambda lab, name: measured.get((lab, name)))
+    at.run()
+    label = at.radio(key=f"quiz:{lesson.id}:{n}").label
+    assert "8 req/s" in label and "3.2 s" in label and q.measured_without not in label
+
+
+def test_pictures_render_and_an_unknown_one_is_named(tmp_path, monkeypatch):
+    for p in [*FOLDER.glob("0[1-2]-*.md"), FOLDER / "glossary.md"]:
+        shutil.copy(p, tmp_path / p.name)
+    two = tmp_path / "02-static-vs-continuous.md"
+    two.write_text(two.read_text(encoding="utf-8").replace("{{picture:static_vs_continuous}}", "{{picture:no_such_picture}}"),
+                   encoding="utf-8")
+    monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
+    at = goto(start(), LESSON_URL_PREFIX + "static-vs-continuous")
+    assert len(at.warning) == 1 and "'no_such_picture' is not available" in at.warning[0].value
+    assert any("## Continuous batching" in m.value for m in at.main.markdown), "the text around it still shows"

@@ -5,13 +5,16 @@ import pandas as pd
 import pytest
 
 from engine.results import RunResult
+from labs import knee_rule, timing
 from labs.costs import experiment as costs
+from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
 from labs.queueing import experiment as queueing
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail_lab
+from labs.repeats import error_bars
 from labs.why_batch import experiment as why_batch
 
 
@@ -20,18 +23,35 @@ def scaling_rows(step_ms: dict[int, float]) -> list[dict]:
             for b, t in step_ms.items()]
 
 
-def test_bend_is_the_first_size_where_doubling_gains_under_20_percent():
-    # t(B) = 10 + 1 * B ms: tokens/s 1000 B / (10 + B)
+def test_one_knee_rule_the_smallest_setting_with_90_percent_of_the_best():
+    assert knee_rule.KNEE_SHARE == 0.9
+    assert knee_rule.knee([1, 2, 4, 8], [10, 50, 91, 100]) == 4
+    assert knee_rule.knee([8, 1, 4, 2], [100, 10, 91, 50]) == 4, "order of the settings does not matter"
+    assert knee_rule.knee([1, 2, 4, 8], [10, 50, 89, 100]) == 8
+    # a noisy dip (4 slots slower than 2) does not move it: only the best point and the 90% line count
+    assert knee_rule.knee([1, 2, 4, 8, 16], [10, 95, 80, 100, 98]) == 2
+    assert knee_rule.knee([1], [10]) is None and knee_rule.knee([1, 2], [float("nan"), 3]) is None
+
+
+def test_why_batch_knee_uses_the_rule_on_the_mean_of_the_passes():
+    # t(B) = 10 + 1 * B ms: tokens/s 1000 B / (10 + B); best 864.9 at 64, 90% = 778; 32 gives 761.9
     rows = scaling_rows({b: 10 + b for b in (1, 2, 4, 8, 16, 32, 64)})
     table = why_batch.scaling_table(rows)
     assert table["gain_per_doubling"].iloc[0] == pytest.approx((2000 / 12) / (1000 / 11))
-    # 16 -> 32: (32/42) / (16/26) = 1.238; 32 -> 64: (64/74) / (32/42) = 1.135
-    assert why_batch.bend(rows) == 32
-    assert why_batch.bend(rows, min_gain=1.5) == 8
-    assert why_batch.bend(scaling_rows({1: 10.0, 2: 10.0})) is None
+    assert why_batch.knee(rows) == 64
+    assert why_batch.knee(rows[:-1]) == 32     # without 64: best 761.9 at 32, 90% = 685.7; 16 gives 615
     fit = why_batch.linear_fit(rows)
     assert fit["t0_ms"] == pytest.approx(10) and fit["c_ms"] == pytest.approx(1)
     assert fit["ceiling_tok_s"] == pytest.approx(1000) and fit["half_batch"] == pytest.approx(10)
+    # two passes: the table holds their mean and range
+    passes = [{**r, "repeat": 0} for r in scaling_rows({1: 10.0, 2: 12.0})] + \
+             [{**r, "repeat": 1} for r in scaling_rows({1: 14.0, 2: 12.0})]
+    t = why_batch.scaling_table(passes)
+    assert t["step_ms"].tolist() == pytest.approx([12.0, 12.0])
+    assert t["step_ms_lo"].iloc[0] == 10.0 and t["step_ms_hi"].iloc[0] == 14.0 and t["runs"].tolist() == [2, 2]
+    bars = error_bars(t, "step_ms")
+    assert list(bars["array"]) == [2.0, 0.0] and list(bars["arrayminus"]) == [2.0, 0.0]
+    assert error_bars(why_batch.scaling_table(rows), "step_ms") is None, "one pass: no bars"
 
 
 def test_bend_handles_uneven_steps_per_doubling():
@@ -41,19 +61,16 @@ def test_bend_handles_uneven_steps_per_doubling():
             {"batch": 8, "step_ms": 24, "tokens_per_s": 330, "ms_per_token": 3}]
     table = why_batch.scaling_table(rows)
     assert table["gain_per_doubling"].iloc[0] == pytest.approx(math.sqrt(3))
-    assert why_batch.bend(rows) == 4
+    assert why_batch.knee(rows) == 4
 
 
-def test_knee_is_the_point_furthest_above_the_chord():
-    # throughput rises fast while TPOT barely moves, then TPOT grows for little extra throughput
+def test_knee_of_the_sweep_reads_the_mean_throughput():
     table = pd.DataFrame({"max_num_seqs": [1, 2, 4, 8, 16, 32],
                           "tpot_p95_ms": [30, 31, 33, 40, 70, 130],
                           "output_tok_s": [30, 60, 110, 180, 200, 210]})
-    # scaled: x = (tpot - 30) / 100, y = (tok/s - 30) / 180; y - x is largest at 8 (0.833 - 0.10)
-    assert knee.find_knee(table) == 8
-    assert knee.find_knee(table.iloc[:2]) is None
-    straight = pd.DataFrame({"max_num_seqs": [1, 2, 4], "tpot_p95_ms": [10, 20, 30], "output_tok_s": [1, 2, 3]})
-    assert knee.find_knee(straight) is None
+    assert knee.find_knee(table) == 16       # 90% of 210 = 189: 8 gives 180, 16 gives 200
+    assert knee.find_knee(table.iloc[:1]) is None
+    assert knee.settings([1, 4], 2) == [(1, 0), (1, 1), (4, 0), (4, 1)]
 
 
 def test_winners_names_who_gains_and_loses_against_fcfs():
@@ -163,3 +180,49 @@ def test_run_each_reports_progress_and_stops_at_the_first_missing_run():
     assert got == [(1, "result 1", True), (2, "result 2", True)]
     assert seen == [(0.5, "v=1: done"), (1.0, "v=2: done")]
     assert run_each([1, 2], lambda v, p: None if v == 2 else ("r", True)) is None
+
+
+def test_first_to_finish_and_the_dynamic_batching_outcome():
+    assert svc.first_to_finish({"static": 10.0, "continuous": 8.0}) == "continuous"
+    assert svc.first_to_finish({"static": 10.0, "continuous": 9.8}) == svc.SAME
+    t = pd.DataFrame({"max_wait_ms": [0, 1000], "ttft_p50_s": [0.2, 0.9], "busy_tok_s": [100, 180]})
+    assert dynamic.outcome(t) == "TTFT up, throughput up"
+    assert dynamic.outcome(t.assign(busy_tok_s=[100, 60])) == "TTFT up, throughput down"
+    assert dynamic.outcome(t.assign(ttft_p50_s=[0.2, 0.21], busy_tok_s=[100, 104])) == "both about the same"
+    assert dynamic.wait_policy(250).mode == "static" and dynamic.wait_policy(250).max_wait_ms == 250
+
+
+def test_tail_trust_warns_below_100_samples():
+    assert tail_lab.MIN_TAIL_SAMPLES == 100
+    assert tail_lab.tail_trust(5).startswith("⚠ only 5 samples")
+    assert not tail_lab.tail_trust(400).startswith("⚠") and "about 4 values above" in tail_lab.tail_trust(400)
+
+
+def test_kv_demand_is_littles_law_times_tokens():
+    need = queueing.kv_demand(10, 20, 2000, bytes_per_token=1000)
+    assert need["inside"] == pytest.approx(200) and need["tokens"] == pytest.approx(400_000)
+    assert need["bytes"] == pytest.approx(4e8)
+
+
+def test_estimates_stretch_busy_time_but_not_waits_for_arrivals(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    # steps of 1 s at 0-1 and 1-2, then an idle gap until an arrival at 5
+    steps = [(0.0, 1.0), (1.0, 2.0), (5.0, 6.0)]
+    assert timing.stretched_duration(steps, 1.0) == pytest.approx(6.0)
+    assert timing.stretched_duration(steps, 2.0) == pytest.approx(7.0)   # 0-2, 2-4, waits to 5, 5-7
+    assert timing.stretched_duration(steps, 4.0) == pytest.approx(12.0)  # 0-8, then 8-12: no wait left
+    machine = {"cpu": "test"}
+    assert timing.speed_factor(machine) is None
+    timing.learn(machine, 10.0, 25.0)
+    timing.learn(machine, 10.0, 15.0)
+    assert timing.speed_factor(machine) == pytest.approx(2.0)
+    seconds, calibrated = timing.estimate_runs(machine, [knee_job()])
+    assert calibrated and seconds > 0
+    plain, _ = timing.estimate_runs({"cpu": "other"}, [knee_job()])
+    assert seconds == pytest.approx(2 * plain), "all arrive at once: no idle gaps, so twice as slow"
+
+
+def knee_job():
+    from engine.config import SchedulerPolicy
+    from labs.part import Part
+    return SchedulerPolicy(max_num_seqs=4), [Part(knee.SPEC)]

@@ -86,8 +86,13 @@ def test_glossary():
     (GOOD.replace("labs: [why_batch]", "labs: [why_batch"), "bad YAML"),
     (GOOD.replace("labs: [why_batch]", "labs: [no_such_lab]"), "unknown lab"),
     ("---\n" + GOOD[4:].replace("\n---\n", "\n", 1), "not closed"),
-    (GOOD.replace("    explanation: \"Decode is memory-bound", "    because: \"Decode is memory-bound"), "missing explanation"),
-    (GOOD.replace('choices: ["2", "5", "10", "20"]', 'choices: ["2", "5", "5", "20"]'), "not unique"),
+    (GOOD.replace("    explanation: \"A batch-1 decode step", "    because: \"A batch-1 decode step"), "missing explanation"),
+    (GOOD.replace('      - text: "10"\n', '      - text: "5"\n'), "not unique"),
+    (GOOD.replace('        why: "At B = 2 a step takes', '        because: "At B = 2 a step takes'), "need a 'why'"),
+    (GOOD.replace('      - text: "5"\n', '      - text: "5"\n        why: "It is."\n'), "takes no 'why'"),
+    (GOOD.replace('      without: "Suppose a decode step', '      instead: "Suppose a decode step'), "'with' and 'without'"),
+    (GOOD.replace("{why_batch.step_ms_1}", "{no_such_lab.step_ms_1}"), "unknown lab id(s) ['no_such_lab']"),
+    (GOOD.replace("      - text: \"Divide 8 by", "      - \"Divide 8 by"), "needs a non-empty 'text'"),
     (GOOD.replace("order: 1\n", "order: first\n"), "'order' must be a whole number"),
 ])
 def test_broken_lesson_is_reported_and_others_load(tmp_path, bad, problem):

@@ -29,14 +29,18 @@ INJECTIONS = {"mode": "[log in](https://evil.example)", "order": "![x](https://e
 LINK_KEYS = {
     "costs": {"co_long": "256–1536", "co_budget": "64–512", "co_priority": ", ".join(STEP_PRIORITIES),
               "co_kv": "256–4096"},
-    "knee": {"kn_values": "1, 2, 4, 8, 16, 32, 64", "kn_tpot_ms": "10–300", "kn_ttft_s": "0.5–60"},
+    "dynamic_batching": {"db_waits": "0, 100, 250, 500, 1000, 2000, 4000", "db_slots": "2–16",
+                         "db_repeats": "1–5"},
+    "knee": {"kn_values": "1, 2, 4, 8, 16, 32, 64", "kn_tpot_ms": "10–300", "kn_ttft_s": "0.5–60",
+             "kn_repeats": "1–5"},
     "queueing": {"qu_rhos": "0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25"},
     "scheduler_orders": {"so_orders": ", ".join(ORDERS), "so_rate": "2–12", "so_seed": "0–999"},
     "slo_goodput": {"sg_ttft_ms": "100–5000", "sg_tpot_ms": "10–300", "sg_rate": "1.0, 2.0, 4.0, 8.0"},
     "static_vs_continuous": {"svc_workload": ", ".join(WORKLOADS), "svc_slots": "2–16", "svc_seed": "0–999"},
     "tail": {"ta_long": "0.0, 0.05, 0.1, 0.2", "ta_bursty": "1 or 0", "ta_seed": "0–999",
              "ta_segment": "prompt, tenant, none", "ta_metric": "ttft_s, tpot_s, e2e_s"},
-    "why_batch": {"wb_sizes": "1, 2, 4, 8, 16, 32, 64, 128", "wb_context": "16–512", "wb_steps": "2–16"},
+    "why_batch": {"wb_sizes": "1, 2, 4, 8, 16, 32, 64, 128", "wb_context": "16–512", "wb_steps": "2–16",
+                  "wb_repeats": "1–5"},
 }
 
 
@@ -53,6 +57,12 @@ def page(path: str, query: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
     for key, value in (query or {}).items():
         at.query_params[key] = value
+    return at.run()
+
+
+def past_the_prediction(at: AppTest) -> AppTest:
+    """A lab shows its run button and results only once the learner has committed a guess."""
+    at.button(key="predict_why_batch__commit").click()
     return at.run()
 
 
@@ -122,7 +132,7 @@ def test_a_failing_measurement_shows_an_error_not_a_traceback(lab_env, monkeypat
         raise RuntimeError(f"could not write {ROOT}/engine/results.py")
 
     monkeypatch.setattr(why_batch, "batch_scaling", broken)
-    at = page("labs/why_batch/page.py")
+    at = past_the_prediction(page("labs/why_batch/page.py"))
     at.button(key="why_batch__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.error, "the failure is reported on the page"
@@ -135,7 +145,7 @@ def test_a_failing_lookup_of_stored_results_shows_an_error(lab_env, monkeypatch)
         raise ValueError(f"bad JSON in {ROOT}/results/run-1.json")
 
     monkeypatch.setattr(why_batch, "batch_scaling", broken)
-    at = page("labs/why_batch/page.py")
+    at = past_the_prediction(page("labs/why_batch/page.py"))
     assert not at.exception, [e.message for e in at.exception]
     assert at.error and all(no_traceback(m) for m in messages(at))
 

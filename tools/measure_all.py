@@ -171,7 +171,7 @@ def why_batch(model, refresh):
     return {
         "cached": hit,
         "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")],
-        "bend_batch": why_batch_lab.bend(rows),
+        "knee_batch": why_batch_lab.knee(rows),
         "tok_s_batch1": _r(rows[0]["tokens_per_s"], 1),
         "tok_s_batch32": _r(next(r["tokens_per_s"] for r in rows if r["batch"] == 32), 1),
         "linear_fit": {k: _r(v) for k, v in fit.items()},

@@ -1,7 +1,7 @@
 """The lab pages the app lists: file, title, address and what each one shows.
 
 app.py builds the "Labs" navigation section from LABS and the home page describes each entry:
-the Playground first, then the eight lesson labs (one folder each under labs/). The lab id is
+the Playground first, then the nine lesson labs (one folder each under labs/). The lab id is
 the page's address (url_path) and what lessons link to as `lab:<id>`. No Streamlit here.
 """
 from __future__ import annotations
@@ -32,6 +32,9 @@ _LESSON_LABS = [
     ("static_vs_continuous", "Static vs continuous", ":material/view_week:",
      "One seeded workload through static and continuous batching, replayed side by side slot by "
      "slot, with wasted slot-steps, throughput, TTFT and TPOT compared."),
+    ("dynamic_batching", "Dynamic batching", ":material/hourglass_empty:",
+     "Static batches with max_wait_ms swept: waiting longer fills batches (more tokens per second of "
+     "work) and delays every first token, measured several times per setting."),
     ("costs", "What continuous costs", ":material/payments:",
      "A long prompt stalling running decodes with chunked prefill off and on; a KV cache small "
      "enough to force preemptions."),
@@ -42,7 +45,8 @@ _LESSON_LABS = [
      "Measured time in system against utilization beside the M/M/1 model, and Little's Law "
      "checked on each run's own trace."),
     ("knee", "Find the knee", ":material/trending_flat:",
-     "A max_num_seqs sweep: throughput against p95 TPOT and p95 TTFT, with the knee marked."),
+     "A max_num_seqs sweep, each setting run several times: throughput against p95 TPOT and p95 TTFT, "
+     "with the range of the runs and the knee marked."),
     ("tail", "The tail", ":material/ssid_chart:",
      "CDFs and p50/p90/p95/p99 tables of one run, split by prompt length and by tenant."),
     ("scheduler_orders", "Scheduler orders", ":material/sort:",

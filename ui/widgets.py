@@ -21,6 +21,10 @@ from engine import metrics
 from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
+# Lab charts: the mode bar keeps only "download as PNG" (a learner's own measurement, to keep).
+EXPORT_CONFIG = {"displayModeBar": True, "displaylogo": False, "modeBarButtonsToRemove": [
+    "zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "resetScale2d"],
+    "toImageButtonOptions": {"format": "png", "scale": 2}}
 log = logging.getLogger("batching_lab")
 
 
@@ -186,20 +190,22 @@ def write_link(keys) -> None:
 # ----------------------------------------------------------------------------- measuring
 
 
-def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate: str) -> str | None:
+def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate) -> str | None:
     """The lab's run button, or, once a result exists, where it came from and a re-measure button.
 
     Returns "run", "refresh" or None. `settings` identifies the current settings (any value
-    with a repr); `estimate` says how long a measurement takes on this machine.
+    with a repr); `estimate` says how long a measurement takes on this machine (text, or a
+    function that returns it, called only when the run button is drawn).
     """
     fresh = st.session_state.get(f"{name}__fresh") == repr(settings)
     if not has_result:
+        estimate = estimate() if callable(estimate) else estimate
         if st.button(label, key=f"{name}__run", type="primary",
                      help=f"Runs on the real engine on this machine ({estimate}); the result is "
                           "stored, so the next visit shows it at once."):
             return "run"
-        st.caption(f"Nothing measured for these settings yet. A run takes {estimate} on this "
-                   "machine; the page stays idle until you press the button.")
+        st.caption(f"Nothing measured for these settings yet. Expected run time: {estimate}. "
+                   "The page stays idle until you press the button.")
         return None
     cols = st.columns([4, 1])
     if fresh:
@@ -208,7 +214,7 @@ def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate
         cols[0].caption(":material/history: **Cached result from this machine**: measured earlier "
                         "with exactly these settings.")
     if cols[1].button("Re-measure", key=f"{name}__refresh",
-                      help=f"Run it again on the engine ({estimate}) and replace the stored result."):
+                      help="Run it again on the engine and replace the stored result."):
         return "refresh"
     return None
 
@@ -231,7 +237,7 @@ class _progress_bar:
         return False
 
 
-def stored_or_measure(name: str, settings, run, button: str, estimate: str, text: str, stop: bool = True):
+def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True):
     """A lab's experiment as a page shows it: `run(model, **kw)` is one of its experiment.py's runs.
 
     Returns what is stored for these settings (looked up without loading the model). Draws the
@@ -270,11 +276,24 @@ def fmt(value, unit: str = "", digits: int = 2, scale: float = 1.0) -> str:
 
 
 def plot(fig) -> None:
-    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+    """A lab chart, with a "download as PNG" button in its corner."""
+    st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch")
 
 
-def table(df: pd.DataFrame, **kw) -> None:
+def table(df: pd.DataFrame, csv: str | None = None, **kw) -> None:
+    """A table; with `csv` (a file name without extension) also a button that downloads it as CSV."""
     st.dataframe(df, hide_index=True, width="stretch", **kw)
+    if csv:
+        st.download_button(":material/download: Download as CSV", df.to_csv(index=False).encode(),
+                           file_name=f"{csv}.csv", mime="text/csv", key=f"{csv}__csv",
+                           help="These numbers as a CSV file, to keep or to compare with another machine.")
+
+
+def estimate_text(seconds: float, calibrated: bool) -> str:
+    """A run's expected duration for the run buttons: from this machine's measured speed, or (before
+    anything was measured here) the cost model's guess, said as such."""
+    text = f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+    return text if calibrated else f"{text} by the cost model; this machine's own speed is learned from its first run"
 
 
 def definitions(text: str, with_metrics: bool = True) -> None:

@@ -13,7 +13,8 @@ from engine.config import SchedulerPolicy
 from engine.metrics import percentile
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
-from labs.runs import Part, frames, mix_run, run_each, single_run
+from labs.part import Part
+from labs.runs import estimate, frames, mix_run, run_each, single_run
 
 # ----------------------------------------------------------------------------- 1. a long prompt stalls decodes
 
@@ -24,6 +25,7 @@ LONG_ARRIVALS_S = (1.0, 2.5)
 BUDGET = 256
 STEP_PRIORITY = SchedulerPolicy().step_priority   # decode_first, as in vLLM v1
 CHUNKING = (("off", False), ("on", True))
+SYMBOLS = ("x", "circle")     # marker shapes of the runs in token_gaps: off = ×, on = ●
 
 
 def stall_parts(long_prompt: int = LONG_PROMPT, seed: int = 0) -> list[Part]:
@@ -62,6 +64,13 @@ def stall_runs(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET, step
 
     runs = run_each(CHUNKING, run_one, progress, describe=lambda c: f"chunked prefill {c[0]}")
     return None if runs is None else {key: (res, hit) for (key, _), res, hit in runs}
+
+
+def stall_estimate_s(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
+                     step_priority: str = STEP_PRIORITY) -> tuple[float, bool]:
+    """(seconds, calibrated?) the two stall runs take on this machine."""
+    return estimate(model, [(stall_policy(chunked, budget, long_prompt, step_priority), stall_parts(long_prompt))
+                            for _, chunked in CHUNKING])
 
 
 def token_times(result: RunResult) -> pd.DataFrame:
@@ -124,8 +133,9 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
             continue
         df = df.dropna(subset=["gap_ms"])
         color = PAIR_COLORS[i] if len(series) == 2 else None
+        symbol = SYMBOLS[i % len(SYMBOLS)]       # told apart by shape too, not by colour alone
         traces.append(go.Scattergl(name=name, x=df["t_s"], y=df["gap_ms"], mode="markers",
-                                   marker=dict(size=5, opacity=0.6, color=color),
+                                   marker=dict(size=6, opacity=0.6, color=color, symbol=symbol),
                                    text=df["id"],
                                    hovertemplate="%{text}: %{y:.0f} ms gap at %{x:.2f} s<extra></extra>"))
     if not traces:
@@ -150,6 +160,11 @@ def kv_run(model, kv_capacity: int, progress=None, refresh: bool = False, peek: 
     policy = SchedulerPolicy(max_num_seqs=KV_SLOTS, kv_capacity_tokens=int(kv_capacity))
     return single_run(model, policy, KV_SPEC, progress, label=f"KV {kv_capacity} tokens",
                       refresh=refresh, peek=peek)
+
+
+def kv_estimate_s(model, kv_capacity: int) -> tuple[float, bool]:
+    return estimate(model, [(SchedulerPolicy(max_num_seqs=KV_SLOTS, kv_capacity_tokens=int(kv_capacity)),
+                             [Part(KV_SPEC)])])
 
 
 def kv_summary(result: RunResult) -> dict:

@@ -8,7 +8,7 @@ from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
-from ui import widgets
+from ui import predict, session, widgets
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]
@@ -40,12 +40,24 @@ st.markdown(f"{lab.DECODE_STREAMS} requests start decoding at t = 0 ({lab.DECODE
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
             f"(as vLLM requires). Step priority **{priority}**: in each step {first}.")
 settings = (long_len, budget, priority)
-got = widgets.stored_or_measure("costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw),
-                                "Run with chunking off and on", "about 35 s", "Chunked prefill off, then on…",
-                                stop=False)
-if got is not None:
+stall_q = predict.Question(
+    "costs_stall", "With chunked prefill off, the longest wait between two tokens of a request that was already "
+    "decoding is how many times its usual (median) gap?", lo=1.0, hi=1000.0, default=1.0, unit="×")
+stall_guess = predict.ask(stall_q)
+got = stall_guess is not None and widgets.stored_or_measure(
+    "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
+    lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
+    "Chunked prefill off, then on…", stop=False)
+if got:
     summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
+    predict.record("costs", max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
+                   max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
+    predict.reveal(stall_q, stall_guess, off["decode_gap_max_ms"] / off["decode_gap_p50_ms"],
+                   f"The usual gap is one decode step ({off['decode_gap_p50_ms']:.0f} ms); the longest, "
+                   f"{off['decode_gap_max_ms']:.0f} ms, is the step that carried a whole {long_len}-token prompt. "
+                   "A step lasts as long as all the work in it, so every stream in that step waits for the prompt.",
+                   measured_text=f"×{off['decode_gap_max_ms'] / off['decode_gap_p50_ms']:.1f}")
     cols = st.columns(4)
     cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
@@ -71,12 +83,20 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lab.KV_SLOTS} running together. "
             f"The cache may hold **{capacity} tokens**; all {lab.KV_SLOTS} at their longest need about "
             f"{lab.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-got_kv = widgets.stored_or_measure("costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw),
-                                   "Run at this KV capacity", "about 20–40 s", f"KV capacity {capacity} tokens…",
-                                   stop=False)
-if got_kv is not None:
+kv_q = predict.Question("costs_kv", f"How many times will a running request be preempted (lose its KV "
+                        f"cache) at {capacity} tokens of KV?", lo=0.0, hi=1000.0, default=0.0, unit="preemptions")
+kv_guess = predict.ask(kv_q)
+got_kv = kv_guess is not None and widgets.stored_or_measure(
+    "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
+    lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
+    f"KV capacity {capacity} tokens…", stop=False)
+if got_kv:
     res, _ = got_kv
     k = lab.kv_summary(res)
+    predict.reveal(kv_q, kv_guess, k["preemptions"],
+                   f"{lab.KV_SLOTS} requests may run together, and each one's KV grows by a token every step. "
+                   f"When the next token has no room, the newest running request is preempted and "
+                   f"recomputed later: {k['recomputed_tokens']} prompt tokens were prefilled again here.")
     reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "

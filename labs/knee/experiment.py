@@ -1,65 +1,75 @@
-"""The knee: one workload under growing max_num_seqs; throughput against p95 latency, and the
-setting past which more slots buy mostly latency."""
+"""The knee: one workload under growing max_num_seqs, each setting run REPEATS times (seeds 0, 1,
+2...); throughput against p95 latency with the runs' range, and the knee by the labs' one rule
+(labs.knee_rule)."""
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, wrapped_layout
 from engine.config import SchedulerPolicy
-from engine.results import RunResult
 from engine.workload import WorkloadSpec
-from labs.runs import run_each, single_run
+from labs import knee_rule
+from labs.repeats import REPEATS, error_bars, spread
+from labs.part import Part
+from labs.runs import estimate, run_each, single_run
 from labs.slo_goodput.experiment import goodput
 
 VALUES = [1, 2, 4, 8, 16, 32]
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
-                    output_kind="uniform", output_lo=16, output_hi=32)
-KNEE_X = "tpot_p95_ms"   # the knee is found on the throughput against p95 TPOT curve
+                    output_kind="uniform", output_lo=8, output_hi=24)
+COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share"]
 LATENCIES = {"tpot_p95_ms": ("p95 TPOT (ms)", "ms"), "ttft_p95_s": ("p95 TTFT (s)", "s")}   # axis label, unit
 
 
-def max_num_seqs_runs(model, values=VALUES, progress=None, refresh: bool = False,
-                      peek: bool = False) -> list[tuple[int, RunResult, bool]] | None:
-    """The same workload under each max_num_seqs: [(value, RunResult, was_cached)]."""
+def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
+    """Every (max_num_seqs, seed) run of the sweep."""
+    return [(int(v), seed) for v in values for seed in range(repeats)]
+
+
+def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=None, refresh: bool = False,
+                      peek: bool = False) -> list[tuple[tuple[int, int], object, bool]] | None:
+    """The workload under each max_num_seqs, once per seed: [((value, seed), RunResult, was_cached)]."""
     base = SchedulerPolicy()
-    return run_each([int(v) for v in values],
-                    lambda v, p: single_run(model, base.changed(max_num_seqs=v), SPEC, p, label=f"max_num_seqs={v}",
-                                            refresh=refresh, peek=peek),
-                    progress, describe=lambda v: f"max_num_seqs={v}")
+    return run_each(settings(values, repeats),
+                    lambda vs, p: single_run(model, base.changed(max_num_seqs=vs[0]), replace(SPEC, seed=vs[1]), p,
+                                             label=f"max_num_seqs={vs[0]}, seed {vs[1]}", refresh=refresh, peek=peek),
+                    progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
 
-def knee_table(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> pd.DataFrame:
-    """One row per max_num_seqs: throughput, p50/p95 latency (the run's summary, over its finished
+def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, bool]:
+    """(seconds, calibrated?) the sweep takes on this machine."""
+    base = SchedulerPolicy()
+    return estimate(model, [(base.changed(max_num_seqs=v), [Part(replace(SPEC, seed=seed))])
+                            for v, seed in settings(values, repeats)])
+
+
+def run_rows(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> pd.DataFrame:
+    """One row per run: max_num_seqs, seed, throughput, p50/p95 latency (over its finished
     requests) and goodput under the given SLO targets."""
     rows = []
-    for v, res, _ in runs:
+    for (v, seed), res, _ in runs:
         s = res.summary
         g = goodput(res, ttft_slo_s, tpot_slo_s)
-        rows.append({"max_num_seqs": v, "output_tok_s": s["output_throughput_tok_s"],
+        rows.append({"max_num_seqs": v, "seed": seed, "output_tok_s": s["output_throughput_tok_s"],
                      "tpot_p95_ms": s["tpot_s"]["p95"] * 1000, "ttft_p95_s": s["ttft_s"]["p95"],
                      "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "ttft_p50_s": s["ttft_s"]["p50"],
                      "goodput_req_s": g["goodput_req_s"], "met_share": g["met_share"]})
     return pd.DataFrame(rows)
 
 
-def find_knee(table: pd.DataFrame, x: str = KNEE_X) -> int | None:
-    """The knee of the throughput-against-latency curve, by the "Kneedle" rule (a discrete form of
-    the point of greatest curvature): scale both axes to 0-1 between the first and the last setting,
-    and take the setting that lies furthest above the straight line joining them. Before it, extra
-    slots buy throughput faster than latency; after it, latency grows faster than throughput.
-    None when no setting lies above that line (throughput and latency grew in step)."""
-    t = table.dropna(subset=[x, "output_tok_s"]).sort_values("max_num_seqs")
-    if len(t) < 3:
-        return None
-    xs, ys = t[x].to_numpy(float), t["output_tok_s"].to_numpy(float)
-    dx, dy = xs[-1] - xs[0], ys[-1] - ys[0]
-    if dx <= 0 or dy <= 0:
-        return None
-    above = (ys - ys[0]) / dy - (xs - xs[0]) / dx
-    i = int(np.argmax(above))
-    return int(t["max_num_seqs"].iloc[i]) if above[i] > 0 else None
+def knee_table(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> pd.DataFrame:
+    """One row per max_num_seqs: the mean of its runs (labs.repeats.spread: _lo / _hi the range)."""
+    return spread(run_rows(runs, ttft_slo_s, tpot_slo_s), "max_num_seqs", COLUMNS)
+
+
+def find_knee(table: pd.DataFrame) -> int | None:
+    """The knee of the sweep by the labs' one rule: the smallest max_num_seqs whose mean
+    throughput reaches 90% of the best (labs.knee_rule)."""
+    k = knee_rule.knee(table["max_num_seqs"].tolist(), table["output_tok_s"].tolist()) if len(table) else None
+    return None if k is None else int(k)
 
 
 def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = None,
@@ -70,8 +80,9 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
     """
     xlabel, unit = LATENCIES[x]
     texts = (f"Throughput against {xlabel.split(' (')[0]}",
-             "One point per max_num_seqs. Good: high and to the left. The knee (star) is where the curve "
-             "leans right: more latency for little extra height.",
+             "One point per max_num_seqs (the mean of its runs; bars: lowest to highest run). Good: high and "
+             f"to the left. The knee (star) is the first point with {knee_rule.KNEE_SHARE:.0%} of the best "
+             "height: past it, more slots buy latency.",
              xlabel, "output tokens / s")   # title, what good looks like, x and y axis
     if is_empty(table):
         return empty_figure(*texts)
@@ -79,6 +90,7 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
     traces = [go.Scatter(name="measured", x=t[x], y=t["output_tok_s"], mode="lines+markers+text",
                          text=[f"{v}" for v in t["max_num_seqs"]], textposition="top left",
                          line=dict(color=COLORS["running"], width=2), marker=dict(size=8),
+                         error_x=error_bars(t, x), error_y=error_bars(t, "output_tok_s"),
                          hovertemplate="max_num_seqs %{text}: %{y:.0f} tok/s at %{x:.2f}<extra></extra>")]
     if knee_value is not None and (t["max_num_seqs"] == knee_value).any():
         k = t[t["max_num_seqs"] == knee_value]

@@ -1,8 +1,10 @@
-"""Lab: the knee. Sweep max_num_seqs on the real engine; throughput against p95 TPOT and p95 TTFT."""
+"""Lab: the knee. Sweep max_num_seqs on the real engine, each setting several times; throughput
+against p95 TPOT and p95 TTFT, with the knee by the labs' one rule."""
 import streamlit as st
 
+from labs import knee_rule
 from labs.knee import experiment as lab
-from ui import widgets
+from ui import predict, session, widgets
 
 st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
@@ -16,32 +18,44 @@ with st.sidebar:
     widgets.slider("TTFT SLO (s)", 0.5, 60.0, 10.0, step=0.5, key="kn_ttft_s",
                    help="Requests that wait longer than this for their first token miss the SLO. Every request "
                         "arrives at once here, so TTFT is mostly time spent queueing.")
-widgets.write_link(["kn_values", "kn_tpot_ms", "kn_ttft_s"])
-values = sorted(st.session_state.kn_values) or [1]
+    widgets.slider("Runs per setting", 1, 5, lab.REPEATS, key="kn_repeats",
+                   help="Each run draws the workload with another seed. The charts show the mean and the range "
+                        "of the runs: a point whose bars overlap its neighbour's is not really different.")
+widgets.write_link(["kn_values", "kn_tpot_ms", "kn_ttft_s", "kn_repeats"])
+values, repeats = sorted(st.session_state.kn_values) or [1], st.session_state.kn_repeats
 tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s
 
 spec = lab.SPEC
 st.markdown(f"The workload: {spec.num_requests} requests arriving at once, prompts "
-            f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}. "
-            "**The knee** here = the setting that lies furthest above the straight line from the first to the "
-            "last point of the throughput-against-p95-TPOT curve, with both axes scaled 0–1 (the \"Kneedle\" "
-            "rule: the point of greatest bend). Before it, more slots buy throughput faster than latency; after "
-            "it, latency grows faster.")
-got = widgets.stored_or_measure("knee", tuple(values), lambda m, **kw: lab.max_num_seqs_runs(m, values, **kw),
-                                "Run the sweep", "about 90 s for 1–32", "Sweeping max_num_seqs…")
+            f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}, "
+            f"run {repeats} times per setting (seeds 0–{repeats - 1}). **The knee** here: {knee_rule.RULE}. "
+            "Past it, more slots can add at most the last few percent of throughput, while latency keeps growing.")
+question = predict.Question("knee", "At which max_num_seqs will the knee be?", choices=tuple(values),
+                            help=f"Remember the rule: {knee_rule.RULE}.")
+guess = predict.gate(question)
+got = widgets.stored_or_measure("knee", (tuple(values), repeats),
+                                lambda m, **kw: lab.max_num_seqs_runs(m, values, repeats, **kw), "Run the sweep",
+                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), values, repeats)),
+                                "Sweeping max_num_seqs…")
 
 table = lab.knee_table(got, ttft, tpot)
 knee = lab.find_knee(table)
 if knee is None:
-    st.info("No knee in this sweep: throughput and p95 TPOT grew in step (or fewer than three settings). "
-            "Add settings at both ends.")
+    st.info("No knee: a sweep needs at least two settings.")
     knee = int(table.max_num_seqs.iloc[0])
 k = table[table.max_num_seqs == knee].iloc[0]
 top = table.iloc[-1]
 best_good = table.loc[table.goodput_req_s.idxmax()]
+predict.record("knee", knee=str(knee), tpot_p95_knee=f"{k.tpot_p95_ms:.0f} ms")
+predict.reveal(question, guess, knee,
+               f"max_num_seqs {knee} makes {k.output_tok_s:.0f} tok/s, {k.output_tok_s / table.output_tok_s.max():.0%} "
+               f"of the best ({table.output_tok_s.max():.0f}), at p95 TPOT {k.tpot_p95_ms:.0f} ms against "
+               f"{top.tpot_p95_ms:.0f} ms at {int(top.max_num_seqs)}. Throughput saturates once a step holds "
+               "enough sequences to keep the machine busy; after that, each extra slot mostly makes every "
+               "step longer for everyone in it.")
 
 cols = st.columns(4)
-cols[0].metric("Knee (max_num_seqs)", knee, help="The point of greatest bend of throughput against p95 TPOT.")
+cols[0].metric("Knee (max_num_seqs)", knee, help=knee_rule.RULE[0].upper() + knee_rule.RULE[1:] + ".")
 cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0),
                delta=f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best", delta_color="off")
 cols[2].metric("p95 TPOT at the knee", widgets.fmt(k.tpot_p95_ms, "ms", 0),
@@ -61,7 +75,6 @@ st.markdown(f"Going from the knee ({knee}) to {int(top.max_num_seqs)} slots chan
 widgets.table(table.rename(columns={"output_tok_s": "output tok/s", "tpot_p95_ms": "p95 TPOT (ms)",
                                     "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)",
                                     "ttft_p50_s": "p50 TTFT (s)", "goodput_req_s": "goodput (req/s)",
-                                    "met_share": "share within SLO"}).round(3))
-widgets.definitions("\n- **Knee** = scale p95 TPOT and throughput to 0–1 between the first and "
-                    "the last setting; the knee is the setting whose point lies furthest above the straight line "
-                    "joining those two (the Kneedle rule).")
+                                    "met_share": "share within SLO"}).round(3), csv="knee")
+widgets.definitions(f"\n- **Knee**: {knee_rule.RULE}.\n- Each row is the mean of the setting's runs; a column "
+                    "ending in _lo / _hi is the lowest / highest run.")

@@ -10,12 +10,15 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.queueing import littles_law, mm1_time_in_system, time_averaged_from_steps
+from analysis.queueing import TOLERANCE as LITTLE_TOLERANCE
+from analysis.queueing import littles_law_window, middle_window, mm1_time_in_system
 from analysis.style import COLORS, MODEL_COLOR, empty_figure, is_empty, wrapped_layout
 from engine.config import SchedulerPolicy
 from engine.results import RunResult
+from engine.validation import SMOLLM2_KV_BYTES_PER_TOKEN
 from engine.workload import WorkloadSpec
-from labs.runs import frames, run_each, single_run
+from labs.part import Part
+from labs.runs import estimate, frames, run_each, single_run
 
 SPEC = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=64,
                     output_kind="uniform", output_lo=8, output_hi=24)
@@ -62,23 +65,49 @@ def capacity_and_runs(model, utilizations=UTILIZATIONS, progress=None, refresh: 
     return None if runs is None else (mu, runs)
 
 
+def estimate_s(model, utilizations=UTILIZATIONS, mu: float | None = None) -> tuple[float, bool]:
+    """(seconds, calibrated?) the capacity run and the utilization runs take on this machine. Before
+    mu is measured, the cost model's own capacity (scaled to this machine) stands in for it."""
+    if mu is None:
+        seconds, calibrated = estimate(model, [(POLICY, [Part(SPEC)])])
+        mu = SPEC.num_requests / seconds if seconds > 0 else 1.0
+    else:
+        seconds, calibrated = 0.0, True
+    runs, calibrated_runs = estimate(model, [(POLICY, [Part(replace(SPEC, rate=arrival_rate(rho, mu)))])
+                                             for rho in utilizations])
+    return seconds + runs, calibrated and calibrated_runs
+
+
 def queue_point(rho: float, result: RunResult, mu: float) -> dict:
-    """One arrival-rate run: measured time in system beside the M/M/1 model, and Little's Law."""
+    """One arrival-rate run: measured time in system beside the M/M/1 model, and Little's Law
+    checked on the middle half of the run (analysis.queueing.littles_law_window)."""
     reqs, steps = frames(result)
     fin = finished(reqs)
     lam_set = arrival_rate(rho, mu)
     arr = pd.to_numeric(fin["arrival_s"]).to_numpy(float)
-    L, lam, W, lamW = littles_law(fin)
-    t0, t1 = float(arr.min()), float(pd.to_numeric(fin["finish_s"]).max())
     lam_arrivals = (len(arr) - 1) / (arr.max() - arr.min()) if len(arr) > 1 and arr.max() > arr.min() else math.nan
+    check = littles_law_window(reqs, steps, *middle_window(reqs))
+    nan = math.nan
     return {
         "rho": rho, "lambda_set": lam_set, "lambda_arrivals": lam_arrivals,
-        "W_s": W, "W_mm1_s": mm1_time_in_system(lam_set, mu),
+        "W_s": float(pd.to_numeric(fin["e2e_s"]).mean()), "W_mm1_s": mm1_time_in_system(lam_set, mu),
         "queue_mean_s": float(pd.to_numeric(fin["queue_s"]).mean()),
-        "L": L, "lambda": lam, "lambda_W": lamW,
-        "L_steps": time_averaged_from_steps(steps, t0, t1),
+        "window_arrivals": check.arrivals if check else 0,
+        "L_steps": check.L if check else nan, "lambda": check.lam if check else nan,
+        "W_window_s": check.W if check else nan, "lambda_W": check.lam_W if check else nan,
+        "edge": check.edge if check else nan, "L_expected": check.expected_L if check else nan,
+        "gap": check.gap if check else nan, "holds": check.holds() if check else False,
         "waiting_max": int(pd.to_numeric(steps["waiting"]).max()) if len(steps) else 0,
     }
+
+
+def kv_demand(lam: float, w_s: float, tokens_per_request: float,
+              bytes_per_token: float = SMOLLM2_KV_BYTES_PER_TOKEN) -> dict:
+    """The KV consequence of Little's Law: L = lambda W requests are inside at once on average, and
+    each holds its KV cache for its whole stay, so the cache must hold about L x tokens each."""
+    inside = lam * w_s
+    tokens = inside * tokens_per_request
+    return {"inside": inside, "tokens": tokens, "bytes": tokens * bytes_per_token}
 
 
 def time_in_system(points: pd.DataFrame, mu: float) -> go.Figure:

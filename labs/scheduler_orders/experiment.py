@@ -14,7 +14,8 @@ from engine.config import ORDERS, SchedulerPolicy
 from engine.metrics import percentile
 from engine.results import RunResult
 from engine.workload import LengthDist, WorkloadSpec
-from labs.runs import Part, frames, mix_run, run_each
+from labs.part import Part
+from labs.runs import estimate, frames, mix_run, run_each
 from labs.tail.experiment import percentile_table, prompt_bucket
 
 ORDER_NAMES = list(ORDERS)
@@ -48,6 +49,16 @@ def order_runs(model, orders=ORDER_NAMES, rate: float = RATE, seed: int = 0, pro
     runs = run_each(orders, lambda order, p: mix_run(model, POLICY.changed(order=order), order_parts(rate, seed), p,
                                                      label=order, refresh=refresh, peek=peek), progress)
     return None if runs is None else {order: (res, hit) for order, res, hit in runs}
+
+
+def estimate_s(model, orders=ORDER_NAMES, rate: float = RATE, seed: int = 0) -> tuple[float, bool]:
+    return estimate(model, [(POLICY.changed(order=order), order_parts(rate, seed)) for order in orders])
+
+
+def worst_tenant(table: pd.DataFrame, order: str = BASELINE) -> str:
+    """The tenant with the highest p95 TTFT under `order`."""
+    g = table[table["order"] == order]
+    return str(g.loc[g["ttft_p95_s"].idxmax(), "tenant"])
 
 
 def tenant_table(runs: dict) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
-from ui import widgets
+from ui import predict, session, widgets
 
 ORDER_HELP = {
     "fcfs": "first come, first served",
@@ -37,10 +37,23 @@ st.markdown(
       f"{lab.POLICY.max_num_batched_tokens}.")
 st.markdown("\n".join(f"- **{o}**: {ORDER_HELP[o]}" for o in orders))
 settings = (tuple(orders), rate, seed)
+question = predict.Question("scheduler_orders", "Under fcfs (first come, first served), which tenant will have "
+                            "the worst p95 TTFT?", choices=tuple(t for t, _, _, _ in lab.TENANTS))
+guess = predict.gate(question)
 got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lab.order_runs(m, orders, rate, seed, **kw),
-                                "Run every order", f"about {20 * len(orders)} s", "Running each order…")
+                                "Run every order",
+                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
+                                "Running each order…")
 
 table = lab.tenant_table(got)
+worst = lab.worst_tenant(table)
+predict.record("scheduler_orders", fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
+fcfs_p95 = table[table["order"] == "fcfs"].set_index("tenant")["ttft_p95_s"]
+predict.reveal(question, guess, worst,
+               f"fcfs favours nobody: it serves in arrival order, so each tenant waits as long as the queue it "
+               f"arrives into. {worst} came out worst here (p95 TTFT {fcfs_p95[worst]:.2f} s against "
+               f"{fcfs_p95.min():.2f} s for the best). Under fcfs the differences come from who sends more, who "
+               "sends long prompts, and chance: with few requests per tenant a p95 is noisy.")
 sentences = lab.winners(table)
 for order in orders:
     st.markdown(f"- {widgets.plain(sentences[order])}")    # tenant names from the stored run
@@ -48,7 +61,7 @@ widgets.plot(lab.tenant_bars(table, "ttft_p95_s"))
 widgets.plot(lab.tenant_bars(table, "ttft_p50_s"))
 widgets.table(table.rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p95_s": "p95 TTFT (s)",
                                     "ttft_p99_s": "p99 TTFT (s)", "met_own_ttft": "share within own TTFT target",
-                                    "output_tok_s": "run output tok/s"}).round(3))
+                                    "output_tok_s": "run output tok/s"}).round(3), csv="scheduler_orders")
 with st.expander("By prompt length: who pays for short-first orders"):
     widgets.table(lab.bucket_table(got).rename(columns={"ttft_p50_s": "p50 TTFT (s)", "ttft_p99_s": "p99 TTFT (s)"})
                   .round(3))

@@ -21,7 +21,8 @@ from analysis.style import (
 from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
-from labs.runs import frames, run_each, single_run
+from labs.part import Part
+from labs.runs import estimate, frames, run_each, single_run
 
 RATES = [1.0, 2.0, 4.0, 8.0]
 SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
@@ -35,6 +36,11 @@ def rate_runs(model, rates=RATES, progress=None, refresh: bool = False,
     return run_each(rates, lambda rate, p: single_run(model, POLICY, replace(SPEC, rate=float(rate)), p,
                                                       label=f"rate {rate:g}", refresh=refresh, peek=peek),
                     progress, describe=lambda rate: f"rate {rate:g}/s")
+
+
+def estimate_s(model, rates=RATES) -> tuple[float, bool]:
+    """(seconds, calibrated?) the runs take on this machine."""
+    return estimate(model, [(POLICY, [Part(replace(SPEC, rate=float(rate)))]) for rate in rates])
 
 
 def slo_verdicts(requests: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:
@@ -96,10 +102,12 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
     if is_empty(verdicts):
         return empty_figure(*texts)
     traces = []
-    for ok, name, color in ((True, "met the SLO", COLORS["goodput"]), (False, "missed", COLORS["bad"])):
+    # met / missed told apart by shape (● / ×) and by name as well as by colour
+    for ok, name, color, symbol in ((True, "● met the SLO", COLORS["goodput"], "circle"),
+                                    (False, "× missed", COLORS["bad"], "x")):
         d = verdicts[verdicts["met_slo"] == ok]
         traces.append(go.Scatter(name=f"{name} ({len(d)})", x=d["ttft_s"], y=d["tpot_s"] * 1000, mode="markers",
-                                 marker=dict(size=7, color=color, opacity=0.75), text=d["id"],
+                                 marker=dict(size=8, color=color, opacity=0.75, symbol=symbol), text=d["id"],
                                  hovertemplate="%{text}: TTFT %{x:.2f} s, TPOT %{y:.0f} ms<extra></extra>"))
     marks = []
     if ttft_slo_s is not None:

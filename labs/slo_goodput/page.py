@@ -4,7 +4,7 @@ import streamlit as st
 
 from labs.runs import frames
 from labs.slo_goodput import experiment as lab
-from ui import widgets
+from ui import predict, session, widgets
 
 st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
@@ -25,7 +25,12 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), Poisson arrivals at "
             f"{', '.join(f'{r:g}' for r in lab.RATES)} requests/s, continuous batching with "
             f"{lab.POLICY.max_num_seqs} slots.")
-got = widgets.stored_or_measure("slo", "rates", lab.rate_runs, "Run the arrival rates", "about 75 s",
+question = predict.Question("slo_goodput", "As the arrival rate rises, at which rate (requests/s) will goodput "
+                            "(requests/s that meet both SLOs) be highest, with the SLOs you set?",
+                            choices=tuple(lab.RATES))
+guess = predict.gate(question)
+got = widgets.stored_or_measure("slo", "rates", lab.rate_runs, "Run the arrival rates",
+                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name())),
                                 "Running each arrival rate…")
 
 table = pd.DataFrame([{"rate": rate, **lab.goodput(res, ttft, tpot)} for rate, res, _ in got])
@@ -44,8 +49,16 @@ cols[3].metric("Within SLO", f"{g.met_share:.0%}",
                help=f"Share of finished requests meeting both targets. Missed TTFT: {int(g.missed_ttft)}, "
                     f"missed TPOT: {int(g.missed_tpot)}.")
 
-widgets.plot(lab.goodput_vs_rate(table, rate))
 best = table.loc[table["goodput_req_s"].idxmax()]
+top_rate, top_res, _ = got[-1]
+predict.record("slo_goodput", top_rate=f"{top_rate:g} requests/s",
+               ttft_p95_top_rate=f"{top_res.summary['ttft_s']['p95']:.2f} s")
+predict.reveal(question, guess, best.rate,
+               f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s. Below that, more arrivals "
+               "mean more requests that meet the targets; above it, the queue and the fuller batches push TTFT "
+               "and TPOT past the targets faster than new requests arrive, so goodput falls while throughput "
+               "still rises. Move the SLO sliders: the peak moves with them.")
+widgets.plot(lab.goodput_vs_rate(table, rate))
 st.markdown(f"With TTFT ≤ {ttft * 1000:g} ms and TPOT ≤ {tpot * 1000:g} ms, goodput peaks at "
             f"**{best.rate:g} requests/s** ({best.goodput_req_s:.2f} req/s within SLO); the highest rate "
             f"makes {table.iloc[-1].output_tok_s:.0f} tokens/s of which {table.iloc[-1].useful_tok_s:.0f} count.")
@@ -58,10 +71,12 @@ if g.missed_ttft or g.missed_tpot:
                 f"({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses).")
 with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]
-    widgets.table(show.assign(tpot_ms=show["tpot_s"] * 1000).drop(columns="tpot_s").round(3))
+    show = show.assign(met_slo=show["met_slo"].map({True: "✓ met", False: "✗ missed"}))
+    widgets.table(show.assign(tpot_ms=show["tpot_s"] * 1000).drop(columns="tpot_s").round(3), csv="slo_requests")
 widgets.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
                                     "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
                                     "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
-                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3))
+                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3),
+              csv="slo_goodput")
 widgets.definitions("\n- **Useful tokens/s** = output tokens of requests that met every "
                     "SLO / duration. A request with a single output token has no TPOT and passes that check.")

@@ -13,7 +13,8 @@ from analysis.frame_metrics import finished, wasted_slot_steps
 from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
-from labs.runs import frames, run_each, single_run
+from labs.part import Part
+from labs.runs import estimate, frames, run_each, single_run
 
 MODES = ("static", "continuous")
 WORKLOADS = {   # key: (name shown, workload)
@@ -42,6 +43,24 @@ def both_modes(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0, p
     runs = run_each(MODES, lambda mode, p: single_run(model, mode_policy(mode, max_num_seqs), spec, p, label=mode,
                                                       refresh=refresh, peek=peek), progress)
     return None if runs is None else {mode: (res, hit) for mode, res, hit in runs}
+
+
+def estimate_s(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -> tuple[float, bool]:
+    """(seconds, calibrated?) both runs take on this machine."""
+    spec = workload_spec(workload, seed)
+    return estimate(model, [(mode_policy(mode, max_num_seqs), [Part(spec)]) for mode in MODES])
+
+
+SAME = "about the same (within 5%)"
+FINISH_CHOICES = ("static", "continuous", SAME)
+
+
+def first_to_finish(durations: dict[str, float]) -> str:
+    """Which mode finished its last request first: "static", "continuous", or SAME within 5%."""
+    s, c = durations["static"], durations["continuous"]
+    if abs(s - c) <= 0.05 * max(s, c):
+        return SAME
+    return "static" if s < c else "continuous"
 
 
 def long_request_id(requests: pd.DataFrame) -> str | None:

@@ -6,7 +6,7 @@ from analysis import membership
 from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
-from ui import widgets
+from ui import predict, session, widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
@@ -32,13 +32,25 @@ st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arr
             f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
 
 settings = (workload, slots, seed)
+question = predict.Question("static_vs_continuous", "The same requests go through both modes. Which one "
+                            "finishes all of them first?", choices=lab.FINISH_CHOICES)
+guess = predict.gate(question)
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
-                                "Run both modes", "about 30 s", "Running static, then continuous…")
+                                "Run both modes",
+                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
+                                "Running static, then continuous…")
 
 tables = {mode: frames(res) for mode, (res, _) in got.items()}
 summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in got.items()}
 s, c = summ["static"], summ["continuous"]
+predict.record("static_vs_continuous", ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
+               ttft_p95_continuous=f"{c['ttft_p95_s']:.2f} s")
 
+predict.reveal(question, guess, lab.first_to_finish({"static": s["duration_s"], "continuous": c["duration_s"]}),
+               f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s. Static keeps a batch "
+               f"together until its longest member is done: {s['wasted_slot_steps']} slot-steps ran empty, "
+               f"{s['idle_while_waiting']} of them while requests waited. Continuous refills a slot at the next "
+               f"step ({c['wasted_slot_steps']} empty, {c['idle_while_waiting']} while requests waited).")
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
@@ -116,7 +128,7 @@ rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "dura
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
 widgets.table(pd.DataFrame({"": [r[0] for r in rows],
                             "static": [round(s[k], d) for _, k, d in rows],
-                            "continuous": [round(c[k], d) for _, k, d in rows]}))
+                            "continuous": [round(c[k], d) for _, k, d in rows]}), csv="static_vs_continuous")
 st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
             f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
             f"static's **{s['wasted_slot_steps']}**; slots left empty while requests waited: "

@@ -10,7 +10,8 @@ from analysis.frame_metrics import finished
 from engine.config import SchedulerPolicy
 from engine.metrics import PERCENTILES, percentile
 from engine.workload import LengthDist, WorkloadSpec
-from labs.runs import Part, mix_run
+from labs.part import Part
+from labs.runs import estimate, mix_run
 
 REQUESTS = 48
 RATE = 5.0
@@ -18,6 +19,7 @@ SHORT_PROMPT = LengthDist("uniform", 32, 128)
 LONG_PROMPT = LengthDist("uniform", 768, 1024)
 OUTPUT = LengthDist("uniform", 16, 48)
 POLICY = SchedulerPolicy(max_num_seqs=16)
+MIN_TAIL_SAMPLES = 100   # below this many requests in a group, its p99 is little more than its largest value
 PROMPT_BUCKETS = [(0, 128, "≤128 tokens"), (129, 512, "129–512 tokens"), (513, 10 ** 9, ">512 tokens")]
 
 
@@ -42,6 +44,19 @@ def tail_run(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0,
              refresh: bool = False, peek: bool = False):
     return mix_run(model, POLICY, tail_parts(long_share, bursty, seed), progress,
                    label=f"long share {long_share:.0%}", refresh=refresh, peek=peek)
+
+
+def estimate_s(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, bool]:
+    return estimate(model, [(POLICY, tail_parts(long_share, bursty, seed))])
+
+
+def tail_trust(n: int, q: float = 99) -> str:
+    """How far a group's p`q` can be trusted with `n` samples: the share of samples above it is
+    1 - q/100, so with fewer than MIN_TAIL_SAMPLES it rests on one or two values (or none)."""
+    above = n * (1 - q / 100)
+    if n >= MIN_TAIL_SAMPLES:
+        return f"n = {n}: about {above:.0f} values above p{q:g}"
+    return f"⚠ only {n} samples: p{q:g} rests on {above:.1f} values above it (≈ the largest)"
 
 
 def prompt_bucket(prompt_tokens) -> pd.Series:

@@ -5,7 +5,7 @@ from analysis import latency
 from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
-from ui import widgets
+from ui import predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "none": "nothing (all requests)"}
@@ -35,18 +35,38 @@ metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
 st.markdown(f"The workload: {lab.REQUESTS} requests at about {lab.RATE:g} per second in all, half from "
             f"each tenant, continuous batching with {lab.POLICY.max_num_seqs} slots.")
 settings = (share, bursty, seed)
+question = predict.Question("tail", "Over all requests, how many times the median (p50) TTFT will the p99 TTFT be?",
+                            lo=1.0, hi=1000.0, default=1.0, unit="×",
+                            help="p99: the time that 99 of 100 requests beat. Its distance from the median is "
+                                 "how uneven the service is.")
+guess = predict.gate(question)
 got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw),
-                                "Run this workload", "about 30 s", "Running…")
+                                "Run this workload",
+                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
+                                "Running…")
 
 res, _ = got
 reqs, _ = frames(res)
+ttft = lab.percentile_table(reqs, "ttft_s").iloc[0]
+predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
+predict.reveal(question, guess, ttft.p99 / ttft.p50,
+               f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s. Most requests find a free slot soon; the few "
+               "that arrive in a burst, or behind a long prompt, wait for several whole prefills. But this p99 "
+               f"comes from {int(ttft.n)} requests: it is nearly their largest value, and another seed can move "
+               "it a lot.", measured_text=f"×{ttft.p99 / ttft.p50:.1f}")
 name, scale, unit = METRICS[metric]
 by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
 table = lab.percentile_table(reqs, metric, by, scale)
 overall = table.iloc[0]
 cols = st.columns(4)
 for col, q in zip(cols, ("p50", "p90", "p95", "p99")):
-    col.metric(f"{q} {name}, all requests", widgets.fmt(overall[q], unit))
+    col.metric(f"{q} {name}, all requests", widgets.fmt(overall[q], unit), help=lab.tail_trust(int(overall.n), 99))
+few = table[table["n"] < lab.MIN_TAIL_SAMPLES]
+if len(few):
+    st.warning("**Few samples.** " + "; ".join(f"{widgets.plain(g.group)}: n = {int(g.n)}" for g in few.itertuples())
+               + f". A p99 needs well over {lab.MIN_TAIL_SAMPLES} requests per group to mean much: with n requests, "
+               "only n/100 lie above it, so below 100 it is about the largest value seen, and one more slow request "
+               "moves it. Read these p99s as \"the worst of a few\"; raise the seed to see how much they move.")
 
 widgets.plot(latency.cdf(reqs, metric, by=by))
 if by is not None and len(table) > 2:
@@ -57,7 +77,9 @@ if by is not None and len(table) > 2:
                 f"{widgets.fmt(worst.p99, unit)} against {widgets.fmt(best.p99, unit)} for "
                 f"**{widgets.plain(best.group)}**, while the medians are {widgets.fmt(worst.p50, unit)} "
                 f"and {widgets.fmt(best.p50, unit)}.")
-widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group"}).round(3))
+table = table.assign(p99_from=[lab.tail_trust(int(n)) for n in table["n"]])
+widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group",
+                                   "p99_from": "how far p99 can be trusted"}).round(3), csv="tail")
 with st.expander("Requests"):
     widgets.table(finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                                   "tpot_s", "e2e_s", "queue_s"]].round(3))

@@ -1,8 +1,10 @@
-"""Why batch: decode step time and tokens/s against batch size, measured on the real model,
-the bend where doubling the batch stops paying, and a straight-line model of the step time."""
+"""Why batch: decode step time and tokens/s against batch size, measured on the real model
+(each size timed in REPEATS separate passes), the knee (labs.knee_rule) and a straight-line
+model of the step time."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -18,25 +20,50 @@ from analysis.style import (
 )
 from engine.results import cache_path
 from engine.step_times import measure_batch_scaling
-from labs.runs import cached, fingerprint
+from labs import knee_rule, timing
+from labs.repeats import REPEATS, error_bars, spread
+from labs.runs import cached, estimate, fingerprint
 
-BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
+BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
 CONTEXT = 128     # tokens each sequence holds before the timed steps
-STEPS = 8         # timed decode steps per batch size
-BEND_GAIN = 1.2   # the bend: the first batch size from which doubling gains less than this
+STEPS = 4         # timed decode steps per batch size, in each pass
 
 
-def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = CONTEXT, steps: int = STEPS, progress=None,
-                  refresh: bool = False, peek: bool = False) -> tuple[list[dict], bool] | None:
-    """measure_batch_scaling, cached per machine and settings: (rows, was_cached)."""
+def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = CONTEXT, steps: int = STEPS,
+                  repeats: int = REPEATS, progress=None, refresh: bool = False,
+                  peek: bool = False) -> tuple[list[dict], bool] | None:
+    """measure_batch_scaling `repeats` times, cached per machine and settings: (rows, was_cached);
+    each row carries the pass it came from in "repeat"."""
     sizes = sorted(set(int(b) for b in batch_sizes))
-    path = cache_path("scaling", fingerprint(model), sizes, context, steps)
-    return cached(path, model, lambda m: measure_batch_scaling(m, sizes, context, steps, progress), refresh, peek)
+    path = cache_path("scaling", fingerprint(model), sizes, context, steps, repeats)
+
+    def measure(m):
+        rows = []
+        for k in range(repeats):
+            sub = progress and (lambda f, text, k=k: progress((k + f) / repeats, f"pass {k + 1}/{repeats}: {text}"))
+            t = time.perf_counter()
+            rows += [{**r, "repeat": k} for r in measure_batch_scaling(m, sizes, context, steps, sub)]
+            timing.learn(fingerprint(m), scaling_predicted_s(sizes, context, steps), time.perf_counter() - t)
+        return rows
+    return cached(path, model, measure, refresh, peek)
+
+
+def scaling_predicted_s(sizes, context: int = CONTEXT, steps: int = STEPS) -> float:
+    """The cost model's seconds for one pass over `sizes` (without this machine's speed)."""
+    return sum(timing.stretched_duration(timing.simulate(*timing.scaling_job(b, context, steps)), 1.0)
+               for b in sizes)
+
+
+def estimate_s(model, sizes, context: int = CONTEXT, steps: int = STEPS, repeats: int = REPEATS):
+    """(seconds, calibrated?) the measurement takes on this machine."""
+    return estimate(model, [timing.scaling_job(b, context, steps) for b in sizes] * repeats)
 
 
 def scaling_table(rows: list[dict]) -> pd.DataFrame:
-    """The measured rows plus the throughput gain per doubling of the batch from each size."""
-    df = pd.DataFrame(rows).sort_values("batch").reset_index(drop=True)
+    """One row per batch size: the mean over the passes (with each column's _lo / _hi range),
+    and the throughput gain per doubling of the batch from each size to the next."""
+    raw = pd.DataFrame(rows)
+    df = spread(raw, "batch", ["step_ms", "tokens_per_s", "ms_per_token"])
     tps, b = df["tokens_per_s"].to_numpy(float), df["batch"].to_numpy(float)
     gain = np.full(len(df), np.nan)
     for i in range(len(df) - 1):
@@ -46,12 +73,11 @@ def scaling_table(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
-def bend(rows: list[dict], min_gain: float = BEND_GAIN) -> int | None:
-    """The smallest measured batch size from which doubling the batch gains less than
-    `min_gain` (1.2 = 20%) throughput; None if every measured doubling still gains more."""
+def knee(rows: list[dict]) -> int | None:
+    """The knee of tokens/s against batch size, by the labs' one rule (labs.knee_rule)."""
     df = scaling_table(rows)
-    below = df[df["gain_per_doubling"] < min_gain]
-    return int(below["batch"].iloc[0]) if len(below) else None
+    k = knee_rule.knee(df["batch"].tolist(), df["tokens_per_s"].tolist())
+    return None if k is None else int(k)
 
 
 def linear_fit(rows: list[dict]) -> dict:
@@ -72,8 +98,9 @@ def linear_fit(rows: list[dict]) -> dict:
 
 FIGURE_TEXTS = {   # figure: (title, what good looks like, x axis, y axis)
     "amortization": ("Amortization: one decode step shared by the whole batch",
-                     "Good: tokens/s climbs steeply while ms per token falls. Past the bend (dashed) doubling "
-                     "the batch buys less than 20% more throughput.",
+                     "Good: tokens/s climbs steeply while ms per token falls. From the knee (dashed) on, the "
+                     f"batch already gives {knee_rule.KNEE_SHARE:.0%} of the best tokens/s measured. Bars: the "
+                     "lowest and highest of the passes.",
                      "batch size (sequences in one decode step)", "tokens / s"),
     "step_time": ("Decode step time against batch size",
                   "Good (for batching): a flat start, where extra sequences ride almost free. "
@@ -82,15 +109,15 @@ FIGURE_TEXTS = {   # figure: (title, what good looks like, x axis, y axis)
 }
 
 
-def amortization(table: pd.DataFrame, bend: int | None = None, fit: dict | None = None) -> go.Figure:
-    """Tokens/s (left axis) and ms per token (right axis) against batch size, bend marked."""
+def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict | None = None) -> go.Figure:
+    """Tokens/s (left axis) and ms per token (right axis) against batch size, the knee marked."""
     texts = FIGURE_TEXTS["amortization"]
     if is_empty(table, "batch", "tokens_per_s", "ms_per_token"):
         return empty_figure(*texts)
     b = table["batch"].to_numpy(float)
     traces = [
-        go.Scatter(name="tokens/s (measured)", x=b, y=table["tokens_per_s"], mode="lines+markers",
-                   line=dict(color=COLORS["tokens"], width=2.5),
+        go.Scatter(name="tokens/s (measured, mean)", x=b, y=table["tokens_per_s"], mode="lines+markers",
+                   line=dict(color=COLORS["tokens"], width=2.5), error_y=error_bars(table, "tokens_per_s"),
                    hovertemplate="batch %{x}: %{y:.0f} tokens/s<extra></extra>"),
         go.Scatter(name="ms per token (measured)", x=b, y=table["ms_per_token"], mode="lines+markers",
                    yaxis="y2", line=dict(color=COLORS["p95"], width=2),
@@ -103,7 +130,8 @@ def amortization(table: pd.DataFrame, bend: int | None = None, fit: dict | None 
             x=xs, y=1000 * xs / (fit["t0_ms"] + fit["c_ms"] * xs), mode="lines",
             line=dict(color=MODEL_COLOR, width=1.5, dash="dot"),
             hovertemplate="model, batch %{x:.0f}: %{y:.0f} tokens/s<extra></extra>"))
-    marks = [vline(bend, f"bend: from batch {bend}, doubling gains < 20%")] if bend is not None else []
+    marks = ([vline(knee_batch, f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")]
+             if knee_batch is not None else [])
     return go.Figure(data=traces, layout=wrapped_layout(
         *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b]),
         yaxis=dict(rangemode="tozero"),
@@ -118,8 +146,8 @@ def step_time(table: pd.DataFrame, fit: dict | None = None) -> go.Figure:
     if is_empty(table, "batch", "step_ms"):
         return empty_figure(*texts)
     b = table["batch"].to_numpy(float)
-    traces = [go.Scatter(name="measured", x=b, y=table["step_ms"], mode="lines+markers",
-                         line=dict(color=COLORS["running"], width=2.5),
+    traces = [go.Scatter(name="measured (mean)", x=b, y=table["step_ms"], mode="lines+markers",
+                         line=dict(color=COLORS["running"], width=2.5), error_y=error_bars(table, "step_ms"),
                          hovertemplate="batch %{x}: %{y:.1f} ms a step<extra></extra>")]
     if fit and np.isfinite(fit.get("c_ms", math.nan)):
         traces.append(go.Scatter(name=f"model: {fit['t0_ms']:.1f} + {fit['c_ms']:.2f}·B ms", x=b,

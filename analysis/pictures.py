@@ -1,0 +1,270 @@
+"""The lessons' pictures, drawn from the engine's own runs. No Streamlit.
+
+Each picture runs a few requests through the real scheduler on the cost model (build_engine with
+no model: step times predicted, a virtual clock, so it takes a blink), records what the engine
+holds after every step, and draws it. A picture is a plotly figure with its alt text (what it
+shows, in words, with the numbers of this run) and a caption.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.style import COLORS, REQUEST_COLORS, ink_on
+from engine.arrivals import build_requests
+from engine.build import build_engine
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.metrics import request_row
+from engine.workload import WorkloadSpec
+
+PHASE_COLORS = {"waiting": "#c7c7c7", "prefill": COLORS["prefill"], "decode": COLORS["decode"]}
+PICTURE_SPEC = WorkloadSpec(num_requests=6, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=48,
+                            output_kind="uniform", output_lo=2, output_hi=20, seed=2)
+# requests arriving a little apart, with prompts long enough that a newcomer's prefill shows in
+# the token gaps of a request already decoding
+LIFECYCLE_SPEC = WorkloadSpec(num_requests=5, rate=6.0, prompt_kind="uniform", prompt_lo=64, prompt_hi=256,
+                              output_kind="uniform", output_lo=6, output_hi=14, seed=0)
+SLOTS = 3
+
+
+@dataclass(frozen=True)
+class Picture:
+    figure: go.Figure
+    alt: str          # the picture in words, for a screen reader or a text-only reader
+    caption: str
+
+
+@dataclass(frozen=True)
+class Moment:
+    """What the engine held right after one step."""
+    step: int
+    t_start_s: float
+    t_end_s: float
+    members: tuple          # (request id, phase, tokens)
+    running: dict           # request id -> its KV block table (block numbers)
+    waiting: tuple          # request ids in the waiting queue, in order
+    preempted: int
+
+
+def run_recorded(policy: SchedulerPolicy, spec: WorkloadSpec = PICTURE_SPEC,
+                 config: EngineConfig | None = None) -> tuple[list[dict], list[Moment]]:
+    """Run `spec` under `policy` on the cost model: (request rows, a Moment after every step)."""
+    engine = build_engine(config or EngineConfig(), policy)
+    for r in build_requests(spec):
+        engine.submit(r)
+    moments = []
+
+    def record(rec):
+        moments.append(Moment(rec.step, rec.t_start_s, rec.t_end_s, rec.members,
+                              {r.id: list(r.block_table) for r in engine.scheduler.running},
+                              tuple(r.id for r in engine.scheduler.waiting), rec.preempted))
+    engine.run(on_step=record)
+    return [request_row(r) for r in engine.requests.values()], moments
+
+
+def _lanes(rows: list[dict], moments: list[Moment]) -> dict[str, list]:
+    """Horizontal bar pieces per phase: {phase: [(request id, start s, length s)]}, waiting included."""
+    lanes = {"waiting": [], "prefill": [], "decode": []}
+    for r in rows:
+        if r["first_scheduled_s"] is not None and r["first_scheduled_s"] > r["arrival_s"]:
+            lanes["waiting"].append((r["id"], r["arrival_s"], r["first_scheduled_s"] - r["arrival_s"]))
+    for m in moments:
+        for rid, phase, _ in m.members:
+            lanes[phase].append((rid, m.t_start_s, m.t_end_s - m.t_start_s))
+    return lanes
+
+
+def _bars(lanes: dict[str, list], show_legend: bool) -> list[go.Bar]:
+    names = {"waiting": "waiting in the queue", "prefill": "prefill (the prompt)", "decode": "decode (one token)"}
+    patterns = {"waiting": "/", "prefill": "", "decode": "."}   # shape as well as colour
+    return [go.Bar(name=names[phase], orientation="h", y=[p[0] for p in pieces], x=[p[2] for p in pieces],
+                   base=[p[1] for p in pieces], marker=dict(color=PHASE_COLORS[phase], pattern_shape=patterns[phase],
+                                                            line=dict(width=0.5, color="white")),
+                   legendgroup=phase, showlegend=show_legend,
+                   hovertemplate="%{y}: " + phase + " %{base:.2f}–%{x:.2f} s<extra></extra>")
+            for phase, pieces in lanes.items() if pieces]
+
+
+def static_vs_continuous(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS) -> Picture:
+    """The same requests under static and continuous batching, one lane per request."""
+    runs = {mode: run_recorded(SchedulerPolicy(mode=mode, max_num_seqs=slots), spec)
+            for mode in ("static", "continuous")}
+    ends = {mode: max(r["finish_s"] for r in rows) for mode, (rows, _) in runs.items()}
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"static: the batch ends together (last request done at {ends['static']:.2f} s)",
+                                        f"continuous: a free slot is refilled at the next step "
+                                        f"(last done at {ends['continuous']:.2f} s)"])
+    order = [r["id"] for r in sorted(runs["static"][0], key=lambda r: r["id"])][::-1]
+    for i, (rows, moments) in enumerate(runs.values()):
+        for bar in _bars(_lanes(rows, moments), show_legend=i == 0):
+            fig.add_trace(bar, row=i + 1, col=1)
+        fig.update_yaxes(categoryorder="array", categoryarray=order, title_text="request", row=i + 1, col=1)
+    fig.update_layout(barmode="overlay", height=460, margin=dict(l=60, r=20, t=60, b=40),
+                      legend=dict(orientation="h", y=-0.12))
+    fig.update_xaxes(title_text="time (s, cost model)", row=2, col=1)
+    n = len(runs["static"][0])
+    alt = (f"Two timelines of the same {n} requests, all arriving at once, with {slots} batch slots. Each request "
+           f"is a row: hatched grey while it waits, dark while its prompt is prefilled, light while it decodes. "
+           f"Static batching runs {slots} requests until the longest of them is done, so short ones leave "
+           f"empty slots and the rest wait; the last request finishes at {ends['static']:.2f} s. Continuous "
+           f"batching starts a waiting request as soon as any slot frees; the last finishes at "
+           f"{ends['continuous']:.2f} s.")
+    return Picture(fig, alt, "The same requests, static (top) and continuous (bottom). Grey: waiting; dark: "
+                             "prefill; light: decode. Time from the cost model.")
+
+
+def _token_times(row: dict, moments: list[Moment]) -> list[float]:
+    """When each output token of a request came, in seconds since it arrived: its first token,
+    then the end of every step where it decoded."""
+    t0 = row["arrival_s"]
+    return [row["first_token_s"] - t0] + [m.t_end_s - t0 for m in moments
+                                          if any(x == row["id"] and p == "decode" for x, p, _ in m.members)]
+
+
+def request_lifecycle(spec: WorkloadSpec = LIFECYCLE_SPEC, slots: int = SLOTS) -> Picture:
+    """One request's life: queue, prefill, decode tokens; TTFT, TPOT, ITL and E2E marked. The
+    request shown is one that queued and whose token gaps vary the most."""
+    rows, moments = run_recorded(SchedulerPolicy(max_num_seqs=slots), spec)
+
+    def spread(r):
+        t = _token_times(r, moments)
+        gaps = [b - a for a, b in zip(t, t[1:])]
+        return (r["queue_s"] > 0, max(gaps) / min(gaps))
+    row = max((r for r in rows if r["output_tokens"] >= 4), key=spread)
+    rid, t0 = row["id"], row["arrival_s"]
+    tokens = _token_times(row, moments)
+    start, first, end = row["first_scheduled_s"] - t0, row["first_token_s"] - t0, row["finish_s"] - t0
+    gaps = [b - a for a, b in zip(tokens, tokens[1:])]
+    k = max(range(len(gaps)), key=gaps.__getitem__)
+    slow = next(m for m in moments if abs(m.t_end_s - t0 - tokens[k + 1]) < 1e-9)
+    others = [x for x, p, _ in slow.members if x != rid and p == "prefill"]
+    why = (f"the step that ended it also prefilled {', '.join(others)}" if others
+           else f"that step carried {len(slow.members)} sequences")
+    fig = go.Figure()
+    for name, x0, x1, color in (("queue (waiting)", 0, start, PHASE_COLORS["waiting"]),
+                                ("prefill", start, first, PHASE_COLORS["prefill"]),
+                                ("decode", first, end, PHASE_COLORS["decode"])):
+        fig.add_trace(go.Bar(name=name, orientation="h", y=["request"], x=[x1 - x0], base=[x0], width=0.35,
+                             marker_color=color, hovertemplate=f"{name}: %{{base:.2f}}–%{{x:.2f}} s<extra></extra>"))
+    fig.add_trace(go.Scatter(name="a token arrives", x=tokens, y=["request"] * len(tokens), mode="markers",
+                             marker=dict(symbol="triangle-down", size=12, color="#333"),
+                             hovertemplate="token at %{x:.2f} s<extra></extra>"))
+    spans = [("TTFT", 0, first, 1.0), ("E2E", 0, end, 1.6),
+             (f"ITL (longest gap, {gaps[k] * 1000:.0f} ms)", tokens[k], tokens[k + 1], -0.9)]
+    for label, x0, x1, y in spans:
+        fig.add_annotation(x=x1, y=y, ax=x0, ay=y, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                           arrowhead=2, arrowside="end+start", text="")
+        fig.add_annotation(x=(x0 + x1) / 2, y=y + 0.25, text=label, showarrow=False)
+    fig.update_layout(barmode="overlay", height=320, margin=dict(l=70, r=20, t=40, b=40),
+                      xaxis=dict(title=dict(text="seconds since the request arrived (cost model)"), rangemode="tozero"),
+                      yaxis=dict(range=[-1.4, 2.1], showticklabels=False), legend=dict(orientation="h", y=-0.3),
+                      title=dict(text=f"TPOT = (E2E − TTFT) / (tokens − 1) = {row['tpot_s'] * 1000:.0f} ms"))
+    alt = (f"One request's life, {row['prompt_tokens']} prompt tokens and {row['output_tokens']} output tokens. "
+           f"It waits in the queue for {start:.2f} s, its prompt is prefilled until the first token at "
+           f"{first:.2f} s (TTFT), then one token arrives per decode step until {end:.2f} s (E2E). The gaps "
+           f"between tokens (ITL) are not all equal: the longest is {gaps[k] * 1000:.0f} ms, because {why}. TPOT, their average, is {row['tpot_s'] * 1000:.0f} ms.")
+    return Picture(fig, alt, "One request from arrival to last token: TTFT includes the queue; TPOT averages "
+                             "the gaps that ITL lists one by one.")
+
+
+def _boxes(fig, col: int, items, y: float, color: str, symbol: str, name: str, show: bool) -> None:
+    fig.add_trace(go.Scatter(name=name, x=[x for x, _ in items], y=[y] * len(items), text=[t for _, t in items],
+                             mode="markers+text", textposition="middle center", showlegend=show,
+                             marker=dict(symbol=symbol, size=34, color=color, line=dict(width=1, color="#555")),
+                             hovertemplate="%{text}<extra>" + name + "</extra>"), row=1, col=col)
+
+
+def two_schedulers(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS, replicas: int = 2) -> Picture:
+    """Cluster placement (once per request: which replica) beside per-step batching (every step:
+    who runs), the waiting and running queues from a real cost-model run."""
+    rows, moments = run_recorded(SchedulerPolicy(max_num_seqs=slots), spec)
+    ids = [r["id"] for r in sorted(rows, key=lambda r: r["arrival_s"])]
+    # four steps around the first time a waiting request takes a freed slot
+    change = next((i for i in range(1, len(moments))
+                   if moments[i - 1].waiting and set(moments[i].running) - set(moments[i - 1].running)), 1)
+    shown = moments[max(0, change - 2):change + 2]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6], horizontal_spacing=0.08,
+                        subplot_titles=["cluster scheduler: where does each request go? (once)",
+                                        "engine scheduler: who runs in this step? (every step)"])
+    load = [0] * replicas
+    for i, rid in enumerate(ids):                    # least-loaded placement, as a cluster router does
+        target = load.index(min(load))
+        load[target] += 1
+        fig.add_trace(go.Scatter(x=[0, 1], y=[i, target * (len(ids) - 1) / max(1, replicas - 1)], mode="lines",
+                                 line=dict(color="#999", width=1), showlegend=False, hoverinfo="skip"), row=1, col=1)
+    _boxes(fig, 1, [(0, rid) for rid in ids], 0, PHASE_COLORS["waiting"], "square", "request", False)
+    fig.data[-1].y = list(range(len(ids)))
+    _boxes(fig, 1, [(1, f"replica {j}") for j in range(replicas)], 0, "#f2e6c9", "square", "replica", False)
+    fig.data[-1].y = [j * (len(ids) - 1) / max(1, replicas - 1) for j in range(replicas)]
+    fig.data[-1].marker.size = 60
+    for j, m in enumerate(shown):
+        x = j * (slots + 2)
+        _boxes(fig, 2, [(x + i, rid) for i, rid in enumerate(m.running)], 1, PHASE_COLORS["decode"], "square",
+               "running (in this step's batch)", j == 0)
+        _boxes(fig, 2, [(x + i, rid) for i, rid in enumerate(m.waiting)], 3, PHASE_COLORS["waiting"],
+               "square-open", "waiting queue", j == 0)
+        fig.add_annotation(x=x + (slots - 1) / 2, y=4.2, text=f"after step {m.step}", showarrow=False,
+                           xref="x2", yref="y2")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_yaxes(range=[-0.8, 4.8], row=1, col=2)
+    fig.update_layout(height=380, margin=dict(l=20, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.05))
+    alt = (f"Left: a cluster scheduler sends each of {len(ids)} requests to one of {replicas} replicas once, "
+           f"when it arrives (here to the least-loaded one), and never looks at it again. Right: inside one "
+           f"replica, the engine's scheduler decides again at every step who runs: after each of steps "
+           f"{', '.join(str(m.step) for m in shown)} it shows the running batch ({slots} slots) and the waiting "
+           f"queue. A request moves from waiting to running when a slot frees.")
+    return Picture(fig, alt, "Two schedulers at two time scales: placement across machines once per request, "
+                             "batching inside an engine every step.")
+
+
+KV_SPEC = WorkloadSpec(num_requests=3, rate=0, prompt_kind="fixed", prompt_lo=24, prompt_hi=24,
+                       output_kind="fixed", output_lo=40, output_hi=40)
+KV_TOKENS = 128        # 8 blocks of 16: too few for three requests of 64 tokens each
+
+
+def kv_preemption(spec: WorkloadSpec = KV_SPEC, kv_tokens: int = KV_TOKENS) -> Picture:
+    """The KV block table just before and just after a preemption."""
+    policy = SchedulerPolicy(max_num_seqs=spec.num_requests, kv_capacity_tokens=kv_tokens)
+    _, moments = run_recorded(policy, spec, EngineConfig(kv_pool_tokens=kv_tokens))
+    at = next((i for i, m in enumerate(moments) if m.preempted), None)
+    if at is None:
+        raise ValueError(f"kv_tokens={kv_tokens} holds these requests without a preemption: nothing to draw")
+    before, after = moments[at - 1], moments[at]
+    blocks = kv_tokens // EngineConfig().block_size
+    victim = next(rid for rid in before.running if rid not in after.running and rid in after.waiting)
+    colors = {rid: REQUEST_COLORS[i % len(REQUEST_COLORS)] for i, rid in enumerate(sorted(before.running))}
+    fig = go.Figure()
+    for y, (label, m) in enumerate((("after", after), ("before", before))):
+        owner = {b: rid for rid, table in m.running.items() for b in table}
+        for rid in sorted(colors):
+            xs = [b for b in range(blocks) if owner.get(b) == rid]
+            fig.add_trace(go.Scatter(name=rid, x=xs, y=[y] * len(xs), text=[rid] * len(xs), mode="markers+text",
+                                     marker=dict(symbol="square", size=40, color=colors[rid]), legendgroup=rid,
+                                     showlegend=y == 1, textfont=dict(color=ink_on(colors[rid]), size=9),
+                                     hovertemplate=f"block %{{x}}: {rid} ({label})<extra></extra>"))
+        free = [b for b in range(blocks) if b not in owner]
+        fig.add_trace(go.Scatter(name="free block", x=free, y=[y] * len(free), mode="markers", legendgroup="free",
+                                 marker=dict(symbol="square-open", size=40, color="#999"), showlegend=y == 1,
+                                 hovertemplate="block %{x}: free<extra></extra>"))
+    fig.update_layout(height=300, margin=dict(l=150, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.2),
+                      title=dict(text=f"KV cache of {blocks} blocks: step {before.step} → step {after.step}, "
+                                      f"{victim} preempted"),
+                      xaxis=dict(title=dict(text="KV block"), dtick=1, range=[-0.7, blocks - 0.3]),
+                      yaxis=dict(tickvals=[0, 1], ticktext=[f"after step {after.step}", f"after step {before.step}"],
+                                 range=[-0.7, 1.7]))
+    used = sum(len(t) for t in before.running.values())
+    alt = (f"A KV cache of {blocks} blocks of {EngineConfig().block_size} tokens shared by {len(before.running)} "
+           f"running requests. After step {before.step} they hold {used} of the {blocks} blocks: "
+           + "; ".join(f"{rid} holds blocks {sorted(t)}" for rid, t in sorted(before.running.items()))
+           + f". Every request grows by a token a step; at step {after.step} they need more new blocks than the "
+           f"{blocks - used} still free, so {victim}, the newest, is preempted: its blocks are freed for the "
+           "others, and it goes back to the waiting queue, to prefill again later.")
+    return Picture(fig, alt, "Preemption in the block table: when no block is free, the newest request gives "
+                             "all of its blocks back and must recompute its prompt later.")
+
+
+PICTURES = {"static_vs_continuous": static_vs_continuous, "request_lifecycle": request_lifecycle,
+            "two_schedulers": two_schedulers, "kv_preemption": kv_preemption}

@@ -1,0 +1,82 @@
+"""A learner's progress through the lessons, kept in st.session_state for the browser session.
+
+{"read": set of lesson ids, "checks": {"<lesson id>:<n>": Attempts}}. A lesson counts as read
+when the learner presses "Mark as read" at its end or has answered every check in it, never
+merely by opening it. A check counts as correct only when its first try was right: a retry
+after a wrong answer can solve it, but does not score.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+PROGRESS_KEY = "lesson_progress"
+SEED_KEY = "quiz_seed"       # this session's seed for shuffling quiz choices
+
+
+@dataclass(slots=True)
+class Attempts:
+    answer: int                                     # the right choice's index
+    tries: list[int] = field(default_factory=list)  # choice indices, in the order checked
+
+    @property
+    def first_try_right(self) -> bool:
+        return bool(self.tries) and self.tries[0] == self.answer
+
+    @property
+    def solved(self) -> bool:
+        return self.answer in self.tries
+
+    @property
+    def revealed(self) -> bool:
+        """The right answer may be shown: solved, or wrong twice."""
+        return self.solved or len(self.tries) >= 2
+
+
+def progress() -> dict:
+    if PROGRESS_KEY not in st.session_state:
+        st.session_state[PROGRESS_KEY] = {"read": set(), "checks": {}}
+    return st.session_state[PROGRESS_KEY]
+
+
+def session_seed() -> str:
+    """A seed drawn once per browser session: the same learner sees the same choice order."""
+    if SEED_KEY not in st.session_state:
+        st.session_state[SEED_KEY] = secrets.token_hex(4)
+    return st.session_state[SEED_KEY]
+
+
+def check_key(lesson_id: str, n: int) -> str:
+    return f"{lesson_id}:{n}"
+
+
+def attempts(lesson_id: str, n: int) -> Attempts | None:
+    return progress()["checks"].get(check_key(lesson_id, n))
+
+
+def record_try(lesson_id: str, n: int, choice: int, answer: int, checks_in_lesson: int) -> Attempts:
+    """Add one checked choice (checking the same choice twice in a row counts once). Answering
+    the lesson's last unanswered check marks the lesson read."""
+    p = progress()
+    a = p["checks"].setdefault(check_key(lesson_id, n), Attempts(answer))
+    if not a.revealed and (not a.tries or a.tries[-1] != choice):
+        a.tries.append(choice)
+    if all(check_key(lesson_id, k) in p["checks"] for k in range(checks_in_lesson)):
+        p["read"].add(lesson_id)
+    return a
+
+
+def mark_read(lesson_id: str) -> None:
+    progress()["read"].add(lesson_id)
+
+
+def is_read(lesson_id: str) -> bool:
+    return lesson_id in progress()["read"]
+
+
+def lesson_counts(lesson_id: str, checks: int) -> tuple[int, int]:
+    """(checks answered, checks right on the first try) of one lesson."""
+    done = [a for n in range(checks) if (a := attempts(lesson_id, n)) is not None]
+    return len(done), sum(a.first_try_right for a in done)
