@@ -18,8 +18,9 @@ st.markdown(
     "and points at the lab that shows its idea.\n"
     "2. **Want to see it move?** Open the **Playground**, choose a preset such as *Interactive "
     "chat*, press **Start**, and drag `max_num_seqs` while it runs.\n"
-    "3. **Measuring?** Every run downloads as the same `requests.csv` and `steps.csv` the "
-    "command line writes (`python -m engine run`), and the page address reproduces the setup.")
+    "3. **Measuring?** A Playground run downloads as the same `requests.csv` and `steps.csv` "
+    "the command line writes (`python -m engine run`), and the Playground's page address "
+    "reproduces its setup.")
 for lab in LABS[:1]:
     st.page_link(lab.path, label=f"Open the {lab.title}", icon=lab.icon)
 
