@@ -1,10 +1,14 @@
-"""Queueing helpers for the queueing lab: the M/M/1 model and Little's Law on a real trace.
+"""Queueing helpers for the queueing lab and the lessons' calculators: the M/M/1 model and
+Little's Law, as formulas and on a real trace.
 
-Pure functions over numbers and trace tables, no Streamlit. Times in seconds, rates per second.
+Pure functions over numbers and trace tables, and one chart; no Streamlit. Times in seconds,
+rates per second.
 
 - M/M/1 (a model, not a measurement): one server, Poisson arrivals at rate lam, exponential
-  service at rate mu. Mean time in system W = 1 / (mu - lam), finite only while lam < mu.
-- Little's Law (L = lambda W) checked on a window cut from the middle of a run. L comes from
+  service at rate mu. Mean time in system W = 1 / (mu - lam), finite only while lam < mu. The
+  time in system is exponential with rate mu - lam, so its q-quantile is -ln(1 - q) W.
+- Little's Law, L = lambda W for any stable system whatever its arrivals and service, and the law
+  checked on a window cut from the middle of a run. L comes from
   the engine's own per-step counters (waiting + running); lambda and W come from the requests
   that arrived in the window, from their own timestamps. The two sides are measured
   independently, so a miscounting engine or broken timestamps make the check fail.
@@ -20,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import num
+from analysis.style import COLORS, MODEL_COLOR, empty_figure, num, vline, wrapped_layout
 
 
 def mm1_time_in_system(lam, mu):
@@ -35,6 +40,56 @@ def mm1_time_in_system(lam, mu):
     with np.errstate(divide="ignore", invalid="ignore"):
         w = np.where(lam < mu, 1.0 / (mu - lam), np.inf)
     return float(w) if w.ndim == 0 else w
+
+
+def mm1_time_in_system_quantile(lam, mu, q: float = 0.99):
+    """The q-quantile of an M/M/1 queue's time in system, -ln(1 - q) / (mu - lam); inf where lam >= mu.
+
+    The time in system is exponential with rate mu - lam, so p99 = ln(100) W, about 4.6 W.
+    """
+    if not 0 < q < 1:
+        raise ValueError(f"q must be in (0, 1), got {q}")
+    return -math.log1p(-q) * mm1_time_in_system(lam, mu)
+
+
+def littles_law_in_system(lam: float, w: float) -> float:
+    """Little's Law: mean number in the system L = lambda W (lambda per second, W in seconds)."""
+    if lam < 0 or w < 0:
+        raise ValueError(f"the arrival rate and the time in system cannot be negative (got {lam}, {w})")
+    return lam * w
+
+
+def mm1_p99_chart(lam: float, mu: float) -> go.Figure:
+    """The M/M/1 p99 time in system against utilization for service rate mu, the mean beside
+    it, and the point for arrival rate lam marked (or a line at 100% when lam >= mu)."""
+    texts = ("M/M/1: p99 time in system as utilization rises",
+             f"A model, not a measurement, for μ = {mu:g} req/s. Good: stay left of where the curve turns steep.",
+             "utilization ρ = λ / μ", "time in system (s)")
+    if not mu > 0 or not lam >= 0:
+        return empty_figure(*texts)
+    now = lam / mu
+    rho = np.linspace(0, 0.99, 199)
+    p99 = mm1_time_in_system_quantile(rho * mu, mu)
+    traces = [go.Scatter(name="p99 time in system", x=rho, y=p99, mode="lines",
+                         line=dict(color=COLORS["p95"], width=2.5),
+                         hovertemplate="ρ %{x:.0%}: p99 %{y:.2f} s<extra></extra>"),
+              go.Scatter(name="mean time in system W", x=rho, y=mm1_time_in_system(rho * mu, mu), mode="lines",
+                         line=dict(color=MODEL_COLOR, width=1.5, dash="dash"),
+                         hovertemplate="ρ %{x:.0%}: mean %{y:.2f} s<extra></extra>")]
+    shapes, notes = [], []
+    if now < 1:
+        p99_now = mm1_time_in_system_quantile(lam, mu)
+        traces.append(go.Scatter(name=f"your λ: ρ = {now:.0%}", x=[now], y=[p99_now], mode="markers",
+                                 marker=dict(color=COLORS["bad"], size=12),
+                                 hovertemplate="ρ %{x:.0%}: p99 %{y:.2f} s<extra></extra>"))
+    else:
+        shape, note = vline(1.0, f"your λ: ρ = {now:.0%}, unstable", color=COLORS["bad"])
+        shapes, notes = [shape], [note]
+    # the curve runs off to infinity at 100%: show it up to 90% busy, or up to the marked point
+    top = 1.15 * mm1_time_in_system_quantile(min(max(now, 0.9), 0.98) * mu, mu)
+    return go.Figure(data=traces, layout=wrapped_layout(
+        *texts, xaxis=dict(range=[0, 1.02], tickformat=".0%"), yaxis=dict(range=[0, top]),
+        shapes=shapes, annotations=notes))
 
 
 def time_averaged_in_system(arrivals, departures, t0: float | None = None,

@@ -7,7 +7,7 @@ Markdown body. Markers inside bodies, which the pages resolve:
 - a number quoted from a lab's code: ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}`` shows the text
   after ``=``; tests/test_lesson_numbers.py checks it against ``labs/slo_goodput/experiment.py``'s
   ``RATES`` (or a shared ``labs/<name>.py``'s constant; an optional ``:percent`` or ``:gain`` after the name says how the value is written);
-- a picture on a line of its own: ``{{picture:static_vs_continuous}}``.
+- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
@@ -33,7 +33,7 @@ REQUIRED = {"title": str, "order": int, "summary": str, "labs": list, "glossary"
 LINK = re.compile(r"\[([^\]]+)\]\((glossary#|lab:|lesson:)([\w-]+)\)")
 KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
 LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
-PICTURE = re.compile(r"^\{\{picture:([\w-]+)\}\}[ \t]*$", re.MULTILINE)
+BLOCK = re.compile(r"^\{\{(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
 MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
 
@@ -107,8 +107,8 @@ def find_links(text: str) -> list[tuple[str, str]]:
 
 
 def plain_text(text: str) -> str:
-    """Markers reduced to what a reader sees (pictures dropped): for search and word counts."""
-    return PICTURE.sub("", render_numbers(LINK.sub(lambda m: m.group(1), text)))
+    """Markers reduced to what a reader sees (pictures and calculators dropped): for search and word counts."""
+    return BLOCK.sub("", render_numbers(LINK.sub(lambda m: m.group(1), text)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +129,12 @@ def render_numbers(text: str) -> str:
 
 
 def split_pictures(body: str) -> list[tuple[str, str]]:
-    """The body as ("markdown", text) and ("picture", id) parts, in order."""
+    """The body as ("markdown", text), ("picture", id) and ("calculator", id) parts, in order."""
     parts, at = [], 0
-    for m in PICTURE.finditer(body):
+    for m in BLOCK.finditer(body):
         if body[at:m.start()].strip():
             parts.append(("markdown", body[at:m.start()]))
-        parts.append(("picture", m.group(1)))
+        parts.append((m.group(1), m.group(2)))
         at = m.end()
     if body[at:].strip():
         parts.append(("markdown", body[at:]))

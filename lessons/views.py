@@ -7,7 +7,7 @@ URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossa
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
 read, checks answered) lives in st.session_state (lessons/progress.py), so it lasts as long as the
 browser session; the quiz is lessons/quiz.py. A body line `{{picture:<id>}}` shows that picture
-(ui.pictures).
+(ui.pictures), `{{calculator:<id>}}` that calculator (ui.calculators).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -26,7 +26,7 @@ import streamlit as st
 from lessons import catalog, progress
 from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
 from lessons.quiz import show_quiz
-from ui import pictures
+from ui import calculators, pictures
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -220,15 +220,17 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 
 
 def _body(markdown: str) -> None:
-    """The lesson text, with its pictures where their markers stand."""
+    """The lesson text, with its pictures and calculators where their markers stand."""
+    shown = {"picture": (pictures.PICTURE_IDS, pictures.show_picture),
+             "calculator": (calculators.CALCULATOR_IDS, calculators.show_calculator)}
     for kind, part in split_pictures(markdown):
         if kind == "markdown":
             st.markdown(part)
-        elif part in pictures.PICTURE_IDS:
-            pictures.show_picture(part)
+        elif part in shown[kind][0]:
+            shown[kind][1](part)
         else:
-            st.warning(f"The picture '{part}' is not available; known pictures: "
-                       f"{', '.join(sorted(pictures.PICTURE_IDS))}.", icon=":material/image_not_supported:")
+            st.warning(f"The {kind} '{part}' is not available; known {kind}s: "
+                       f"{', '.join(sorted(shown[kind][0]))}.", icon=":material/image_not_supported:")
 
 
 def _read_button(lesson: Lesson) -> None:

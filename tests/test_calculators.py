@@ -1,0 +1,182 @@
+"""The lessons' calculators: the queueing formulas give textbook values, each widget shows them for
+its slider values, the step-time one reads this machine's step model, and lessons embed them."""
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
+                               mm1_time_in_system_quantile)
+from engine.step_model import UNCALIBRATED, StepModel
+from lessons.catalog import FOLDER, load_lessons, split_pictures
+from lessons.views import FOLDER_ENV, LESSON_URL_PREFIX
+from ui.calculators import CALCULATOR_IDS
+
+LESSONS_APP = str(Path(__file__).parent / "apps" / "lessons_app.py")
+
+
+# ---- the formulas ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lam, mu", [(5, 10), (9, 10), (9.9, 10), (0, 4)])
+def test_mm1_mean_and_p99_are_the_textbook_ones(lam, mu):
+    w = 1 / (mu - lam)
+    assert mm1_time_in_system(lam, mu) == pytest.approx(w)
+    assert mm1_time_in_system_quantile(lam, mu, 0.99) == pytest.approx(math.log(100) / (mu - lam))
+    assert mm1_time_in_system_quantile(lam, mu, 0.5) == pytest.approx(math.log(2) * w)   # the median
+
+
+def test_mm1_flags_an_unstable_queue():
+    for lam in (10, 12):
+        assert mm1_time_in_system(lam, 10) == math.inf
+        assert mm1_time_in_system_quantile(lam, 10) == math.inf
+    p99 = mm1_time_in_system_quantile(np.array([5.0, 10.0]), 10.0)
+    assert p99[0] == pytest.approx(math.log(100) / 5) and p99[1] == math.inf
+    for q in (0, 1, 99):
+        with pytest.raises(ValueError, match="q must be in"):
+            mm1_time_in_system_quantile(5, 10, q)
+
+
+def test_littles_law():
+    assert littles_law_in_system(20, 2) == pytest.approx(40)
+    assert littles_law_in_system(9.9, 10) == pytest.approx(99)
+    with pytest.raises(ValueError):
+        littles_law_in_system(-1, 2)
+
+
+def test_p99_chart_marks_the_current_utilization():
+    fig = mm1_p99_chart(5, 10)
+    marker = next(t for t in fig.data if t.mode == "markers")
+    assert marker.x[0] == pytest.approx(0.5) and marker.y[0] == pytest.approx(math.log(100) / 5)
+    assert "50%" in marker.name
+    unstable = mm1_p99_chart(12, 10)
+    assert not [t for t in unstable.data if t.mode == "markers"]
+    assert unstable.layout.shapes[0].x0 == 1 and "unstable" in unstable.layout.annotations[0].text
+    assert mm1_p99_chart(1, 0).layout.annotations[0].text == "no data yet"
+
+
+# ---- the widgets ----------------------------------------------------------------------------
+
+def calculator_page():
+    import streamlit as st
+
+    from ui.calculators import show_calculator
+    show_calculator(st.session_state.get("calculator", "mm1"))
+
+
+def calculator(calc_id: str, **sliders) -> AppTest:
+    at = AppTest.from_function(calculator_page, default_timeout=60)
+    at.session_state["calculator"] = calc_id
+    at.run()
+    for key, value in sliders.items():
+        at.slider(key=key).set_value(value)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def text(at: AppTest) -> str:
+    return "\n".join(m.value for m in [*at.markdown, *at.caption])
+
+
+def test_mm1_widget_shows_w_and_p99():
+    at = calculator("mm1", calc_mm1_lam=9.0, calc_mm1_mu=10.0)
+    assert metrics(at) == {"Utilization ρ = λ/μ": "90%", "Mean time in system W = 1/(μ−λ)": "1.00 s",
+                           "p99 time in system = ln(100)·W": "4.61 s"}
+    assert len(at.get("plotly_chart")) == 1 and "grows without end" not in text(at)
+    at.slider(key="calc_mm1_lam").set_value(2.0).run()
+    assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == "125 ms"
+    assert metrics(at)["p99 time in system = ln(100)·W"] == "576 ms"
+    at.slider(key="calc_mm1_lam").set_value(12.0).run()
+    assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == "unstable"
+    assert "Unstable: the queue grows without end" in text(at)
+
+
+def test_littles_law_widget():
+    at = calculator("littles_law", calc_little_lam=9.5, calc_little_w=4.0)
+    assert metrics(at) == {"Requests in the system L = λW": "38.0"}
+    assert "requests in flight = arrival rate × latency" in text(at) and "about 38.0 are inside" in text(at)
+
+
+def test_unknown_calculator_is_named():
+    at = calculator("no_such_calculator")
+    assert at.error and "mm1" in at.error[0].value
+
+
+def test_step_time_widget_without_a_profile_says_it_is_a_guess(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))     # no profile there
+    at = calculator("step_time", calc_step_batch=16, calc_step_context=256)
+    t = UNCALIBRATED.decode_ms(16, 256)
+    assert metrics(at) == {"Step time t(B)": f"{t:.1f} ms", "Time per token t(B)/B": f"{t / 16:.2f} ms",
+                           "Tokens per second B/t(B)": f"{16000 / t:,.0f}"}
+    assert "no step model yet" in text(at) and UNCALIBRATED.label in text(at)
+
+
+def test_step_time_widget_reads_this_machines_profile(tmp_path, monkeypatch):
+    from engine.profile import Profile, current_key, save_profile
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    # t(B) = 5 ms + 1 ms x B: nothing else costs anything
+    line = StepModel(fixed_ms=5.0, knots=(), token_ms=(1.0,), sample_ms=0.0, decode_read_ms=0.0,
+                     prefill_pair_ms=0.0, label="calibrated: tiny, a test line")
+    save_profile(Profile(**current_key("tiny", "auto", "auto"), step_model=line, fit={}))
+    at = calculator("step_time", calc_step_batch=10)
+    assert metrics(at) == {"Step time t(B)": "15.0 ms", "Time per token t(B)/B": "1.50 ms",
+                           "Tokens per second B/t(B)": "667"}
+    assert "$t_0$ = 5.0 ms" in text(at) and "$c$ = 1.00 ms per sequence" in text(at)
+    assert "Numbers from this machine's step model: calibrated: tiny, a test line." in text(at)
+
+
+# ---- in the lessons -------------------------------------------------------------------------
+
+def test_lessons_name_only_known_calculators_and_use_each():
+    lessons, _ = load_lessons()
+    used = {part for l in lessons for kind, part in split_pictures(l.body) if kind == "calculator"}
+    assert used == set(CALCULATOR_IDS)
+    where = {l.id: [p for k, p in split_pictures(l.body) if k == "calculator"] for l in lessons}
+    assert where["queueing"] == ["mm1", "littles_law"] and where["why-batch"] == ["step_time"]
+
+
+def lesson(lesson_id: str) -> AppTest:
+    at = AppTest.from_file(LESSONS_APP, default_timeout=60)
+    at.run()
+    at.session_state["goto"] = LESSON_URL_PREFIX + lesson_id
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_queueing_lesson_embeds_its_calculators():
+    at = lesson("queueing")
+    assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == "200 ms"      # λ = 5, μ = 10
+    assert metrics(at)["Requests in the system L = λW"] == "40.0"           # 20 req/s x 2 s
+    assert not at.warning and "{{" not in text(at)
+    at.slider(key="calc_mm1_lam").set_value(9.9).run()
+    assert metrics(at)["p99 time in system = ln(100)·W"] == "46.05 s"       # the lesson's own example
+
+
+def test_why_batch_lesson_embeds_the_step_time_calculator(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    at = lesson("why-batch")
+    assert metrics(at)["Step time t(B)"] == f"{UNCALIBRATED.decode_ms(8, 128):.1f} ms"
+    assert not at.warning
+
+
+def test_an_unknown_calculator_marker_is_named(tmp_path, monkeypatch):
+    for p in [FOLDER / "05-queueing.md", FOLDER / "glossary.md"]:
+        shutil.copy(p, tmp_path / p.name)
+    five = tmp_path / "05-queueing.md"
+    five.write_text(five.read_text(encoding="utf-8").replace("{{calculator:mm1}}", "{{calculator:no_such}}"),
+                    encoding="utf-8")
+    monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
+    at = lesson("queueing")
+    assert len(at.warning) == 1 and "calculator 'no_such' is not available" in at.warning[0].value
+    assert "Requests in the system L = λW" in metrics(at), "the other calculator still shows"
