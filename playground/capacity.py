@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from engine.calibrate import calibrate
-from engine.profile import load_profile
+from engine.profile import load_profile, save_profile
 from engine.step_model import StepModel, StepShape
 from engine.workload import LengthDist
 
@@ -103,10 +103,13 @@ _measured: dict[tuple, StepModel] = {}
 
 def machine_step_model(model) -> StepModel:
     """The step model of a loaded model on this machine: its calibrated profile, or, when there is
-    none (or it is stale), a quick measurement of a few seconds, made once per process."""
+    none (or it is stale), a quick measurement of a few seconds, saved as this machine's profile
+    until `python -m engine calibrate` measures it in full."""
     dtype, device = str(model.dtype).replace("torch.", ""), str(model.device)
     key = (model.name, dtype, device)
     if key not in _measured:
         found = load_profile(model.name, dtype, device)
-        _measured[key] = found.step_model if found is not None else calibrate(model, quick=True).step_model
+        if found is None:           # saved, labelled a quick estimate, for the lessons' calculators
+            found = save_profile(calibrate(model, quick=True))      # and the next start
+        _measured[key] = found.step_model
     return _measured[key]

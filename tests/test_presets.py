@@ -103,6 +103,9 @@ def test_the_playground_uses_the_profile_and_measures_once_without_one(monkeypat
     quick = []
     monkeypatch.setattr(cap, "_measured", {})
     monkeypatch.setattr(cap, "load_profile", lambda *key: None)
+    saved = []
     monkeypatch.setattr(cap, "calibrate", lambda m, **k: quick.append(k) or SimpleNamespace(step_model=CPU))
+    monkeypatch.setattr(cap, "save_profile", lambda p: saved.append(p) or p)
     assert cap.machine_step_model(model) is CPU and cap.machine_step_model(model) is CPU
     assert quick == [{"quick": True}]                 # measured once, quickly
+    assert len(saved) == 1                            # and kept for the lessons and the next start
