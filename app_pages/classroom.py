@@ -8,11 +8,10 @@ This page only reads boards that classroom.feed builds once for every viewer.
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from classroom.board import CLASS, Board
+from classroom.board import CLASS, Board, figure
 from classroom.feed import shared_feed
 from classroom.names import check_name
 from engine.config import SchedulerPolicy
@@ -168,12 +167,12 @@ def draw_board() -> None:
         st.info("Waiting for the engine's first answer…")
         return
     status_line(board)
-    st.plotly_chart(go.Figure(board.membership_for(me)), width="stretch", key="cr_membership")
+    st.plotly_chart(figure(board.membership_for(me)), width="stretch", key="cr_membership")
     if me:
         st.caption("Your requests are outlined in black.")
     left, right = st.columns(2)
-    left.plotly_chart(go.Figure(board.figures["queue"]), width="stretch", key="cr_queue")
-    right.plotly_chart(go.Figure(board.figures["kv"]), width="stretch", key="cr_kv")
+    left.plotly_chart(figure(board.figures["queue"]), width="stretch", key="cr_queue")
+    right.plotly_chart(figure(board.figures["kv"]), width="stretch", key="cr_kv")
     tenant_table(board)
     own_requests()
     if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:

@@ -146,3 +146,29 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     assert at.session_state["ext_gauges"][-1]["engine"] == "vllm"     # ours publishes vLLM's names
     assert any("does not publish its steps" in i.value for i in at.info)
     assert not at.exception
+
+
+def test_many_sessions_build_figures_from_one_shared_board_at_once(server):
+    """Every viewer builds its charts from the same board dicts, on its own thread."""
+    import threading
+
+    from classroom.board import figure
+    for f in LoadGenerator(server[0] + "/v1", "tiny", "amy").send_prompt("hi", 8, n=2, ignore_eos=True):
+        f.result(timeout=60)
+    board = ClassroomFeed(server[0]).board("s")
+    failures = []
+
+    def view():
+        for _ in range(100):
+            for shared in (board.figures["membership"], board.figures["queue"], board.figures["kv"]):
+                try:
+                    figure(shared)
+                except ValueError as exc:
+                    failures.append(exc)
+    threads = [threading.Thread(target=view) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert board.figures["membership"]["data"][0]["type"] == "heatmap"
