@@ -11,8 +11,6 @@ scheduler preempts until usage fits again.
 """
 from __future__ import annotations
 
-from collections import deque
-
 from .request import Request
 
 
@@ -26,7 +24,10 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.capacity_blocks = num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        # A stack of free block ids, block 0 on top: the most recently freed blocks are handed out
+        # first, so a long run touches only as much of the pool's memory as its peak use
+        # (taking the oldest free block would walk the whole pool and make all of it resident).
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
 
     @property
     def used_blocks(self) -> int:
@@ -52,9 +53,8 @@ class BlockPool:
         n = self.blocks_needed(req, new_tokens)
         assert n <= self.free_blocks, "allocate() without can_allocate()"
         for _ in range(n):
-            req.block_table.append(self._free.popleft())
+            req.block_table.append(self._free.pop())
 
     def free(self, req: Request) -> None:
-        # Freed blocks go to the back so a just-freed block is reused last (helps catch stale reads).
-        self._free.extend(req.block_table)
+        self._free.extend(reversed(req.block_table))
         req.block_table = []
