@@ -19,6 +19,7 @@ import time
 from engine.config import STEP_PRIORITIES
 from labs import runs
 from labs.costs import experiment as costs_lab
+from labs.dynamic_batching import experiment as dynamic_lab
 from labs.knee import experiment as knee_lab
 from labs.queueing import experiment as queueing_lab
 from labs.scheduler_orders import experiment as orders_lab
@@ -27,7 +28,7 @@ from labs.static_vs_continuous import experiment as svc_lab
 from labs.tail import experiment as tail_lab
 from labs.why_batch import experiment as why_batch_lab
 
-LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
+LABS = ["why_batch", "static_vs_continuous", "dynamic_batching", "costs", "slo_goodput", "queueing", "knee", "tail",
         "scheduler_orders"]
 
 
@@ -190,6 +191,12 @@ def static_vs_continuous(model, refresh):
             "cached": all(h for _, h in both.values()),
         }
     return out
+
+
+def dynamic_batching(model, refresh):
+    table = dynamic_lab.wait_table(dynamic_lab.wait_runs(model, progress=_progress("dynamic"), refresh=refresh))
+    return {"outcome": dynamic_lab.outcome(table),
+            "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
 
 
 def costs(model, refresh):
