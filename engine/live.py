@@ -13,6 +13,10 @@ latest KEEP_STEPS steps, and the events, ended requests and policy marks of thei
 whole run's counts are kept exact (Engine.retired), and the snapshot's percentiles say which part
 of the run they cover. The waiting line is bounded too: past QUEUE_CAP waiting requests, new
 arrivals are rejected with the reason (an overloaded endless run would otherwise grow without end).
+
+On the cost model (a virtual clock) a run with a `speed` is paced: virtual time moves at speed ×
+wall time, a step waiting until the wall clock catches up with its end, an idle gap passing at
+that pace until the next arrival. Without a speed each step just pauses COST_MODEL_PACE_S.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ KEEP_STEPS = 2000
 # Most requests a live run lets wait (each holds its prompt: ~3 KB at 100 tokens, ~55 KB at 1,536).
 QUEUE_CAP = 1000
 COST_MODEL_PACE_S = 0.002     # the cost model is instant: a pause per step keeps the animation watchable
+MAX_LAG_S = 0.5               # a paced run that falls this far behind (a slow machine) starts counting anew
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,23 @@ class Snapshot:
 class LiveRun:
     def __init__(self, policy: SchedulerPolicy, spec: WorkloadSpec, model=None,
                  config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600,
-                 keep_steps: int | None = KEEP_STEPS):
-        """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock).
-        `keep_steps`: the window of steps kept (None: the whole run)."""
+                 keep_steps: int | None = KEEP_STEPS, cost=None, prompts: PromptMaker | None = None,
+                 speed: float | None = None):
+        """`model` is a LoadedModel (real engine, wall clock) or None (cost model, virtual clock,
+        its step times from `cost`: see build_engine). `keep_steps`: the window of steps kept
+        (None: the whole run). `prompts`: what draws the prompts (default: the model's tokenizer's
+        PromptMaker; stand-in ids without a model); give a simulated run the real run's to draw
+        the same requests. `speed`: virtual seconds per wall second on the cost model (set_speed)."""
         self.config = config or EngineConfig()
-        self.engine = build_engine(self.config, policy, model)
+        self.engine = build_engine(self.config, policy, model, cost)
         self.engine.keep_steps = keep_steps
-        self.feed = ArrivalFeed(spec, PromptMaker(model.tokenizer) if model is not None else None)
-        self.pace_s = COST_MODEL_PACE_S if isinstance(self.engine.clock, VirtualClock) else 0.0
+        if prompts is None and model is not None:
+            prompts = PromptMaker(model.tokenizer)
+        self.feed = ArrivalFeed(spec, prompts)
+        virtual = isinstance(self.engine.clock, VirtualClock)
+        self.pace_s = COST_MODEL_PACE_S if virtual and speed is None else 0.0
+        self.speed = speed if virtual else None
+        self._anchor: tuple[float, float] | None = None   # (wall, virtual) time pacing counts from
         self.is_alive = is_alive
         self.idle_timeout_s = idle_timeout_s
         self.state = "idle"
@@ -82,6 +96,7 @@ class LiveRun:
 
     def start(self) -> None:
         """Run: the first start, a resume, or going on after "finished" with more workload."""
+        self._anchor = None
         self.state = "running"
         self._stop = False
         if not self.thread_alive:
@@ -94,6 +109,7 @@ class LiveRun:
 
     def resume(self) -> None:
         if self.state == "paused":
+            self._anchor = None              # paced time counts from now: the pause is not made up
             self.state = "running"
             self._wake.set()
 
@@ -129,6 +145,11 @@ class LiveRun:
 
     def set_policy(self, policy: SchedulerPolicy) -> None:
         self.engine.set_policy(policy)
+
+    def set_speed(self, speed: float) -> None:
+        """Virtual seconds per wall second from now on (a paced cost-model run only)."""
+        if self.speed is not None and speed != self.speed:
+            self.speed, self._anchor = speed, None
 
     def set_workload(self, spec: WorkloadSpec) -> None:
         with self._lock_from_outside():
@@ -167,6 +188,8 @@ class LiveRun:
 
     def _step(self) -> None:
         single = self.state != "running"
+        if self._anchor is None:
+            self._anchor = (time.monotonic(), self.engine.clock.now())
         self._let_reader_in()
         with self._lock:
             self._admit(self.feed.due(self.engine.clock.now()))
@@ -175,13 +198,15 @@ class LiveRun:
         if rec is not None:
             if single:
                 self._step_requests -= 1
+            elif self.speed:
+                self._pace(rec.t_end_s)
             elif self.pace_s:
                 time.sleep(self.pace_s)
         elif self.feed.exhausted and not self.engine.has_work():
             self.state = "finished"
             self._step_requests = 0
         else:
-            self._wait_for_next_event()
+            self._wait_for_next_event(paced=bool(self.speed) and not single)
 
     def _admit(self, arrivals) -> None:
         """Hand the due arrivals to the engine; past QUEUE_CAP waiting, reject them with the reason."""
@@ -222,11 +247,35 @@ class LiveRun:
             self._reader.clear()
             yield
 
-    def _wait_for_next_event(self) -> None:
+    def _paced_now(self) -> float:
+        """The virtual time a paced run should be at now: its anchor plus speed × wall time since."""
+        anchor = self._anchor
+        if anchor is None:                   # the speed changed: count from here
+            anchor = self._anchor = (time.monotonic(), self.engine.clock.now())
+        wall, virtual = anchor
+        return virtual + (time.monotonic() - wall) * self.speed
+
+    def _pace(self, t_s: float) -> None:
+        """Sleep until wall time × speed reaches virtual time `t_s` (in short naps: a pause, a new
+        speed or a stop is noticed at once). Far behind, count anew rather than race to catch up."""
+        while self.state == "running" and not self._stop:
+            ahead_s = (t_s - self._paced_now()) / self.speed
+            if ahead_s <= 0:
+                if -ahead_s > MAX_LAG_S:
+                    self._anchor = (time.monotonic(), t_s)
+                return
+            time.sleep(min(ahead_s, 0.05))
+
+    def _wait_for_next_event(self, paced: bool = False) -> None:
         times = [t for t in (self.engine.next_wake_s(), None if self.feed.exhausted else self.feed.next_s)
                  if t is not None]
         if not times:
             time.sleep(0.01)
+            return
+        if paced:                            # an idle gap on a paced run passes at its speed
+            self.engine.clock.sleep_until(min(min(times), self._paced_now()))
+            if self.engine.clock.now() < min(times):
+                time.sleep(0.01)
             return
         self.engine.clock.sleep_until(min(times), max_sleep_s=0.05)
 

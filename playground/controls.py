@@ -1,4 +1,4 @@
-"""The Playground's sidebar: presets, workload, policy and SLO widgets, and the link.
+"""The Playground's sidebar: the engine choice, presets, workload, policy and SLO widgets, and the link.
 
 Widgets are drawn from the knobs (playground.setup.KNOBS: label, range, help), one per
 knob, chosen by its kind: a slider for a number, a toggle for true/false, buttons or a
@@ -15,6 +15,7 @@ import streamlit as st
 
 from engine.workload import LENGTH_RANGES
 
+from playground import engines
 from playground.reattach import TOKEN_PARAM
 from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
@@ -64,20 +65,30 @@ def current_setup() -> Setup:
     return Setup(**values)
 
 
+def current_engine() -> tuple[str, int]:
+    """The engine chosen (playground.engines.CHOICES) and a simulation's speed."""
+    s = st.session_state
+    return s.get(_key("engine"), engines.REAL), s.get(_key("speed"), engines.SPEED_DEFAULT)
+
+
 def init_from_link(step_model) -> list[str]:
     """On a session's first run: fill the widgets from the query parameters. Returns problems."""
     if st.session_state.get(_key("initialised")):
         return []
-    setup, problems = Setup.from_query(st.query_params.to_dict())
+    params = st.query_params.to_dict()
+    setup, problems = Setup.from_query(params)
     load_setup(setup, step_model)
+    choice, speed, engine_problems = engines.from_query(params)
+    st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed
     st.session_state[_key("initialised")] = True
-    return problems
+    return problems + engine_problems
 
 
-def write_link(setup: Setup, run_token: str | None = None) -> None:
-    """The page's address: every setting, and the token of this session's run (playground.slot),
-    which lets a reload of this page take the run over."""
-    query = setup.to_query()
+def write_link(setup: Setup, run_token: str | None = None, engine: str = engines.REAL,
+               speed: int = engines.SPEED_DEFAULT) -> None:
+    """The page's address: every setting, the engine (when simulated), and the token of this
+    session's run (playground.slot), which lets a reload of this page take the run over."""
+    query = setup.to_query() | engines.to_query(engine, speed)
     if run_token:
         query[TOKEN_PARAM] = run_token
     if st.query_params.to_dict() != query:
@@ -169,11 +180,28 @@ def presenter_strip() -> None:
                        format=_number_format(k.step), **args)
 
 
-def sidebar(step_model) -> Setup:
+def _engine(run_engine: str | None) -> None:
+    """The engine choice and a simulation's speed. `run_engine`: the choice of the run on the page."""
+    st.selectbox("Engine", list(engines.CHOICES), key=_key("engine"), format_func=engines.CHOICES.get,
+                 help="The real SmolLM2 engine on this machine, or a simulation: the same scheduler, "
+                      "its step times predicted by a model (this machine's calibrated step model, "
+                      "or a roofline model of an H100 serving Llama-3.1-8B), faster than real time.")
+    choice, speed = current_engine()
+    st.slider("Simulation speed", min_value=engines.SPEED_MIN, max_value=engines.SPEED_MAX, step=1,
+              key=_key("speed"), format="%dx", disabled=choice == engines.REAL,
+              help="Simulated seconds per second; changes apply at once. At 60x an hour of "
+                   "queueing passes in a minute. The real engine runs in real time.")
+    if run_engine is not None and run_engine != choice:
+        st.caption("The engine choice applies to the next run: press Reset, then Start.")
+
+
+def sidebar(step_model, run_engine: str | None = None) -> Setup:
     """Draw every control in the sidebar, Setup first; return the setup they hold. `step_model`:
-    this machine's, which sizes the presets' rates and SLO targets."""
+    this machine's, which sizes the presets' rates and SLO targets; `run_engine`: the engine
+    choice of the run on the page (None: no run)."""
     with st.sidebar:
         st.header("Setup")
+        _engine(run_engine)
         ids = [CUSTOM, *PRESETS]
         st.selectbox("Preset", ids, key=_key("preset"), on_change=_apply_preset, args=(step_model,),
                      format_func=lambda i: "Custom" if i == CUSTOM else PRESETS[i].title,

@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from engine.live import KEEP_STEPS
-from playground import comparison, controls, slot, view
+from playground import comparison, controls, engines, slot, view
 from playground.capacity import machine_step_model
 from playground.checks import check
 from playground.review import step_end, tables_at
@@ -28,7 +28,8 @@ presenter = toggle.toggle("Presenter mode", key="pg_presenter",
                           help="For a class: larger chart text, the key numbers, four charts and "
                                "the knobs moved most, on the page.")
 if not presenter:
-    st.caption("A real SmolLM2 engine on this machine. Press Start, then move any slider while it "
+    st.caption("A real SmolLM2 engine on this machine (or, chosen under Engine in the sidebar, a "
+               "simulation of one, faster than real time). Press Start, then move any slider while it "
                "runs: once a slider rests, policy and SLO changes apply at the next engine step "
                "and show as one dashed line on the time charts; workload changes apply to "
                "requests arriving from then on.")
@@ -64,12 +65,12 @@ def _start():
 def _new_run():
     """A fresh run; the one it replaces stays as the grey reference (playground.comparison)."""
     comparison.keep_previous(slot.run())
-    return slot.new_run(controls.current_setup())
+    return slot.new_run(controls.current_setup(), *controls.current_engine())
 
 
 def _build_and_start():
     lab = slot.run()
-    if lab is None or not lab.can_continue:
+    if lab is None or not lab.can_continue or lab.engine_choice != controls.current_engine()[0]:
         lab = _new_run()
     lab.start()
 
@@ -103,6 +104,8 @@ def _apply_changes(lab) -> None:
 
 lab = slot.run()
 _apply_changes(lab)
+if lab is not None:
+    lab.set_speed(controls.current_engine()[1])      # a simulation's speed applies at once
 starting = st.session_state.get(STARTING, False)
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
@@ -172,6 +175,7 @@ def live_view():
     in_effect = lab.setup if lab else controls.current_setup()
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0)
+        view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
     for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected):
@@ -193,7 +197,7 @@ def live_view():
         if not presenter:
             texts = _every("pg_texts", lambda: view.latest_texts(tables), TIME_CHARTS_EVERY_S,
                            fresh=not running)
-            view.generated_texts(texts)
+            view.generated_texts(texts, simulated=bool(lab and lab.simulated))
             view.rejected_table(view.rejected(tables))
         comparison.panel(lab, tables, in_effect, reviewing=not running and lab is not None)
     if st.session_state.get(IN_FULL_RUN):
@@ -238,8 +242,8 @@ if not presenter:
                        on_click="ignore", key="dl_steps")
     view.definitions()
 
-setup = controls.sidebar(step_model)
-controls.write_link(setup, slot.token())
+setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
+controls.write_link(setup, slot.token(), *controls.current_engine())
 
 # ----- Start: the page above already says "starting"; now build the run and draw it running.
 if starting:

@@ -1,4 +1,5 @@
-"""One learner's Playground run: a LiveRun on the real model, plus what the page remembers about it.
+"""One learner's Playground run: a LiveRun on the real model (or a simulation of an engine,
+playground.engines), plus what the page remembers about it.
 
 The page holds one PlaygroundRun per browser session (playground.slot). Slider changes reach
 the running engine as decisions: `apply_when_rested(setup, now)`, called on every refresh,
@@ -18,7 +19,9 @@ import pandas as pd
 from engine.config import EngineConfig
 from engine.knobs import changes
 from engine.live import THREAD_NAME, LiveRun, Snapshot
+from engine.workload import PromptMaker
 
+from playground import engines
 from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
 
@@ -71,16 +74,26 @@ class Decision:
 
 
 class PlaygroundRun:
-    def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300):
+    def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300,
+                 engine_choice: str = engines.REAL, speed: float = engines.SPEED_DEFAULT):
+        """`engine_choice` (playground.engines.CHOICES): the real model, or a simulation on the cost
+        model at `speed` times real time, drawing the same requests from the model's tokenizer."""
         if model is None:
-            raise ValueError("the Playground runs the real model: pass a loaded model")
+            raise ValueError("the Playground runs the real model, or simulates one with its "
+                             "tokenizer: pass a loaded model")
         self.setup = setup                   # the setup in effect (the last one applied)
         self.model_name = model.name
+        self.engine_choice = engine_choice
+        self.cost = engines.step_times(engine_choice, model)    # None: the real model
         config = EngineConfig(model=model.name, kv_pool_tokens=KV_POOL_TOKENS,
                               max_model_len=min(2048, model.max_model_len), seed=setup.seed)
         self.max_model_len = config.max_model_len
-        self.live = LiveRun(setup.policy(), setup.workload(), model=model, config=config,
-                            is_alive=is_alive, idle_timeout_s=idle_timeout_s)
+        if self.simulated:
+            engine = dict(cost=self.cost, prompts=PromptMaker(model.tokenizer), speed=speed)
+        else:
+            engine = dict(model=model)
+        self.live = LiveRun(setup.policy(), setup.workload(), config=config, is_alive=is_alive,
+                            idle_timeout_s=idle_timeout_s, **engine)
         self.decisions: list[Decision] = []  # those whose step is still in the run's window
         self.proposed: Setup | None = None   # a setup waiting for the sliders to rest
         self.proposed_at = 0.0
@@ -110,6 +123,14 @@ class PlaygroundRun:
 
     def stop(self) -> None:
         self.live.stop()
+
+    def set_speed(self, speed: float) -> None:
+        """A simulated run's virtual seconds per wall second, from now on (the real run ignores it)."""
+        self.live.set_speed(speed)
+
+    @property
+    def simulated(self) -> bool:
+        return self.cost is not None
 
     def close(self) -> None:
         """Stop for good and free the engine's KV pool (the page forgets this run)."""

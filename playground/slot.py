@@ -20,6 +20,7 @@ from functools import partial
 import streamlit as st
 
 from playground.reattach import RUNS, TOKEN_PARAM
+from playground import engines
 from playground.run import PlaygroundRun, engine_threads
 from playground.setup import Setup
 from ui import session
@@ -68,9 +69,11 @@ def token() -> str | None:
     return st.session_state.get(TOKEN_KEY) if run() is not None else None
 
 
-def new_run(setup: Setup) -> PlaygroundRun:
-    """A fresh run for this session (closing any previous one). Refused, with a ValueError the
-    page shows, when the server already holds its most runs."""
+def new_run(setup: Setup, engine_choice: str = engines.REAL,
+            speed: float = engines.SPEED_DEFAULT) -> PlaygroundRun:
+    """A fresh run for this session (closing any previous one), on the engine chosen
+    (playground.engines). Refused, with a ValueError the page shows, when the server already
+    holds its most runs."""
     reset_run()
     active, most = engine_threads(), max_engines()
     if active >= most:
@@ -78,7 +81,7 @@ def new_run(setup: Setup) -> PlaygroundRun:
                          f"{MAX_ENGINES_ENV}); stop one or wait.")
     key = RUNS.new_token()
     lab = PlaygroundRun(setup, session.model(), is_alive=partial(RUNS.keeps, key),
-                        idle_timeout_s=HEARTBEAT_TIMEOUT_S)
+                        idle_timeout_s=HEARTBEAT_TIMEOUT_S, engine_choice=engine_choice, speed=speed)
     RUNS.add(key, lab, session.session_connected())
     st.session_state[RUN_KEY], st.session_state[TOKEN_KEY] = lab, key
     return lab

@@ -65,6 +65,14 @@ def status_line(state: str, tables: Tables, setup: Setup, arrived: int) -> None:
     st.markdown(status.status_text(state, tables, setup, arrived))
 
 
+def engine_note(text: str = "") -> None:
+    """One slot saying that the run is a simulation (always drawn, empty for the real engine)."""
+    if text:
+        st.caption(text)
+    else:
+        st.empty()
+
+
 def rejected_so_far(tables: Tables) -> int:
     """Requests turned away or failed over the whole run (the window's and those it dropped)."""
     reqs, old = tables.requests, tables.retired
@@ -234,10 +242,11 @@ def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
                          "tokens": picked["output_tokens"], "text": text.loc[picked.index]})
 
 
-def generated_texts(df: pd.DataFrame) -> None:
+def generated_texts(df: pd.DataFrame, simulated: bool = False) -> None:
     """TEXTS_SHOWN slots, two to a row, filled from latest_texts (empty slots stay in place)."""
     st.markdown("**Latest generated text**")
-    st.caption("Generated text streams in here once requests start decoding." if len(df) == 0
+    st.caption("A simulated engine writes no text: its token ids are stand-ins." if simulated else
+               "Generated text streams in here once requests start decoding." if len(df) == 0
                else "The requests decoding now, then the latest finished.")
     cols = st.columns(2)
     rows = [r for _, r in df.iterrows()]

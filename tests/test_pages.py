@@ -239,6 +239,44 @@ def test_lab_run_refuses_to_run_without_a_model():
         PlaygroundRun(Setup(), None)
 
 
+# ----------------------------------------------------------------------------- simulated engines
+
+
+def test_a_simulated_run_draws_the_same_requests_as_the_real_one():
+    from engine.model import load_model
+    tiny, setup = load_model("tiny"), Setup(continuous=False, rate=4.0, num_requests=20, seed=7)
+    real = PlaygroundRun(setup, tiny)
+    simulated = PlaygroundRun(setup, tiny, engine_choice="sim_h100")
+    assert simulated.simulated and not real.simulated and simulated.live.engine.clock.virtual
+
+    def drawn(lab):
+        return [(r.id, r.arrival_s, r.prompt_token_ids, r.max_new_tokens, r.tenant)
+                for r in lab.live.feed.due(float("inf"))]
+
+    requests = drawn(real)
+    assert len(requests) == 20 and drawn(simulated) == requests
+    for lab in (real, simulated):
+        lab.close()
+
+
+def test_playground_runs_a_simulated_h100(app):
+    at = app(PLAYGROUND)
+    at.selectbox(key="pg_engine").set_value("sim_h100").run()
+    at.slider(key="pg_speed").set_value(30).run()
+    at.button(key="start").click().run()
+    no_exception(at)
+    lab = lab_of(at)
+    assert lab.engine_choice == "sim_h100" and lab.live.speed == 30
+    wait_for_steps(lab, 5)
+    for _ in range(3):
+        at.run()
+        no_exception(at)
+    assert "steps: " in status(at)
+    assert any(c.value.startswith("Simulated: step times predicted by roofline model: Llama-3.1-8B "
+                                  "on H100") for c in at.caption)
+    assert at.query_params["engine"] in ("sim_h100", ["sim_h100"])
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

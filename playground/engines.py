@@ -1,0 +1,70 @@
+"""Which engine a Playground run uses: the real model on this machine, or a simulation of one.
+
+A simulated engine is the same Engine and Scheduler on the cost model and a virtual clock
+(engine/live.py), its step times predicted by a step model: this machine's calibrated profile
+(playground.capacity.machine_step_model), or a roofline model of an H100 serving Llama-3.1-8B
+(engine/roofline.py). It runs at `speed` times real time. No Streamlit here.
+"""
+from __future__ import annotations
+
+from engine.roofline import roofline_profile
+
+from playground.capacity import machine_step_model
+
+REAL = "real"
+CHOICES = {                      # id (in the page's address) -> what the page calls it
+    REAL: "real: this machine",
+    "sim_machine": "simulated: this machine (calibrated)",
+    "sim_h100": "simulated: H100 + Llama-3.1-8B",
+}
+H100_PROFILE = "h100-sxm:llama-3.1-8b"
+SPEED_MIN, SPEED_MAX, SPEED_DEFAULT = 1, 60, 10     # virtual seconds per wall second
+
+
+def step_times(choice: str, model):
+    """What predicts a simulated engine's step times (anything with step_ms(plan) and a `label`);
+    None for the real engine. `model`: the loaded model, whose machine profile is used."""
+    if choice == REAL:
+        return None
+    if choice == "sim_machine":
+        return machine_step_model(model)
+    if choice == "sim_h100":
+        return roofline_profile(H100_PROFILE)
+    raise ValueError(f"engine {choice!r} is not one of {', '.join(CHOICES)}")
+
+
+def from_query(params: dict) -> tuple[str, int, list[str]]:
+    """The engine choice and speed a link holds ('engine', 'speed'), and the problems found;
+    a missing or bad value keeps the default."""
+    choice, speed, problems = REAL, SPEED_DEFAULT, []
+    raw = params.get("engine", REAL)
+    raw = raw[-1] if isinstance(raw, list) and raw else raw
+    if raw in CHOICES:
+        choice = raw
+    else:
+        problems.append(f"Link value engine={raw} is not one of {', '.join(CHOICES)}: using {REAL}.")
+    raw = params.get("speed", str(SPEED_DEFAULT))
+    raw = raw[-1] if isinstance(raw, list) and raw else raw
+    if str(raw).isdigit() and SPEED_MIN <= int(raw) <= SPEED_MAX:
+        speed = int(raw)
+    else:
+        problems.append(f"Link value speed={raw} is not allowed ({SPEED_MIN}–{SPEED_MAX}): "
+                        f"using {SPEED_DEFAULT}.")
+    return choice, speed, problems
+
+
+def to_query(choice: str, speed: int) -> dict[str, str]:
+    """The link's part for the engine: nothing for the real engine (links stay as they were)."""
+    return {} if choice == REAL else {"engine": choice, "speed": str(speed)}
+
+
+def simulation_note(cost) -> str:
+    """What the page says of a simulated run: whose prediction its step times are, and what it
+    leaves out. `cost`: step_times()'s answer, not None."""
+    note = (f"Simulated: step times predicted by {cost.label}; generated token ids are stand-ins "
+            "(no text), and time runs faster than real time (Simulation speed).")
+    device_tokens = getattr(cost, "kv_capacity_tokens", None)   # a roofline model knows its device's
+    if device_tokens is not None:
+        note += (f" The KV cache is the Playground's (the KV capacity slider), not the "
+                 f"{device_tokens:,} tokens this device would hold.")
+    return note
