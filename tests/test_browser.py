@@ -341,3 +341,35 @@ def test_review_steps_the_views_and_the_headline(server, browser):
     wait_until(lambda: caption.inner_text().startswith(f"Step {latest} at"), timeout=20,
                what="the view to follow Step once")
     reset_and_close(page, context)
+
+
+def test_a_learner_walks_lesson_2_into_its_lab_predicts_runs_and_compares(server, browser):
+    """Lesson 2 -> its lab: the lab asks for a prediction before it shows anything, then runs both
+    modes on the real engine and sets the measurement beside the guess."""
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    page.goto(f"{url}/lesson-static-vs-continuous")
+    page.locator("h1", has_text="Static vs continuous batching").first.wait_for()
+    page.get_by_role("link", name=re.compile("Open the lab")).first.click()
+    page.get_by_text("Predict first.").wait_for()
+    assert page.get_by_role("button", name="Run both modes").count() == 0, "a run button before the guess"
+    assert page.locator("[data-testid=stMetric]").count() == 0, "a result before the guess"
+
+    page.get_by_text("continuous", exact=True).first.click()            # the guess
+    page.get_by_role("button", name="Commit my prediction").click()
+    page.get_by_text("Your prediction:").wait_for()
+    run = page.get_by_role("button", name="Run both modes")
+    run.or_(page.get_by_text("Cached result")).first.wait_for()
+    if run.count():
+        run.click()
+    predicted = page.locator("[data-testid=stMetric]", has_text="You predicted")
+    predicted.wait_for(timeout=300_000)                                  # both modes, on SmolLM2
+    assert predicted.locator("[data-testid=stMetricValue]").inner_text() == "continuous"
+    measured = page.locator("[data-testid=stMetric]", has_text="Measured").locator("[data-testid=stMetricValue]")
+    assert measured.inner_text() in ("static", "continuous", "about the same")
+    verdict = page.locator("[data-testid=stMarkdownContainer] p", has_text=re.compile("Static took")).first
+    assert re.search(r"Static took [\d.]+ s and continuous [\d.]+ s", verdict.inner_text())
+    page.screenshot(path=str(OUT / "lesson-2-lab-1280x720.png"), full_page=True)
+    context.close()

@@ -51,14 +51,15 @@ def estimate_s(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -
     return estimate(model, [(mode_policy(mode, max_num_seqs), [Part(spec)]) for mode in MODES])
 
 
-SAME = "about the same (within 5%)"
+SAME_WITHIN = 0.05         # finishing times this close count as the same
+SAME = "about the same"
 FINISH_CHOICES = ("static", "continuous", SAME)
 
 
 def first_to_finish(durations: dict[str, float]) -> str:
-    """Which mode finished its last request first: "static", "continuous", or SAME within 5%."""
+    """Which mode finished its last request first: "static", "continuous", or SAME (within SAME_WITHIN)."""
     s, c = durations["static"], durations["continuous"]
-    if abs(s - c) <= 0.05 * max(s, c):
+    if abs(s - c) <= SAME_WITHIN * max(s, c):
         return SAME
     return "static" if s < c else "continuous"
 

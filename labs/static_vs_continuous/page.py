@@ -33,7 +33,8 @@ st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arr
 
 settings = (workload, slots, seed)
 question = predict.Question("static_vs_continuous", "The same requests go through both modes. Which one "
-                            "finishes all of them first?", choices=lab.FINISH_CHOICES)
+                            "finishes all of them first?", choices=lab.FINISH_CHOICES,
+                            help=f"\"{lab.SAME}\": the two finish within {lab.SAME_WITHIN:.0%} of each other.")
 guess = predict.gate(question)
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
                                 "Run both modes",
