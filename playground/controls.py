@@ -27,6 +27,8 @@ CUSTOM = "custom"
 RANGES = LENGTH_RANGES
 RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output tokens (from – to)"}
 IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
+# The names of the setup's widgets (a length range is one widget for two knobs).
+WIDGET_NAMES = [name for name in KNOBS if name not in IN_RANGE] + [rng + "_len" for rng in RANGES] + ["engine", "speed"]
 # SLO targets judge a run rather than steer it: they get their own section.
 SLO_TARGETS = ("ttft_slo_s", "tpot_slo_s")
 # A knob that only matters in some setups is greyed out in the others.
@@ -71,9 +73,21 @@ def current_engine() -> tuple[str, int]:
     return s.get(_key("engine"), engines.REAL), s.get(_key("speed"), engines.SPEED_DEFAULT)
 
 
+# The setup as the sidebar last drew it. Streamlit forgets a widget's value after any run that
+# ends before drawing it (an error or a stop above the sidebar); a slider then comes back at its
+# minimum. This copy is not a widget's, so it survives, and init_from_link puts it back.
+SAVED = PREFIX + "saved"
+
+
 def init_from_link(step_model) -> list[str]:
-    """On a session's first run: fill the widgets from the query parameters. Returns problems."""
+    """On a session's first run: fill the widgets from the query parameters. Returns problems.
+    On later runs: put back any widget values Streamlit has forgotten."""
     if st.session_state.get(_key("initialised")):
+        saved = st.session_state.get(SAVED)
+        if saved is not None and any(_key(name) not in st.session_state for name in WIDGET_NAMES):
+            setup, choice, speed = saved
+            load_setup(setup, step_model)
+            st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed
         return []
     params = st.query_params.to_dict()
     setup, problems = Setup.from_query(params)
@@ -228,4 +242,5 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
 
         st.caption("The page address holds every setting and the seed: copy it to share or "
                    "reproduce this setup. It also names your run, so a reload continues it.")
+    st.session_state[SAVED] = (current_setup(), *current_engine())
     return current_setup()

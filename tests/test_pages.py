@@ -424,3 +424,21 @@ def test_downloads_use_the_cli_formats():
     assert lab.requests_csv().count("\n") >= 4
     assert engine_threads() >= 0
     lab.stop()
+
+
+def test_sidebar_values_come_back_after_streamlit_forgets_them(monkeypatch):
+    """After a run that raises before the sidebar, Streamlit forgets the sidebar widgets' values
+    (the browser then draws each slider at its minimum); the page puts the last drawn ones back."""
+    from types import SimpleNamespace
+
+    from playground import controls
+    state = {}
+    monkeypatch.setattr(controls, "st", SimpleNamespace(session_state=state))
+    drawn = Setup(max_num_seqs=5, rate=2.5, output_lo=20, output_hi=40)
+    state.update({"pg_initialised": True, controls.SAVED: (drawn, "sim_h100", 30)})
+    assert controls.init_from_link(MACHINE) == []
+    assert controls.current_setup() == drawn
+    assert controls.current_engine() == ("sim_h100", 30)
+    state["pg_rate"] = 3.0                          # nothing forgotten: the widgets' values stand
+    controls.init_from_link(MACHINE)
+    assert state["pg_rate"] == 3.0

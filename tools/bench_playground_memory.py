@@ -15,6 +15,8 @@ been touched (RSS grows while the batch first reaches new KV peaks): 5 minutes o
 from __future__ import annotations
 
 import argparse
+import ctypes
+import sys
 import time
 
 from analysis import frame_metrics
@@ -29,6 +31,12 @@ READ_EVERY_S = 0.5          # the page's live refresh
 MOVE_SLIDER_EVERY_S = 30.0
 
 
+def trimmed_rss() -> float:
+    """RSS after glibc's malloc_trim(0) returns the free pages of every arena to the system."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0)
@@ -38,6 +46,10 @@ def main() -> None:
                     help="the run's step window (smaller: a shorter run reaches its steady state)")
     ap.add_argument("--rate", type=float, default=Setup().rate, help="arrival rate, requests/s")
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--trim", action="store_true",
+                    help="each minute, hand the C allocator's free memory back to the system (malloc_trim) "
+                         "after reading RSS, and also print RSS after that: what is garbage kept by the "
+                         "allocator, not memory in use")
     args = ap.parse_args()
 
     model = load_model(args.model)
@@ -49,7 +61,8 @@ def main() -> None:
           f"window {args.keep_steps:,} steps; "
           f"RSS before the run: {rss_mb():.0f} MB")
     print(f"{'min':>5} {'steps':>8} {'steps/s':>8} {'arrived':>8} {'waiting':>8} {'kept steps':>10} "
-          f"{'requests':>9} {'marks':>6} {'KV used':>8} {'read ms':>8} {'RSS MB':>8}")
+          f"{'requests':>9} {'marks':>6} {'KV used':>8} {'read ms':>8} {'py kblocks':>10} {'RSS MB':>8}"
+          + (f" {'trimmed':>8}" if args.trim else ""))
     lab.start()
     start = time.monotonic()
     end, next_report, next_move = start + args.minutes * 60, start + 60, start + MOVE_SLIDER_EVERY_S
@@ -75,7 +88,8 @@ def main() -> None:
             print(f"{minute:>5.1f} {steps:>8,} {(steps - last_steps) / 60:>8.1f} {lab.arrived:>8,} "
                   f"{len(eng.scheduler.waiting):>8,} {len(eng.steps):>10,} {len(eng.requests):>9,} "
                   f"{len(tables.marks):>6} {eng.pool.used_blocks / eng.pool.num_blocks:>8.0%} "
-                  f"{sum(read_ms) / len(read_ms):>8.1f} {rss:>8.1f}", flush=True)
+                  f"{sum(read_ms) / len(read_ms):>8.1f} {sys.getallocatedblocks() / 1000:>10,.0f} {rss:>8.1f}"
+                  + (f" {trimmed_rss():>8.1f}" if args.trim else ""), flush=True)
             rows.append((minute, rss))
             last_steps, read_ms = steps, []
             if warm_rss is None and minute >= args.warmup_minutes:
