@@ -24,9 +24,8 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.capacity_blocks = num_blocks
-        # A stack of free block ids, block 0 on top: the most recently freed blocks are handed out
-        # first, so a long run touches only as much of the pool's memory as its peak use
-        # (taking the oldest free block would walk the whole pool and make all of it resident).
+        # A stack of free block ids, block 0 on top: the most recently freed blocks are handed
+        # out first (they are the likeliest to be warm in the CPU's caches).
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
 
     @property
