@@ -24,6 +24,7 @@ from engine.arrivals import build_requests
 from engine.build import build_engine
 from engine.config import EngineConfig, SchedulerPolicy
 from engine.results import RunResult
+from engine.simulate import SimProfile, simulate
 from engine.workload import PromptMaker, WorkloadSpec
 from labs import timing
 from labs.part import Part
@@ -107,6 +108,25 @@ def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None
             _learn_speed(model, policy, [Part(spec)], result)
         return result, hit
     return _guarded(measure, refresh)
+
+
+def simulated_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, label: str = "") -> RunResult:
+    """The run single_run measures, on the simulator instead (engine.simulate): the same scheduler,
+    each step's time from `step_model` on a virtual clock. Nothing is cached; it takes milliseconds.
+    Its summary says "simulated": true and names the step model."""
+    name = getattr(step_model, "label", "") or "step model"
+    profile = SimProfile(name, name, step_model)
+    engine = simulate(EngineConfig(), policy, profile, build_requests(spec))
+    result = results.result_of(engine, policy, label)
+    result.summary.update(profile.summary_fields())
+    return result
+
+
+def simulated_name(step_model) -> str:
+    """A simulated curve's name in a chart's legend: "simulated (step model: <its label>)", the
+    label without its parenthesised advice (the hand-set guess's "run `python -m engine calibrate`")."""
+    label = (getattr(step_model, "label", "") or "unnamed").split(" (")[0]
+    return f"simulated (step model: {label})"
 
 
 def _learn_speed(model, policy: SchedulerPolicy, parts: list, result: RunResult) -> None:

@@ -237,6 +237,19 @@ class _progress_bar:
         return False
 
 
+def simulated_caption(step_model, profiled: bool, button: str, measured: bool) -> None:
+    """What a lab's simulated chart is: the simulator on this machine's step model (named by its
+    label: a quick estimate, a calibration, or the hand-set guess when none was measured), and
+    that the run button measures the real engine and overlays it."""
+    source = (f"this machine's step model ({plain(step_model.label)})" if profiled else
+              f"a guessed step model, since this machine has none yet ({plain(step_model.label)}; the "
+              "Playground makes a quick estimate on its first visit)")
+    then = ("The markers are the real engine's measurement, drawn on top." if measured else
+            f"**Run it on the real engine**: press **{button}** to measure it and overlay the real points.")
+    st.caption(f":material/science: **Simulated**: the same scheduler on a virtual clock, each step's time "
+               f"from {source}. It answers at once; the dotted lines are the simulation. {then}")
+
+
 def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True):
     """A lab's experiment as a page shows it: `run(model, **kw)` is one of its experiment.py's runs.
 

@@ -1,6 +1,7 @@
 """The knee: one workload under growing max_num_seqs, each setting run REPEATS times (seeds 0, 1,
 2...); throughput against p95 latency with the runs' range, and the knee by the labs' one rule
-(labs.knee_rule)."""
+(labs.knee_rule). The same sweep on the simulator (engine.simulate: the same scheduler, step times
+from a step model) answers at once over every max_num_seqs from 1 to 64; the real points overlay it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,10 +15,11 @@ from engine.workload import WorkloadSpec
 from labs import knee_rule
 from labs.repeats import REPEATS, error_bars, spread
 from labs.part import Part
-from labs.runs import estimate, run_each, single_run
+from labs.runs import estimate, run_each, simulated_name, simulated_run, single_run  # noqa: F401 (simulated_name: for the page)
 from labs.slo_goodput.experiment import goodput
 
 VALUES = [1, 2, 4, 8, 16, 32]
+SIM_VALUES = range(1, 65)      # the simulated sweep: every max_num_seqs from 1 to 64
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
                     output_kind="uniform", output_lo=8, output_hi=24)
 COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share"]
@@ -44,6 +46,21 @@ def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, boo
     base = SchedulerPolicy()
     return estimate(model, [(base.changed(max_num_seqs=v), [Part(replace(SPEC, seed=seed))])
                             for v, seed in settings(values, repeats)])
+
+
+def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0) -> list[tuple[tuple[int, int], object, bool]]:
+    """The workload (seed `seed`) under each max_num_seqs on the simulator, its step times from
+    `step_model`: [((value, seed), RunResult, False)], the shape max_num_seqs_runs returns."""
+    base = SchedulerPolicy()
+    return [((int(v), seed), simulated_run(step_model, base.changed(max_num_seqs=int(v)), replace(SPEC, seed=seed),
+                                            label=f"simulated max_num_seqs={v}"), False) for v in values]
+
+
+def simulated_sweep(step_model, values=SIM_VALUES, seed: int = 0, ttft_slo_s: float | None = None,
+                    tpot_slo_s: float | None = None) -> pd.DataFrame:
+    """knee_table of the simulated sweep: one row per max_num_seqs (1 to 64 by default), the real
+    sweep's columns; the same table for the same step model and seed."""
+    return knee_table(simulated_runs(step_model, values, seed), ttft_slo_s, tpot_slo_s)
 
 
 def run_rows(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> pd.DataFrame:
@@ -73,10 +90,13 @@ def find_knee(table: pd.DataFrame) -> int | None:
 
 
 def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = None,
-                          slo: float | None = None) -> go.Figure:
+                          slo: float | None = None, simulated: pd.DataFrame | None = None,
+                          simulated_label: str = "simulated") -> go.Figure:
     """Throughput against a latency percentile, one point per max_num_seqs, the knee starred.
 
-    x: "tpot_p95_ms" or "ttft_p95_s"; slo in the same unit as x.
+    x: "tpot_p95_ms" or "ttft_p95_s"; slo in the same unit as x. `simulated` (a simulated_sweep
+    table): drawn as a line named `simulated_label`, the measured points (`table`, may be empty)
+    as markers on top; the knee is starred on the measured points, else on the simulated line.
     """
     xlabel, unit = LATENCIES[x]
     texts = (f"Throughput against {xlabel.split(' (')[0]}",
@@ -84,14 +104,27 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
              f"to the left. The knee (star) is the first point with {knee_rule.KNEE_SHARE:.0%} of the best "
              "height: past it, more slots buy latency.",
              xlabel, "output tokens / s")   # title, what good looks like, x and y axis
-    if is_empty(table):
+    has_sim = not is_empty(simulated)
+    if is_empty(table) and not has_sim:
         return empty_figure(*texts)
-    t = table.sort_values("max_num_seqs")
-    traces = [go.Scatter(name="measured", x=t[x], y=t["output_tok_s"], mode="lines+markers+text",
-                         text=[f"{v}" for v in t["max_num_seqs"]], textposition="top left",
-                         line=dict(color=COLORS["running"], width=2), marker=dict(size=8),
-                         error_x=error_bars(t, x), error_y=error_bars(t, "output_tok_s"),
-                         hovertemplate="max_num_seqs %{text}: %{y:.0f} tok/s at %{x:.2f}<extra></extra>")]
+    traces = []
+    if has_sim:
+        sim = simulated.sort_values("max_num_seqs")
+        traces.append(go.Scatter(name=simulated_label, x=sim[x], y=sim["output_tok_s"], mode="lines",
+                                 line=dict(color=COLORS["points"], width=2.5, dash="dot"),
+                                 customdata=sim["max_num_seqs"],
+                                 hovertemplate="simulated, max_num_seqs %{customdata}: %{y:.0f} tok/s at "
+                                               "%{x:.2f}<extra></extra>"))
+    t = table.sort_values("max_num_seqs") if not is_empty(table) else pd.DataFrame(columns=["max_num_seqs"])
+    if len(t):
+        traces.append(go.Scatter(name="measured on the real engine" if has_sim else "measured", x=t[x],
+                                 y=t["output_tok_s"], mode="markers+text" if has_sim else "lines+markers+text",
+                                 text=[f"{v}" for v in t["max_num_seqs"]], textposition="top left",
+                                 line=dict(color=COLORS["running"], width=2), marker=dict(size=9),
+                                 error_x=error_bars(t, x), error_y=error_bars(t, "output_tok_s"),
+                                 hovertemplate="max_num_seqs %{text}: %{y:.0f} tok/s at %{x:.2f}<extra></extra>"))
+    else:
+        t = simulated.sort_values("max_num_seqs")
     if knee_value is not None and (t["max_num_seqs"] == knee_value).any():
         k = t[t["max_num_seqs"] == knee_value]
         traces.append(go.Scatter(name=f"knee: max_num_seqs {knee_value}", x=k[x], y=k["output_tok_s"],

@@ -1,10 +1,18 @@
-"""Lab: the knee. Sweep max_num_seqs on the real engine, each setting several times; throughput
-against p95 TPOT and p95 TTFT, with the knee by the labs' one rule."""
+"""Lab: the knee. Sweep max_num_seqs on the simulator at once (every value 1 to 64), then on the
+real engine, each setting several times; throughput against p95 TPOT and p95 TTFT, with the knee
+by the labs' one rule."""
+import pandas as pd
 import streamlit as st
 
 from labs import knee_rule
 from labs.knee import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def simulated_runs(step_model):
+    """The simulated sweep's runs for this step model (read-only; re-scored per SLO below)."""
+    return lab.simulated_runs(step_model)
 
 st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
@@ -33,10 +41,27 @@ st.markdown(f"The workload: {spec.num_requests} requests arriving at once, promp
 question = predict.Question("knee", "At which max_num_seqs will the knee be?", choices=tuple(values),
                             help=f"Remember the rule: {knee_rule.RULE}.")
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
+sim = lab.knee_table(simulated_runs(step_model), ttft, tpot)
+sim_name = lab.simulated_name(step_model)
+sim_knee = lab.find_knee(sim)
 got = widgets.stored_or_measure("knee", (tuple(values), repeats),
                                 lambda m, **kw: lab.max_num_seqs_runs(m, values, repeats, **kw), "Run the sweep",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), values, repeats)),
-                                "Sweeping max_num_seqs…")
+                                "Sweeping max_num_seqs…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
+if got is None:      # the simulated answer, at once; the real measurement waits for the button
+    among = lab.find_knee(sim[sim.max_num_seqs.isin(values)])
+    st.markdown(f"**The simulator's answer**: you predicted {guess}; among your values the simulated knee is at "
+                f"max_num_seqs **{among if among is not None else values[0]}** (over every value 1–64: "
+                f"{sim_knee}). {spec.num_requests} requests arrive at once, so past {spec.num_requests} slots "
+                "nothing changes. Run it on the real engine to see whether this machine agrees.")
+    left, right = st.columns(2)
+    with left:
+        widgets.plot(lab.throughput_vs_latency(pd.DataFrame(), "tpot_p95_ms", sim_knee, tpot * 1000, sim, sim_name))
+    with right:
+        widgets.plot(lab.throughput_vs_latency(pd.DataFrame(), "ttft_p95_s", sim_knee, ttft, sim, sim_name))
+    st.stop()
 
 table = lab.knee_table(got, ttft, tpot)
 knee = lab.find_knee(table)
@@ -65,9 +90,9 @@ cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs),
 
 left, right = st.columns(2)
 with left:
-    widgets.plot(lab.throughput_vs_latency(table, "tpot_p95_ms", knee, tpot * 1000))
+    widgets.plot(lab.throughput_vs_latency(table, "tpot_p95_ms", knee, tpot * 1000, sim, sim_name))
 with right:
-    widgets.plot(lab.throughput_vs_latency(table, "ttft_p95_s", knee, ttft))
+    widgets.plot(lab.throughput_vs_latency(table, "ttft_p95_s", knee, ttft, sim, sim_name))
 st.markdown(f"Going from the knee ({knee}) to {int(top.max_num_seqs)} slots changes throughput by "
             f"{top.output_tok_s / k.output_tok_s - 1:+.0%} and p95 TPOT by {top.tpot_p95_ms / k.tpot_p95_ms - 1:+.0%}. "
             f"Goodput (requests/s meeting both SLOs): {k.goodput_req_s:.2f} at the knee, "

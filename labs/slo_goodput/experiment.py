@@ -1,5 +1,7 @@
 """SLOs and goodput: one workload at several arrival rates, each finished run scored against
-TTFT and TPOT targets (which requests met them, and the tokens/s that counted)."""
+TTFT and TPOT targets (which requests met them, and the tokens/s that counted). The same workload
+on the simulator (engine.simulate) at SIM_RATES, 24 rates across the lab's range, answers at once;
+the real runs overlay it."""
 from __future__ import annotations
 
 import math
@@ -22,12 +24,13 @@ from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, single_run
+from labs.runs import estimate, frames, run_each, simulated_name, simulated_run, single_run  # noqa: F401 (simulated_name: for the page)
 
 RATES = [1.0, 2.0, 4.0, 8.0]
 SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
                     output_kind="uniform", output_lo=16, output_hi=64)
 POLICY = SchedulerPolicy(max_num_seqs=16)
+SIM_RATES = [round(float(r), 3) for r in np.linspace(min(RATES), max(RATES), 24)]   # the simulated sweep
 
 
 def rate_runs(model, rates=RATES, progress=None, refresh: bool = False,
@@ -41,6 +44,24 @@ def rate_runs(model, rates=RATES, progress=None, refresh: bool = False,
 def estimate_s(model, rates=RATES) -> tuple[float, bool]:
     """(seconds, calibrated?) the runs take on this machine."""
     return estimate(model, [(POLICY, [Part(replace(SPEC, rate=float(rate)))]) for rate in rates])
+
+
+def simulated_rate_runs(step_model, rates=SIM_RATES) -> list[tuple[float, RunResult, bool]]:
+    """The same workload at each arrival rate on the simulator, its step times from `step_model`:
+    [(rate, RunResult, False)], the shape rate_runs returns; the same runs for the same step model."""
+    return [(float(rate), simulated_run(step_model, POLICY, replace(SPEC, rate=float(rate)),
+                                        label=f"simulated rate {rate:g}"), False) for rate in rates]
+
+
+def goodput_table(runs, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:
+    """One row per arrival rate: the rate and goodput() of its run under the SLO targets."""
+    return pd.DataFrame([{"rate": rate, **goodput(res, ttft_slo_s, tpot_slo_s)} for rate, res, _ in runs])
+
+
+def simulated_goodput(step_model, ttft_slo_s: float | None, tpot_slo_s: float | None,
+                      rates=SIM_RATES) -> pd.DataFrame:
+    """goodput_table of the simulated runs at `rates` (24 rates across RATES by default)."""
+    return goodput_table(simulated_rate_runs(step_model, rates), ttft_slo_s, tpot_slo_s)
 
 
 def slo_verdicts(requests: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:
@@ -73,21 +94,33 @@ def goodput(result: RunResult, ttft_slo_s: float | None, tpot_slo_s: float | Non
 # ----------------------------------------------------------------------------- figures
 
 
-def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None) -> go.Figure:
-    """All output tokens/s against tokens/s of requests that met the SLO, per arrival rate."""
+def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None, simulated: pd.DataFrame | None = None,
+                    simulated_label: str = "simulated") -> go.Figure:
+    """All output tokens/s against tokens/s of requests that met the SLO, per arrival rate.
+
+    `simulated` (a simulated_goodput table): both drawn as dotted lines, `simulated_label` in their
+    names, with the measured runs (`table`, may be empty) as markers on top."""
     texts = ("Throughput vs goodput as the arrival rate rises",
              "Good: the green line (tokens from requests within the SLO) hugs the blue one (all tokens). "
              "Where they part, the engine is busy making tokens that arrive too late to count.",
              "arrival rate (requests / s)", "output tokens / s")   # title, what good looks like, x and y axis
-    if is_empty(table):
+    has_sim = not is_empty(simulated)
+    if is_empty(table) and not has_sim:
         return empty_figure(*texts)
-    x = table["rate"]
-    traces = [
-        go.Scatter(name="all output tokens/s", x=x, y=table["output_tok_s"], mode="lines+markers",
-                   line=dict(color=COLORS["tokens"], width=2.5)),
-        go.Scatter(name="tokens/s within the SLO (useful)", x=x, y=table["useful_tok_s"],
-                   mode="lines+markers", line=dict(color=COLORS["goodput"], width=2.5)),
-    ]
+    lines = (("output_tok_s", "all output tokens/s", COLORS["tokens"]),
+             ("useful_tok_s", "tokens/s within the SLO (useful)", COLORS["goodput"]))
+    traces = []
+    if has_sim:
+        traces += [go.Scatter(name=name, x=simulated["rate"], y=simulated[col], mode="lines",
+                              line=dict(color=color, width=2.5, dash="dot"), legendgroup="simulated",
+                              legendgrouptitle_text=simulated_label)
+                   for col, name, color in lines]
+    if not is_empty(table):
+        real = dict(legendgroup="measured", legendgrouptitle_text="measured on the real engine") if has_sim else {}
+        traces += [go.Scatter(name=name, x=table["rate"], y=table[col], mode="markers" if has_sim else "lines+markers",
+                              marker=dict(size=10 if has_sim else 6, color=color), line=dict(color=color, width=2.5),
+                              **real)
+                   for col, name, color in lines]
     marks = [vline(selected, "shown below", color="#999", dash="dot")] if selected is not None else []
     return go.Figure(data=traces, layout=wrapped_layout(*texts, yaxis=dict(rangemode="tozero"),
                                                         shapes=[s for s, _ in marks],

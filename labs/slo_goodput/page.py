@@ -1,10 +1,16 @@
-"""Lab: SLOs and goodput. Finished runs at several arrival rates, re-scored instantly against the SLO sliders."""
-import pandas as pd
+"""Lab: SLOs and goodput. Simulated runs at 24 arrival rates at once, then real runs at a few,
+all re-scored instantly against the SLO sliders."""
 import streamlit as st
 
 from labs.runs import frames
 from labs.slo_goodput import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def simulated_runs(step_model):
+    """The simulated runs for this step model at SIM_RATES and at the lab's own RATES (read-only)."""
+    return lab.simulated_rate_runs(step_model, sorted({*lab.SIM_RATES, *lab.RATES}))
 
 st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
@@ -29,11 +35,25 @@ question = predict.Question("slo_goodput", "As the arrival rate rises, at which 
                             "(requests/s that meet both SLOs) be highest, with the SLOs you set?",
                             choices=tuple(lab.RATES))
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
+sim = lab.goodput_table(simulated_runs(step_model), ttft, tpot)
+sim_name = lab.simulated_name(step_model)
 got = widgets.stored_or_measure("slo", "rates", lab.rate_runs, "Run the arrival rates",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name())),
-                                "Running each arrival rate…")
+                                "Running each arrival rate…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run the arrival rates", got is not None)
+if got is None:      # the simulated answer, at once; the real measurement waits for the button
+    at_choices = sim[sim["rate"].isin(lab.RATES)]
+    sim_best = at_choices.loc[at_choices["goodput_req_s"].idxmax()]
+    peak = sim.loc[sim["goodput_req_s"].idxmax()]
+    st.markdown(f"**The simulator's answer**: you predicted {guess:g} requests/s; of those rates the simulated "
+                f"goodput is highest at **{sim_best.rate:g} requests/s** ({sim_best.goodput_req_s:.2f} req/s "
+                f"within both SLOs). Over all {len(sim)} simulated rates it peaks near {peak.rate:g} requests/s. "
+                "Run it on the real engine to see whether this machine agrees.")
+    widgets.plot(lab.goodput_vs_rate(sim.iloc[0:0], simulated=sim, simulated_label=sim_name))
+    st.stop()
 
-table = pd.DataFrame([{"rate": rate, **lab.goodput(res, ttft, tpot)} for rate, res, _ in got])
+table = lab.goodput_table(got, ttft, tpot)
 rate = st.session_state.sg_rate
 res = next(r for x, r, _ in got if x == rate)
 g = table[table["rate"] == rate].iloc[0]
@@ -58,7 +78,7 @@ predict.reveal(question, guess, best.rate,
                "mean more requests that meet the targets; above it, the queue and the fuller batches push TTFT "
                "and TPOT past the targets faster than new requests arrive, so goodput falls while throughput "
                "still rises. Move the SLO sliders: the peak moves with them.")
-widgets.plot(lab.goodput_vs_rate(table, rate))
+widgets.plot(lab.goodput_vs_rate(table, rate, sim, sim_name))
 st.markdown(f"With TTFT ≤ {ttft * 1000:g} ms and TPOT ≤ {tpot * 1000:g} ms, goodput peaks at "
             f"**{best.rate:g} requests/s** ({best.goodput_req_s:.2f} req/s within SLO); the highest rate "
             f"makes {table.iloc[-1].output_tok_s:.0f} tokens/s of which {table.iloc[-1].useful_tok_s:.0f} count.")

@@ -1,0 +1,125 @@
+"""The lesson labs' simulated sweeps: the knee over every max_num_seqs 1..64 and goodput over 24
+arrival rates, on the simulator (engine.simulate) with a known step model, answered at once; and
+the lab pages showing the simulated chart right after the prediction, before any real run."""
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.model import cache_root
+from engine.step_model import StepModel
+from labs.knee import experiment as knee
+from labs.slo_goodput import experiment as slo
+
+ROOT = Path(__file__).resolve().parents[1]
+# A step model with a large fixed cost per step and a small cost per row: batching pays, then saturates.
+FIXED = StepModel(20.0, (), (0.2,), 0.1, 0.5, 0.1, "fixed-cost test machine")
+CPU = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a CPU-like machine")
+
+
+def test_the_simulated_knee_sweep_has_64_rows_and_is_fast():
+    start, cpu_start = time.perf_counter(), time.process_time()
+    table = knee.simulated_sweep(CPU)
+    wall, took = time.perf_counter() - start, time.process_time() - cpu_start
+    # CPU seconds: the goal is the sweep's own cost, not how busy the machine's other processes are
+    print(f"simulated knee sweep: {len(table)} points in {wall:.2f} s ({took:.2f} s of CPU)")
+    assert len(table) == 64 and table["max_num_seqs"].tolist() == list(range(1, 65))
+    real_columns = knee.knee_table([((1, 0), knee.simulated_run(CPU, knee.SchedulerPolicy(), knee.SPEC), False)])
+    assert list(table.columns) == list(real_columns.columns), "the real sweep's columns"
+    assert table["output_tok_s"].gt(0).all()
+    assert took < 5.0, f"the 64-point sweep took {took:.2f} s of CPU ({wall:.2f} s); it should answer at once"
+
+
+def test_the_simulated_sweep_is_deterministic_for_a_seed():
+    first, again = knee.simulated_sweep(CPU, values=range(1, 17)), knee.simulated_sweep(CPU, values=range(1, 17))
+    pd.testing.assert_frame_equal(first, again)
+    other = knee.simulated_sweep(CPU, values=range(1, 17), seed=1)
+    assert not other["ttft_p95_s"].equals(first["ttft_p95_s"]), "another seed draws another workload"
+
+
+def test_throughput_rises_then_flattens_with_max_num_seqs():
+    t = knee.simulated_sweep(FIXED).set_index("max_num_seqs")["output_tok_s"]
+    assert t[1] < t[2] < t[4] < t[8] < t[16], "more slots share the fixed cost of a step"
+    assert t[8] > 3 * t[1]
+    assert t[64] == pytest.approx(t[32], rel=0.05), "past the 32 requests there is nothing more to batch"
+    assert t[64] - t[32] < (t[2] - t[1]) / 4, "the curve flattens"
+    k = knee.find_knee(knee.simulated_sweep(FIXED))
+    assert k is not None and 2 < k < 64
+
+
+def test_the_simulated_goodput_sweep_spans_the_labs_rates():
+    table = slo.simulated_goodput(CPU, 2.0, 0.1)
+    assert len(table) >= 20 and len(slo.SIM_RATES) >= 20
+    assert table["rate"].min() == min(slo.RATES) and table["rate"].max() == max(slo.RATES)
+    assert table["output_tok_s"].iloc[-1] > table["output_tok_s"].iloc[0], "more arrivals, more tokens"
+    assert (table["useful_tok_s"] <= table["output_tok_s"] + 1e-9).all()
+    pd.testing.assert_frame_equal(table, slo.simulated_goodput(CPU, 2.0, 0.1))
+
+
+def test_the_figures_draw_the_simulated_line_under_the_measured_points():
+    sim = knee.simulated_sweep(CPU)
+    name = knee.simulated_name(CPU)
+    assert name == "simulated (step model: a CPU-like machine)"
+    fig = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "tpot_p95_ms", 4, 60.0, sim, name)
+    traces = {t.name: t for t in fig.data}
+    assert traces[name].mode == "lines" and len(traces[name].x) == 64
+    assert traces["measured on the real engine"].mode.startswith("markers")
+    assert [t.name for t in fig.data].index(name) < [t.name for t in fig.data].index("measured on the real engine")
+    only_sim = knee.throughput_vs_latency(pd.DataFrame(), "ttft_p95_s", 8, None, sim, name)
+    assert [t.name for t in only_sim.data] == [name, "knee: max_num_seqs 8"]
+    g = slo.simulated_goodput(CPU, 2.0, 0.1)
+    fig = slo.goodput_vs_rate(g.iloc[[0, -1]], 8.0, g, name)
+    groups = [t.legendgrouptitle.text for t in fig.data]
+    assert groups == [name, name, "measured on the real engine", "measured on the real engine"]
+    assert [t.mode for t in fig.data] == ["lines", "lines", "markers", "markers"]
+    hand_set = knee.simulated_name(StepModel(1.0, (), (1.0,), 0, 0, 0, "uncalibrated: a guess (run `calibrate`)"))
+    assert hand_set == "simulated (step model: uncalibrated: a guess)", "the label without its advice"
+
+
+# ----------------------------------------------------------------------------- the lab pages
+
+
+@pytest.fixture
+def lab_env(tmp_path, monkeypatch):
+    """Tiny model, empty results cache, and any attempt to load the model or run the real engine fails."""
+    for d in cache_root().glob("SmolLM2-*"):
+        (tmp_path / d.name).symlink_to(d)
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+
+    def no_real_engine(*args, **kw):
+        raise AssertionError("the real engine ran")
+    monkeypatch.setattr("engine.results.run_workload", no_real_engine)
+    monkeypatch.setattr("ui.session.model", no_real_engine)
+    return tmp_path
+
+
+def chart_traces(at: AppTest) -> list[list[str]]:
+    """Each chart's trace names, and their legend group titles."""
+    return [[t.get("name", "") + " " + t.get("legendgrouptitle", {}).get("text", "")
+             for t in json.loads(c.proto.spec)["data"]] for c in at.get("plotly_chart")]
+
+
+@pytest.mark.parametrize("path, lab_id, charts", [("labs/knee/page.py", "knee", 2),
+                                                  ("labs/slo_goodput/page.py", "slo_goodput", 1)])
+def test_a_lab_page_shows_the_simulated_chart_right_after_the_prediction(lab_env, path, lab_id, charts):
+    at = AppTest.from_file(str(ROOT / path), default_timeout=120).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.get("plotly_chart"), "nothing before the prediction"
+    start = time.perf_counter()
+    at.button(key=f"predict_{lab_id}__commit").click().run()
+    print(f"{lab_id}: the page with its simulated chart in {time.perf_counter() - start:.2f} s")
+    assert not at.exception, [e.message for e in at.exception]
+    traces = chart_traces(at)
+    assert len(traces) == charts
+    assert all(any("simulated (step model: " in n for n in names)
+               for names in traces), traces
+    captions = " ".join(c.value for c in at.caption)
+    assert "Simulated" in captions and "Run it on the real engine" in captions
+    assert "uncalibrated" in captions, "the step model is named (no profile in an empty cache: the guess)"
+    assert "The simulator's answer" in " ".join(m.value for m in at.markdown)
+    assert any(b.key.endswith("__run") for b in at.button), "the real run stays one button away"
+    assert not list(lab_env.glob("results/run-*.json")) and not list(lab_env.glob("*/run-*.json"))
