@@ -34,13 +34,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .arrivals import build_requests
 from .build import build_engine
 from .config import EngineConfig, SchedulerPolicy
 from .kv_cache import blocks_for
 from .profile import Profile, current_key
 from .request import Request
 from .scheduler import ScheduledChunk, StepPlan
+from .simulate import fresh_copy
 from .step_model import StepModel, StepShape, features, step_shape
+from .workload import PromptMaker, WorkloadSpec
 
 @dataclass(frozen=True)
 class Grid:
@@ -119,6 +122,29 @@ def time_steps(executor, clock, pool, steps: list[list[Chunk]], budget_s: float,
         if spent + longest > budget_s:
             break
     return [min(t) for t in times]
+
+
+# All at once, so the run never waits for an arrival: its span is steps and the loop between them.
+LOOP_SPEC = WorkloadSpec(num_requests=12, rate=0.0, prompt_lo=32, prompt_hi=128, output_lo=16, output_hi=48,
+                         seed=7)
+LOOP_POLICY = SchedulerPolicy(max_num_seqs=8)
+
+
+def loop_ms(model, step_model) -> float:
+    """What a real run adds to each step beyond the step timed alone: the engine loop's own work
+    (scheduling, appending tokens, recording the step) and a step's usual time on a busy machine
+    rather than its fastest. One small workload (not one validate-sim uses) runs on the real
+    engine and on the fitted model; the difference of their spans, per step, at least 0."""
+    config = EngineConfig(model=model.name, kv_pool_tokens=8192)
+    requests = build_requests(LOOP_SPEC, PromptMaker(model.tokenizer))
+    spans = []
+    for engine in (build_engine(config, LOOP_POLICY, model), build_engine(config, LOOP_POLICY, cost=step_model)):
+        for r in requests:
+            engine.submit(fresh_copy(r))
+        engine.run()
+        spans.append((engine.steps[-1].t_end_s - engine.steps[0].t_start_s, len(engine.steps)))
+    (real_s, real_steps), (sim_s, _) = spans
+    return max(0.0, 1000 * (real_s - sim_s) / real_steps)
 
 
 def run_step(executor, clock, pool, chunks: list[Chunk]) -> float:
@@ -202,6 +228,10 @@ in seconds.
                     budget_s - (time.perf_counter() - t0), progress, g.passes)
     shapes = [step_shape(plan_for(chunks)) for chunks in steps]
     step_model, report = fit(shapes, ms, g.knot_candidates)
+    if not quick:                   # a quick estimate skips the loop's run (about ten seconds)
+        loop = loop_ms(model, step_model)
+        step_model = replace(step_model, fixed_ms=step_model.fixed_ms + loop)
+        report["loop_ms"] = round(loop, 3)
     dtype, device = str(model.dtype).replace("torch.", ""), str(model.device)
     label = "quick estimate, " if quick else "calibrated: "
     key = current_key(model.name, dtype, device)

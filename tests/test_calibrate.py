@@ -186,3 +186,16 @@ def test_steps_interrupted_by_other_programs_are_left_out_of_the_fit():
     model, _ = cal.fit(shapes, ms, candidates=(KNOWN.knots,))
     for got, want in zip(model.coefficients, KNOWN.coefficients):
         assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
+
+
+def test_the_engine_loop_term_is_what_a_real_run_adds_per_step():
+    """loop_ms runs one workload on the real engine (tiny model) and on the fitted model: a model
+    that predicts nothing leaves the whole real step time to the loop term; one that predicts
+    far too much leaves none (the term is never negative)."""
+    from engine.model import load_model
+    model = load_model("tiny", "cpu", "fp32")
+    nothing = StepModel(0.0, (), (0.0,), 0.0, 0.0, 0.0, "predicts 0 ms")
+    too_slow = StepModel(10_000.0, (), (0.0,), 0.0, 0.0, 0.0, "predicts 10 s")
+    per_step = cal.loop_ms(model, nothing)
+    assert 0 < per_step < 1000
+    assert cal.loop_ms(model, too_slow) == 0.0
