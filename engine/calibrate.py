@@ -138,12 +138,15 @@ def loop_ms(model, step_model) -> float:
     config = EngineConfig(model=model.name, kv_pool_tokens=8192)
     requests = build_requests(LOOP_SPEC, PromptMaker(model.tokenizer))
     spans = []
-    for engine in (build_engine(config, LOOP_POLICY, model), build_engine(config, LOOP_POLICY, cost=step_model)):
+    # The real workload runs twice and the second run counts: a first run pays once for kernel
+    # set-up at row counts the grid did not time.
+    for engine in (build_engine(config, LOOP_POLICY, model), build_engine(config, LOOP_POLICY, model),
+                   build_engine(config, LOOP_POLICY, cost=step_model)):
         for r in requests:
             engine.submit(fresh_copy(r))
         engine.run()
         spans.append((engine.steps[-1].t_end_s - engine.steps[0].t_start_s, len(engine.steps)))
-    (real_s, real_steps), (sim_s, _) = spans
+    _, (real_s, real_steps), (sim_s, _) = spans
     return max(0.0, 1000 * (real_s - sim_s) / real_steps)
 
 
