@@ -2,6 +2,7 @@
 for a seed, and given the real run's step times it makes the real run's decisions, step by step.
 The validation's comparison gives the errors a known difference in step times implies."""
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -77,8 +78,10 @@ def test_same_step_times_give_the_same_steps_as_the_real_engine(smollm2):
     assert [s.members for s in sim.steps] == [s.members for s in real.steps]
     assert [s.preempted for s in sim.steps] == [s.preempted for s in real.steps]
 
-    # The comparison has teeth: with other step times the same scheduler decides otherwise.
-    other = simulate(CONFIG, policy, resolve_profile("hand-set"), [fresh_copy(r) for r in requests])
+    # The comparison has teeth: with other step times the same scheduler decides otherwise (10 s
+    # steps: every request has arrived by the second step, so the batches fill differently).
+    slow = SimProfile("slow", "10 s a step", SimpleNamespace(step_ms=lambda plan: 10_000.0))
+    other = simulate(CONFIG, policy, slow, [fresh_copy(r) for r in requests])
     assert [s.members for s in other.steps] != [s.members for s in real.steps]
 
 
