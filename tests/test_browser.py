@@ -86,6 +86,19 @@ def browser():
         b.close()
 
 
+@pytest.fixture
+def left():
+    """Pages a test registers here have their runs reset at the end, passed or failed, so a
+    failing test does not leave an engine running into the next one (whose engine counts it)."""
+    pages = []
+    yield pages
+    for page, context in pages:
+        try:
+            reset_and_close(page, context)
+        except Exception:      # already closed by the test, or the page is gone: nothing runs on
+            pass
+
+
 # ----------------------------------------------------------------------------- page helpers
 
 
@@ -163,28 +176,32 @@ def engines_running(context, url) -> int:
 # ----------------------------------------------------------------------------- tests
 
 
-def test_arrow_presses_on_a_slider_make_one_change_mark(server, browser):
+def test_arrow_presses_on_a_slider_make_one_change_mark(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 1400})
     page = open_playground(context, url, max_num_seqs="16")
+    left.append((page, context))
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: chart_steps(page) >= 3, what="first steps")
     thumb = page.locator(".st-key-pg_max_num_seqs").get_by_role("slider")
     thumb.focus()
     for _ in range(5):                 # a learner tapping the key: each press is its own change
         page.keyboard.press("ArrowRight")
-        page.wait_for_timeout(250)     # less than the rest the page waits for (playground/run.py)
-    wait_until(lambda: status(page)["slots"] == 21, timeout=20, what="the change to apply")
-    page.wait_for_timeout(2000)        # time for any further mark to show
+        page.wait_for_timeout(150)     # well under the rest the page waits for (playground/run.py)
+    wait_until(lambda: status(page)["slots"] > 16, timeout=20, what="the change to apply")
+    page.wait_for_timeout(2500)        # time for any further change and mark to show
+    slots = status(page)["slots"]      # a loaded browser can drop a press; the ones that land are one change
+    assert slots >= 18, slots
     marks = [m for m in chart_marks(page) if "max_num_seqs" in m]
-    assert marks == ["max_num_seqs 16→21"], marks
+    assert marks == [f"max_num_seqs 16→{slots}"], marks
     reset_and_close(page, context)
 
 
-def test_reload_mid_run_continues_the_same_run(server, browser):
+def test_reload_mid_run_continues_the_same_run(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = open_playground(context, url, **ENDLESS)
+    left.append((page, context))
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: status(page)["steps"] >= 10, what="10 steps")
     token, before = run_token(page), status(page)["steps"]
@@ -219,11 +236,12 @@ def test_c_key_opens_nothing_no_deploy_button_and_playground_one_click_away(serv
     context.close()
 
 
-def test_two_sessions_run_their_own_engines(server, browser):
+def test_two_sessions_run_their_own_engines(server, browser, left):
     url, _ = server
     ctx_a, ctx_b = (browser.new_context(viewport={"width": 1400, "height": 1400}) for _ in range(2))
     page_a = open_playground(ctx_a, url, max_num_seqs="2")
     page_b = open_playground(ctx_b, url, max_num_seqs="6")
+    left.extend([(page_a, ctx_a), (page_b, ctx_b)])
     page_a.get_by_role("button", name="Start", exact=True).click()
     page_b.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: status(page_a)["steps"] >= 6 and status(page_b)["steps"] >= 6,
@@ -265,10 +283,11 @@ def metric(page, label: str) -> str:
     return box.locator("[data-testid=stMetricValue]").inner_text()
 
 
-def test_live_charts_update_in_place_without_blank_frames(server, browser):
+def test_live_charts_update_in_place_without_blank_frames(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = open_playground(context, url, max_num_seqs="16", **ENDLESS)
+    left.append((page, context))
     page.wait_for_timeout(1500)                          # the idle page is fully drawn
     clicked_to_starting_ms = page.evaluate("""() => new Promise(done => {
         const t0 = performance.now();
@@ -307,10 +326,11 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser):
     reset_and_close(page, context)
 
 
-def test_review_steps_the_views_and_the_headline(server, browser):
+def test_review_steps_the_views_and_the_headline(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 1600})
     page = open_playground(context, url, max_num_seqs="4")
+    left.append((page, context))
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: status(page)["steps"] >= 25, what="25 steps")
     page.get_by_role("button", name="Pause", exact=True).click()
