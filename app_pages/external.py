@@ -8,7 +8,6 @@ teacher can point the whole app at a GPU server before class.
 """
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -130,16 +129,12 @@ def headline(table: pd.DataFrame) -> None:
     cells = {
         "finished": f"{len(done)} of {len(table)}",
         "in flight": str(gen.in_flight),
-        "TTFT p50": _seconds(done["ttft_s"].median() if len(done) else None),
-        "TPOT p50": _seconds(done["tpot_s"].median() if len(done) else None),
-        "ITL p95": _seconds(metrics.percentile(itls, 95) if itls else None),
+        "TTFT p50": widgets.fmt(done["ttft_s"].median() if len(done) else None, "s", 3),
+        "TPOT p50": widgets.fmt(done["tpot_s"].median() if len(done) else None, "s", 3),
+        "ITL p95": widgets.fmt(metrics.percentile(itls, 95) if itls else None, "s", 3),
     }
     for col, (label, value) in zip(st.columns(len(cells)), cells.items()):
         col.metric(label, value)
-
-
-def _seconds(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f} s"
 
 
 @st.fragment(run_every=1.0)

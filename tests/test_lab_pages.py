@@ -9,7 +9,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.config import SchedulerPolicy
-from engine.model import cache_root
 from labs import runs
 from labs.knee import experiment as knee
 from ui.predict import MEASUREMENTS_KEY, PREDICTIONS_KEY
@@ -19,16 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
 
 
-@pytest.fixture
-def lab_env(tmp_path, monkeypatch):
-    """Tiny model, empty results cache. The converted SmolLM2 copy (the tiny model borrows its
-    tokenizer) is linked in from the usual cache so it is not converted again."""
-    real = cache_root()
-    for d in real.glob("SmolLM2-*") if real.is_dir() else []:
-        (tmp_path / d.name).symlink_to(d)
-    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
-    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
-    return tmp_path
+
 
 
 def page(path: str) -> AppTest:

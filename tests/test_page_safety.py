@@ -13,7 +13,6 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from engine.config import ORDERS, STEP_PRIORITIES
-from engine.model import cache_root
 from labs.static_vs_continuous.experiment import WORKLOADS
 from labs.why_batch import experiment as why_batch
 from playground.run import PlaygroundRun
@@ -44,13 +43,7 @@ LINK_KEYS = {
 }
 
 
-@pytest.fixture
-def lab_env(tmp_path, monkeypatch):
-    """Tiny model, empty results cache; the tiny model's borrowed SmolLM2 tokenizer is linked in."""
-    for d in cache_root().glob("SmolLM2-*"):
-        (tmp_path / d.name).symlink_to(d)
-    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
-    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+
 
 
 def page(path: str, query: dict | None = None) -> AppTest:

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.model import cache_root
 from engine.step_model import StepModel
 from labs.knee import experiment as knee
 from labs.slo_goodput import experiment as slo
@@ -83,18 +82,13 @@ def test_the_figures_draw_the_simulated_line_under_the_measured_points():
 
 
 @pytest.fixture
-def lab_env(tmp_path, monkeypatch):
-    """Tiny model, empty results cache, and any attempt to load the model or run the real engine fails."""
-    for d in cache_root().glob("SmolLM2-*"):
-        (tmp_path / d.name).symlink_to(d)
-    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
-    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
-
+def lab_env(lab_env, monkeypatch):
+    """The shared lab set-up (tests/conftest.py), and any attempt to run the real engine fails."""
     def no_real_engine(*args, **kw):
         raise AssertionError("the real engine ran")
     monkeypatch.setattr("engine.results.run_workload", no_real_engine)
     monkeypatch.setattr("ui.session.model", no_real_engine)
-    return tmp_path
+    return lab_env
 
 
 def chart_traces(at: AppTest) -> list[list[str]]:
