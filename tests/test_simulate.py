@@ -78,11 +78,18 @@ def test_same_step_times_give_the_same_steps_as_the_real_engine(smollm2):
     assert [s.members for s in sim.steps] == [s.members for s in real.steps]
     assert [s.preempted for s in sim.steps] == [s.preempted for s in real.steps]
 
-    # The comparison has teeth: with other step times the same scheduler decides otherwise (10 s
-    # steps: every request has arrived by the second step, so the batches fill differently).
-    slow = SimProfile("slow", "10 s a step", SimpleNamespace(step_ms=lambda plan: 10_000.0))
-    other = simulate(CONFIG, policy, slow, [fresh_copy(r) for r in requests])
-    assert [s.members for s in other.steps] != [s.members for s in real.steps]
+    # The comparison has teeth: the same scheduler decides otherwise under other step times. With
+    # 1 ms steps each request finishes before the next arrives (batches of one); with 10 s steps
+    # every request has arrived by the second step. The two differ from each other, so whatever the
+    # real machine's timings were, the real run's batches differ from at least one of them, and the
+    # equality with the replay above is not one that any step times would pass.
+    def members_under(ms):
+        profile = SimProfile(f"{ms} ms", f"{ms} ms a step", SimpleNamespace(step_ms=lambda plan: ms))
+        return [s.members for s in simulate(CONFIG, policy, profile, [fresh_copy(r) for r in requests]).steps]
+
+    fast, slow = members_under(1.0), members_under(10_000.0)
+    assert fast != slow
+    assert any(other != [s.members for s in real.steps] for other in (fast, slow))
 
 
 class Scaled:
