@@ -197,7 +197,9 @@ class LiveRun:
             self._forget_old_marks()
         if rec is not None:
             if single:
-                self._step_requests -= 1
+                # max(): a pause() landing between _loop's check and `single` above makes this a
+                # running step with no request behind it; the count must not go below 0
+                self._step_requests = max(0, self._step_requests - 1)
             elif self.speed:
                 self._pace(rec.t_end_s)
             elif self.pace_s:
