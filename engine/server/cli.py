@@ -13,6 +13,7 @@ import sys
 from ..build import build_engine
 from ..cli.flags import add_knob_flags, add_model_flags, policy_from
 from ..config import EngineConfig, SchedulerPolicy
+from ..threads import in_passing_thread
 
 TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
 KEEP_STEPS = 20_000        # a server runs for days: keep a window of recent steps, not all of them
@@ -37,9 +38,11 @@ def build_app(args, policy: SchedulerPolicy, token: str):
     from .app import create_app
     from .service import EngineService
 
-    model = load_model(args.model, args.device, args.dtype)
+    # Loading and the KV pool's allocation run torch on a thread that ends at once: the engine
+    # thread is then the process's only OpenMP team, and steps at full speed (see engine/threads.py).
+    model = in_passing_thread(load_model, args.model, args.device, args.dtype)
     config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, kv_pool_tokens=args.kv_pool_tokens)
-    engine = build_engine(config, policy, model)
+    engine = in_passing_thread(build_engine, config, policy, model)
     engine.keep_steps = KEEP_STEPS
     name = args.served_model_name or args.model
     service = EngineService(engine, name, args.max_inflight_per_tenant,

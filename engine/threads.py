@@ -1,0 +1,33 @@
+"""Why set-up work that touches torch runs on a thread of its own.
+
+PyTorch on the CPU runs its parallel loops on OpenMP (libgomp). Every thread that starts a
+parallel loop gets its own team of worker threads, kept for as long as that thread lives. Once
+the process holds more OpenMP threads than the machine has cores, libgomp stops letting idle
+workers spin between loops and puts them to sleep, so every loop then pays to wake them again.
+
+A server that loads the model on its main thread and then steps the engine on another holds two
+teams for good: on two cores, the engine's matmuls then ran about a quarter slower than on the
+thread that loaded the model. `in_passing_thread` runs set-up work on a thread that ends at
+once, taking its team with it, so the engine's thread is the only one left with a team.
+"""
+from __future__ import annotations
+
+import threading
+
+
+def in_passing_thread(fn, *args, **kwargs):
+    """fn(*args, **kwargs), run on a short-lived thread; its result, or its exception re-raised."""
+    out: dict = {}
+
+    def work():
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except BaseException as exc:          # re-raised in the caller's thread
+            out["error"] = exc
+
+    t = threading.Thread(target=work, name="batching-lab-set-up")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
