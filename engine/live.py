@@ -140,6 +140,15 @@ class LiveRun:
         return self.engine.executor is None
 
     @property
+    def step_count(self) -> int:
+        """Engine steps so far (read without waiting for the step in progress)."""
+        return self.engine.step_count
+
+    def now(self) -> float:
+        """The engine's clock."""
+        return self.engine.clock.now()
+
+    @property
     def thread_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

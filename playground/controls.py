@@ -68,9 +68,17 @@ def current_setup() -> Setup:
 
 
 def current_engine() -> tuple[str, int]:
-    """The engine chosen (playground.engines.CHOICES) and a simulation's speed."""
+    """The engine chosen (playground.engines.choices()) and a simulation's speed."""
     s = st.session_state
     return s.get(_key("engine"), engines.REAL), s.get(_key("speed"), engines.SPEED_DEFAULT)
+
+
+TOKEN = PREFIX + "instructor_token"     # not a link parameter: a token stays out of addresses
+
+
+def instructor_token() -> str:
+    """The instructor token typed for the shared server, or ""."""
+    return st.session_state.get(TOKEN, "").strip()
 
 
 # The setup as the sidebar last drew it. Streamlit forgets a widget's value after any run that
@@ -196,13 +204,20 @@ def presenter_strip() -> None:
 
 def _engine(run_engine: str | None) -> None:
     """The engine choice and a simulation's speed. `run_engine`: the choice of the run on the page."""
-    st.selectbox("Engine", list(engines.CHOICES), key=_key("engine"), format_func=engines.CHOICES.get,
+    offered = engines.choices()
+    st.selectbox("Engine", list(offered), key=_key("engine"), format_func=offered.get,
                  help="The real SmolLM2 engine on this machine, or a simulation: the same scheduler, "
                       "its step times predicted by a model (this machine's calibrated step model, "
-                      "or a roofline model of an H100 serving Llama-3.1-8B), faster than real time.")
+                      "or a roofline model of an H100 serving Llama-3.1-8B), faster than real time. "
+                      "When the app is attached to a Batching Lab server, also that shared engine.")
     choice, speed = current_engine()
+    if choice == engines.SERVER:
+        st.text_input("Instructor token", key=TOKEN, type="password",
+                      help="Changing the shared engine's policy needs the token its server printed "
+                           "at start. Without it you send your own traffic and watch; the SLO targets "
+                           "are yours either way. It applies from the next run.")
     st.slider("Simulation speed", min_value=engines.SPEED_MIN, max_value=engines.SPEED_MAX, step=1,
-              key=_key("speed"), format="%dx", disabled=choice == engines.REAL,
+              key=_key("speed"), format="%dx", disabled=choice in (engines.REAL, engines.SERVER),
               help="Simulated seconds per second; changes apply at once. At 60x an hour of "
                    "queueing passes in a minute. The real engine runs in real time.")
     if run_engine is not None and run_engine != choice:

@@ -1,4 +1,5 @@
-"""Which engine a Playground run uses: the real model on this machine, or a simulation of one.
+"""Which engine a Playground run uses: the real model on this machine, a simulation of one, or
+(when the app is attached to one: BATCHING_LAB_ENGINE_URL) a shared Batching Lab server.
 
 A simulated engine is the same Engine and Scheduler on the cost model and a virtual clock
 (engine/live.py), its step times predicted by a step model: this machine's calibrated profile
@@ -7,7 +8,10 @@ A simulated engine is the same Engine and Scheduler on the cost model and a virt
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.roofline import roofline_profile
+from remote import engines as remote_engines
 
 from playground.capacity import machine_step_model
 
@@ -17,20 +21,46 @@ CHOICES = {                      # id (in the page's address) -> what the page c
     "sim_machine": "simulated: this machine (calibrated)",
     "sim_h100": "simulated: H100 + Llama-3.1-8B",
 }
+SERVER = "server"                # the shared server the app is attached to (not in CHOICES: see choices())
 H100_PROFILE = "h100-sxm:llama-3.1-8b"
 SPEED_MIN, SPEED_MAX, SPEED_DEFAULT = 1, 60, 10     # virtual seconds per wall second
 
 
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """A place on a shared server: its address, the tenant this session's requests carry, and
+    the instructor token ("" for a learner: policy changes are then refused)."""
+    url: str
+    tenant: str
+    token: str = ""
+
+
+def server_url() -> str:
+    """The Batching Lab server the app is attached to (remote.engines.from_env), or ""."""
+    try:
+        attached = remote_engines.from_env()
+    except ValueError:
+        return ""                    # the Classroom and Any engine pages say what is wrong
+    return attached.url if attached.kind == "server" else ""
+
+
+def choices() -> dict[str, str]:
+    """CHOICES, plus the shared server when the app is attached to one."""
+    url = server_url()
+    return CHOICES | ({SERVER: f"shared: the Batching Lab server at {url}"} if url else {})
+
+
 def step_times(choice: str, model):
     """What predicts a simulated engine's step times (anything with step_ms(plan) and a `label`);
-    None for the real engine. `model`: the loaded model, whose machine profile is used."""
-    if choice == REAL:
+    None for a real engine (this machine's, or the shared server's). `model`: the loaded model,
+    whose machine profile is used."""
+    if choice in (REAL, SERVER):
         return None
     if choice == "sim_machine":
         return machine_step_model(model)
     if choice == "sim_h100":
         return roofline_profile(H100_PROFILE)
-    raise ValueError(f"engine {choice!r} is not one of {', '.join(CHOICES)}")
+    raise ValueError(f"engine {choice!r} is not one of {', '.join(choices())}")
 
 
 def from_query(params: dict) -> tuple[str, int, list[str]]:
@@ -39,10 +69,10 @@ def from_query(params: dict) -> tuple[str, int, list[str]]:
     choice, speed, problems = REAL, SPEED_DEFAULT, []
     raw = params.get("engine", REAL)
     raw = raw[-1] if isinstance(raw, list) and raw else raw
-    if raw in CHOICES:
+    if raw in choices():
         choice = raw
     else:
-        problems.append(f"Link value engine={raw} is not one of {', '.join(CHOICES)}: using {REAL}.")
+        problems.append(f"Link value engine={raw} is not one of {', '.join(choices())}: using {REAL}.")
     raw = params.get("speed", str(SPEED_DEFAULT))
     raw = raw[-1] if isinstance(raw, list) and raw else raw
     if str(raw).isdigit() and SPEED_MIN <= int(raw) <= SPEED_MAX:
@@ -68,3 +98,13 @@ def simulation_note(cost) -> str:
         note += (f" The KV cache is the Playground's (the KV capacity slider), not the "
                  f"{device_tokens:,} tokens this device would hold.")
     return note
+
+
+def server_note(seat: Seat) -> str:
+    """What the page says of a run on the shared server."""
+    who = ("With the instructor token, your policy sliders change the shared engine for everyone."
+           if seat.token else "Your policy sliders are the server's; changing them needs the instructor "
+           "token (Engine, in the sidebar). The SLO targets are yours alone: they score what you see.")
+    return (f"Shared: the Batching Lab server at {seat.url} runs one engine for everyone attached to it. "
+            f"The charts show every request it serves; yours are sent as tenant {seat.tenant}. {who} "
+            "Pause stops your traffic and freezes your view; the engine goes on for the others.")

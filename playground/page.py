@@ -65,7 +65,7 @@ def _start():
 def _new_run():
     """A fresh run; the one it replaces stays as the grey reference (playground.comparison)."""
     comparison.keep_previous(slot.run())
-    return slot.new_run(controls.current_setup(), *controls.current_engine())
+    return slot.new_run(controls.current_setup(), *controls.current_engine(), controls.instructor_token())
 
 
 def _build_and_start():
@@ -119,8 +119,9 @@ cols[1].button("Pause", key="pause", on_click=_reported, args=("Cannot pause", l
 cols[2].button("Resume", key="resume", on_click=_reported, args=("Cannot resume", lambda: slot.run().resume()),
                width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step", _step), width="stretch",
-               disabled=state in ("starting", "running"),
-               help="Run exactly one engine step, then pause: watch who joins and leaves.")
+               disabled=state in ("starting", "running") or controls.current_engine()[0] == engines.SERVER,
+               help="Run exactly one engine step, then pause: watch who joins and leaves. (A shared "
+                    "server's engine steps on its own, for everyone.)")
 cols[4].button("Reset", key="reset", on_click=_reported, args=("Cannot reset", _reset), width="stretch",
                disabled=lab is None or starting, help="Stop and forget this run.")
 
@@ -175,7 +176,8 @@ def live_view():
     in_effect = lab.setup if lab else controls.current_setup()
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0)
-        view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else "")
+        view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
+                         engines.server_note(lab.seat) if lab and lab.seat else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
     for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected):

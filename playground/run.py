@@ -22,6 +22,7 @@ from engine.live import THREAD_NAME, LiveRun, Snapshot
 from engine.workload import PromptMaker
 
 from playground import engines
+from remote.shared_run import LOCAL_KNOBS, SharedRun
 from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
 
@@ -47,6 +48,7 @@ class Decision:
     knobs: tuple[str, ...]           # the names of the knobs in `changes`
     held: tuple[str, ...] = ()       # workload changes with nothing left to act on: every request
                                      # of a finite workload has arrived
+    refused: str = ""                # why policy changes made with these were not applied
 
     @property
     def label(self) -> str:
@@ -70,14 +72,18 @@ class Decision:
         if self.held:
             parts.append("Every request has arrived, so " + ", ".join(self.held) + " changes "
                          "nothing yet: raise Requests or turn on Continuous traffic to send more.")
+        if self.refused:
+            parts.append(f"Policy not changed: {self.refused}")
         return " ".join(parts)
 
 
 class PlaygroundRun:
     def __init__(self, setup: Setup, model, is_alive=lambda: True, idle_timeout_s: float = 300,
-                 engine_choice: str = engines.REAL, speed: float = engines.SPEED_DEFAULT):
-        """`engine_choice` (playground.engines.CHOICES): the real model, or a simulation on the cost
-        model at `speed` times real time, drawing the same requests from the model's tokenizer."""
+                 engine_choice: str = engines.REAL, speed: float = engines.SPEED_DEFAULT,
+                 seat: engines.Seat | None = None):
+        """`engine_choice` (playground.engines.choices()): the real model, a simulation on the cost
+        model at `speed` times real time, drawing the same requests from the model's tokenizer,
+        or the shared server at `seat` (remote.shared_run), sent the same requests over HTTP."""
         if model is None:
             raise ValueError("the Playground runs the real model, or simulates one with its "
                              "tokenizer: pass a loaded model")
@@ -88,12 +94,20 @@ class PlaygroundRun:
         config = EngineConfig(model=model.name, kv_pool_tokens=KV_POOL_TOKENS,
                               max_model_len=min(2048, model.max_model_len), seed=setup.seed)
         self.max_model_len = config.max_model_len
-        if self.simulated:
-            engine = dict(cost=self.cost, prompts=PromptMaker(model.tokenizer), speed=speed)
+        self.seat = seat if engine_choice == engines.SERVER else None
+        if self.seat is not None:
+            if not seat.url:
+                raise ValueError("the shared server needs the app attached to one (BATCHING_LAB_ENGINE_URL)")
+            self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token)
+            setup = self._with_server_policy(setup, self.live.control.policy())
         else:
-            engine = dict(model=model)
-        self.live = LiveRun(setup.policy(), setup.workload(), config=config, is_alive=is_alive,
-                            idle_timeout_s=idle_timeout_s, **engine)
+            if self.simulated:
+                engine = dict(cost=self.cost, prompts=PromptMaker(model.tokenizer), speed=speed)
+            else:
+                engine = dict(model=model)
+            self.live = LiveRun(setup.policy(), setup.workload(), config=config, is_alive=is_alive,
+                                idle_timeout_s=idle_timeout_s, **engine)
+        self.setup = setup
         self.decisions: list[Decision] = []  # those whose step is still in the run's window
         self.proposed: Setup | None = None   # a setup waiting for the sliders to rest
         self.proposed_at = 0.0
@@ -151,7 +165,7 @@ class PlaygroundRun:
     @property
     def steps_taken(self) -> int:
         """Engine steps so far (read without waiting for the step in progress)."""
-        return self.live.engine.step_count
+        return self.live.step_count
 
     @property
     def arrived(self) -> int:
@@ -196,23 +210,33 @@ class PlaygroundRun:
         except ValueError:
             self._refused = setup
             raise
-        old, self.setup = self.setup, setup
-        before, after = old.to_dict(), setup.to_dict()
+        before, after = self.setup.to_dict(), setup.to_dict()
         names = [name for name in KNOBS if before[name] != after[name]]
         moved = dict(zip(names, changes(before, after, names)))     # name -> 'max_num_seqs 8→2'
         if not moved:
+            self.setup = setup
             return None
         workload = [name for name in moved if name in WORKLOAD_KNOBS]
+        refused = ""
         if len(workload) < len(moved):
-            self.live.set_policy(policy)
+            try:
+                self.live.set_policy(policy)     # a shared server may refuse (no instructor token)
+            except ValueError as exc:
+                if not workload:
+                    self._refused = setup
+                    raise
+                # the workload part still applies; the policy stays as it was
+                refused = str(exc)
+                setup = setup.changed(**{n: getattr(self.setup, n) for n in moved if n not in WORKLOAD_KNOBS})
+                moved = {n: moved[n] for n in workload}
+        self.setup = setup
         if workload:
             self.live.set_workload(spec)
         held = workload if self.live.feed.exhausted else []
         in_effect = [name for name in moved if name not in held]
-        engine = self.live.engine
-        decision = Decision(engine.step_count, engine.clock.now(),
+        decision = Decision(self.live.step_count, self.live.now(),
                             tuple(("workload: " if n in WORKLOAD_KNOBS else "") + moved[n] for n in in_effect),
-                            tuple(in_effect), tuple(moved[n] for n in held))
+                            tuple(in_effect), tuple(moved[n] for n in held), refused)
         if decision.changes:
             self.decisions.append(decision)
         return decision
@@ -228,11 +252,18 @@ class PlaygroundRun:
     def read(self) -> tuple[Snapshot, Tables]:
         """A snapshot and its tables; the marks are this run's decisions (DECISION_COLUMNS)."""
         snap = self.live.snapshot(summary=False)    # the page's headline comes from the tables
+        if self.seat is not None:                    # someone else may have changed the server's policy
+            self.setup = self._with_server_policy(self.setup, snap.policy.to_dict())
         if snap.steps:                               # decisions leave with the steps they marked
             first = snap.steps[0].step
             self.decisions = [d for d in self.decisions if d.step >= first]
         tables = self._tables.update(replace(snap, marks=()))
         return snap, replace(tables, marks=self.marks())
+
+    @staticmethod
+    def _with_server_policy(setup: Setup, policy: dict) -> Setup:
+        """`setup` with the shared server's policy knobs (the SLO targets stay the page's own)."""
+        return setup.changed(**{k: v for k, v in policy.items() if k in KNOBS and k not in LOCAL_KNOBS})
 
     def marks(self) -> pd.DataFrame:
         rows = [(d.step, d.t_s, d.label, d.detail, d.knobs) for d in self.decisions]

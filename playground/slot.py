@@ -14,6 +14,7 @@ over after a reload included; the CPU they share would not run more at a watchab
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from functools import partial
 
@@ -70,18 +71,22 @@ def token() -> str | None:
 
 
 def new_run(setup: Setup, engine_choice: str = engines.REAL,
-            speed: float = engines.SPEED_DEFAULT) -> PlaygroundRun:
+            speed: float = engines.SPEED_DEFAULT, token: str = "") -> PlaygroundRun:
     """A fresh run for this session (closing any previous one), on the engine chosen
     (playground.engines). Refused, with a ValueError the page shows, when the server already
     holds its most runs."""
     reset_run()
     active, most = engine_threads(), max_engines()
-    if active >= most:
+    if active >= most and engine_choice != engines.SERVER:    # a shared server's run holds no engine here
         raise ValueError(f"{active} runs are active on this server (at most {most}, set by "
                          f"{MAX_ENGINES_ENV}); stop one or wait.")
     key = RUNS.new_token()
+    # On the shared server this session's requests carry a tenant of their own; `token`: the
+    # instructor token typed in the sidebar
+    seat = engines.Seat(engines.server_url(), f"playground-{secrets.token_hex(3)}", token)
     lab = PlaygroundRun(setup, session.model(), is_alive=partial(RUNS.keeps, key),
-                        idle_timeout_s=HEARTBEAT_TIMEOUT_S, engine_choice=engine_choice, speed=speed)
+                        idle_timeout_s=HEARTBEAT_TIMEOUT_S, engine_choice=engine_choice, speed=speed,
+                        seat=seat)
     RUNS.add(key, lab, session.session_connected())
     st.session_state[RUN_KEY], st.session_state[TOKEN_KEY] = lab, key
     return lab

@@ -86,6 +86,7 @@ class LoadGenerator:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._feed_task = None
+        self._fed: set = set()           # requests the feed sent that are still streaming
 
     # ----- sending (returns at once) -----
 
@@ -99,15 +100,22 @@ class LoadGenerator:
         time (seconds from now), with ignore_eos so the output lengths are the workload's."""
         return self._submit(self._at_their_times(requests))
 
-    def run_feed(self, feed: ArrivalFeed) -> None:
-        """Send an ArrivalFeed's requests as they fall due, until it runs out or stop()."""
+    def run_feed(self, feed: ArrivalFeed, already_s: float = 0.0) -> None:
+        """Send an ArrivalFeed's requests as they fall due, until it runs out or stop().
+        `already_s`: how far into the feed's time sending starts (a resume goes on from there)."""
         self.stop()
-        self._feed_task = self._submit(self._follow(feed))
+        self._feed_task = self._submit(self._follow(feed, already_s))
 
     def stop(self) -> None:
+        """Stop sending the feed's requests (those in flight go on)."""
         if self._feed_task is not None:
             self._feed_task.cancel()
             self._feed_task = None
+
+    def cancel_in_flight(self) -> None:
+        """Hang up on the feed's requests still streaming: the server aborts them and frees their KV."""
+        shared_loop().call_soon_threadsafe(lambda: [t.cancel() for t in list(self._fed)])
+        self._fed: set = set()           # requests the feed sent that are still streaming
 
     # ----- reading -----
 
@@ -141,15 +149,14 @@ class LoadGenerator:
                 {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}, chat=False, ignore_eos=r.ignore_eos)))
         return list(await asyncio.gather(*tasks))
 
-    async def _follow(self, feed: ArrivalFeed) -> None:
-        start = now_s()
-        tasks = set()
+    async def _follow(self, feed: ArrivalFeed, already_s: float = 0.0) -> None:
+        start = now_s() - already_s
         while not feed.exhausted:
             for r in feed.due(now_s() - start):
                 body = {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}
                 task = asyncio.ensure_future(self._one(body, chat=False, ignore_eos=r.ignore_eos))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                self._fed.add(task)
+                task.add_done_callback(self._fed.discard)
             await asyncio.sleep(max(0.001, min(0.5, start + feed.next_s - now_s())))
 
     async def _one(self, body: dict, chat: bool, ignore_eos: bool | None) -> ClientRecord:

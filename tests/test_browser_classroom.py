@@ -121,3 +121,32 @@ def test_two_students_and_an_instructor_share_one_engine(classroom):
             wait_until(lambda: "max_num_seqs 16→4" in marks(page), what="the change marker on every chart")
         amy.screenshot(path=str(OUT / "classroom.png"))
         browser.close()
+
+
+def test_the_playground_attached_to_the_server_draws_the_shared_engine(classroom):
+    """The Playground's engine choice "shared": Start sends this page's traffic to the server over
+    HTTP, and the page draws the shared engine's steps, which hold this page's requests."""
+    from playwright.sync_api import sync_playwright
+    from test_browser import chart_steps, open_playground, status
+    engine_url, url = classroom
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 720})
+        page = open_playground(context, url.removesuffix("/classroom"), engine="server", continuous="1",
+                               rate="2", output_lo="20", output_hi="40")
+        assert page.get_by_role("button", name="Step once").is_disabled()   # nobody here owns its steps
+        page.get_by_role("button", name="Start", exact=True).click()
+        wait_until(lambda: chart_steps(page) >= 5, what="the shared engine's steps on the chart")
+        assert page.get_by_text("runs one engine for everyone attached to it").count() == 1
+        seen = []
+        for _ in range(20):                                  # 20 samples over 10 s: it keeps moving
+            seen.append((status(page)["steps"], chart_steps(page)))
+            page.wait_for_timeout(500)
+        assert all(drawn > 0 for _, drawn in seen), seen
+        assert seen[-1][0] > seen[0][0], seen
+        with urllib.request.urlopen(engine_url + "/lab/requests?limit=500") as r:
+            tenants = {row["tenant"] for row in json.load(r)["requests"]}
+        assert any(t.startswith("playground-") for t in tenants), tenants
+        page.screenshot(path=str(OUT / "playground-shared.png"))
+        page.get_by_role("button", name="Reset", exact=True).click()
+        browser.close()

@@ -8,7 +8,8 @@ the same policy and 64 concurrent streaming clients send the same prompt token i
 holds its connections, and opening 64 at once is the client's cost, ~0.2 s of Python here).
 
 Reported:
-- output tokens/s of each, and their ratio pair by pair (goal >= 90%);
+- output tokens/s of each, and their ratio pair by pair (goal >= 90%); both run with `engine
+  serve`'s process setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is what HTTP costs alone;
 - the TTFT the server adds (the client's TTFT minus the TTFT its engine recorded, per request):
   for a lone request on an idle server (goal < 10 ms), and under the 64-stream burst, where
   taking in 64 requests at once shares this machine's cores with the engine and the client.
@@ -17,10 +18,12 @@ Reported:
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as `engine serve` sets it: the same engine both ways
 import argparse
 import asyncio
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -59,7 +62,7 @@ def free_port() -> int:
 
 
 def start_server(args, kv_tokens: int, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "engine.server.cli", "--model", args.model, "--device", args.device,
+    cmd = [sys.executable, "-m", "engine", "serve", "--model", args.model, "--device", args.device,
            "--dtype", args.dtype, "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
            "--max-num-batched-tokens", str(args.max_num_batched_tokens),
            "--kv-capacity-tokens", str(kv_tokens), "--kv-pool-tokens", str(kv_tokens),

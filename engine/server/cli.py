@@ -60,7 +60,8 @@ def serve_command(args) -> int:
     if not os.environ.get(TOKEN_ENV):
         print(f"instructor token: {token}  (or set {TOKEN_ENV})", file=sys.stderr)
     print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # A stop (Ctrl-C) waits at most 5 s for open streams: an endless client must not hold it up
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
     return 0
 
 

@@ -1,0 +1,171 @@
+"""The Playground on a shared Batching Lab server: a LiveRun's interface, over HTTP.
+
+A Playground run normally owns an engine (engine/live.py). Attached to a server, it owns
+none: the server's one engine serves everyone, and this run
+- sends this session's workload as real streaming HTTP requests, under its own tenant
+  (remote.load: the load generator);
+- reads the shared engine's steps, members and request rows from /lab/steps and /lab/requests
+  (the same shapes a LiveRun's snapshot holds, so every Playground chart draws it unchanged);
+- asks /lab/policy for policy changes, which need the instructor token; without it the server
+  says no (401), and the page shows why.
+
+Pause stops sending and freezes the view (the shared engine goes on for everyone else); Step
+once cannot be offered, since nobody here owns the engine's steps. The SLO targets stay this
+page's own: they only score what it shows. No Streamlit here.
+"""
+from __future__ import annotations
+
+import time
+
+import httpx2 as httpx
+
+from engine.arrivals import ArrivalFeed
+from engine.config import SchedulerPolicy
+from engine.live import Snapshot
+from engine.workload import PromptMaker, WorkloadSpec
+from remote.lab_control import LabControl, LabRefused
+from remote.lab_stream import KEEP_STEPS, REQUEST_ROWS, step_record
+from remote.load import LoadGenerator, now_s, served_model
+
+LOCAL_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the page's own targets, never sent to the server
+
+
+class SharedRun:
+    def __init__(self, url: str, spec: WorkloadSpec, prompts: PromptMaker | None, tenant: str,
+                 token: str = "", keep_steps: int = KEEP_STEPS, timeout_s: float = 10.0):
+        """`url`: the server's base address (no /v1). `tenant`: the name this session's requests
+        carry. `token`: the instructor token, or "" (policy changes are then refused)."""
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout_s)
+        self.control = LabControl(self.url, token, timeout_s)
+        self.generator = LoadGenerator(self.url + "/v1", served_model(self.url + "/v1", timeout_s), tenant)
+        self.feed = ArrivalFeed(spec, prompts)
+        self.keep_steps = keep_steps
+        self.state = "idle"
+        self.message = ""
+        self._steps: list = []
+        self._run: int | None = None            # the server's reset count
+        self._next: int | None = None           # the next step to ask for
+        self._seen_at = (0.0, 0.0)              # (server time of the latest step, local time then)
+        self._sent_s = 0.0                      # feed time covered before the latest pause
+        self._started_at: float | None = None   # local time the feed (re)started
+        self._frozen: Snapshot | None = None
+        self._closed = False
+
+    # ----- controls (LiveRun's)
+
+    def start(self) -> None:
+        self._started_at = now_s()
+        self.generator.run_feed(self.feed, already_s=self._sent_s)
+        self.state, self._frozen = "running", None
+
+    def pause(self) -> None:
+        if self.state == "running":
+            self._stop_sending()
+            self._frozen = self.snapshot()       # the view stays where it was
+            self.state = "paused"
+
+    def resume(self) -> None:
+        if self.state == "paused":
+            self.start()
+
+    def step_once(self) -> None:
+        raise ValueError("this run is attached to a shared server, whose engine steps on its own for "
+                         "everyone: Step once works on an engine of your own (Engine: real, or simulated)")
+
+    def stop(self) -> None:
+        self._stop_sending()
+        if self.state not in ("finished", "error"):
+            self.state = "stopped"
+
+    def close(self) -> None:
+        """Stop, and hang up on this run's requests still streaming (the server frees their KV)."""
+        self.stop()
+        self.generator.cancel_in_flight()
+        self.http.close()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    thread_alive = False
+
+    def heartbeat(self) -> None:
+        pass
+
+    def set_speed(self, speed: float) -> None:
+        pass                                     # a real engine runs in real time
+
+    def set_policy(self, policy: SchedulerPolicy) -> None:
+        """Send the knobs that differ from the server's policy (the instructor token's work);
+        a refusal is a ValueError carrying the server's words."""
+        try:
+            now = self.control.policy()
+            changes = {k: v for k, v in policy.to_dict().items() if k not in LOCAL_KNOBS and now.get(k) != v}
+            if changes:
+                self.control.set_policy(**changes)
+        except LabRefused as exc:
+            raise ValueError(f"the server refused the policy change ({exc.status}): {exc.message}") from None
+
+    def set_workload(self, spec: WorkloadSpec) -> None:
+        self.feed.set_spec(spec, self._feed_now())
+
+    @property
+    def step_count(self) -> int:
+        """Steps the shared engine has taken (asked of the server until it has taken one)."""
+        if not self._next:
+            self._poll()
+        return self._next
+
+    def now(self) -> float:
+        """The server's clock, as far as this side can tell: its latest step's end, plus the
+        time since that step was read."""
+        server_t, local_t = self._seen_at
+        return server_t + (now_s() - local_t)
+
+    # ----- reading
+
+    def snapshot(self, summary: bool = False) -> Snapshot:
+        """The shared engine's recent window; while paused, the one frozen at the pause."""
+        if self._frozen is not None and self.state == "paused":
+            return self._frozen
+        self._poll()
+        if self.state == "running" and self.feed.exhausted and self.generator.in_flight == 0:
+            self.state = "finished"
+        rows = self._get("/lab/requests", {"limit": REQUEST_ROWS})["requests"]
+        policy = SchedulerPolicy(**self.control.policy())
+        return Snapshot(self.state, self.now(), tuple(self._steps), tuple(rows), (), policy,
+                        self.feed.spec, {}, self.feed.count, self.message)
+
+    def _poll(self) -> None:
+        if self._next is None:                   # joining: the recent window, not the whole history
+            self._next = max(0, self._get("/lab/steps", {"stream": "false"})["next"] - self.keep_steps)
+        got = self._get("/lab/steps", {"stream": "false", "since": self._next})
+        if self._run is not None and got["run"] != self._run:       # the server was reset
+            self._steps = []
+            got = self._get("/lab/steps", {"stream": "false", "since": 0})
+        self._run = got["run"]
+        self._steps = (self._steps + [step_record(d) for d in got["steps"]])[-self.keep_steps:]
+        self._next = got["next"]
+        if self._steps:
+            self._seen_at = (self._steps[-1].t_end_s, now_s())
+
+    def _get(self, path: str, params: dict) -> dict:
+        try:
+            r = self.http.get(self.url + path, params=params)
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ConnectionError(f"the server at {self.url} did not answer {path}: {exc}") from None
+        return r.json()
+
+    def _feed_now(self) -> float:
+        """The workload's own clock: seconds of sending so far, pauses left out."""
+        if self.state != "running" or self._started_at is None:
+            return self._sent_s
+        return self._sent_s + now_s() - self._started_at
+
+    def _stop_sending(self) -> None:
+        self._sent_s = self._feed_now()
+        self._started_at = None
+        self.generator.stop()

@@ -1,0 +1,109 @@
+"""The Playground attached to a shared Batching Lab server: a PlaygroundRun whose engine is the
+server's. Its own traffic goes over HTTP under its tenant and shows in the shared engine's
+steps; a learner without the instructor token cannot change the policy, but still changes
+their own traffic; the token's holder can; pause freezes the view and stops sending."""
+import time
+
+import httpx2 as httpx
+import pytest
+
+from engine.config import SchedulerPolicy
+from engine.model import load_model
+from playground import engines
+from playground.run import PlaygroundRun
+from playground.setup import Setup
+from test_server import TOKEN, serving
+
+# Endless, light traffic of short requests: the tiny model serves it many times over.
+SETUP = Setup(continuous=True, rate=8.0, prompt_lo=8, prompt_hi=16, output_lo=4, output_hi=8, max_num_seqs=4)
+
+
+@pytest.fixture(scope="module")
+def shared():
+    model = load_model("tiny", "cpu", "fp32")
+    with serving(model, policy=SchedulerPolicy(max_num_seqs=6, kv_capacity_tokens=4096)) as (url, service):
+        yield url, model
+
+
+def wait_until(cond, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+
+
+def test_a_learner_watches_the_shared_engine_and_sends_their_own_traffic(shared):
+    url, model = shared
+    lab = PlaygroundRun(SETUP, model, engine_choice=engines.SERVER, seat=engines.Seat(url, "playground-amy"))
+    try:
+        # The run shows the server's policy, not the sliders': max_num_seqs is the server's 6
+        assert lab.setup.max_num_seqs == 6 and lab.setup.rate == SETUP.rate
+        lab.start()
+        wait_until(lambda: len(lab.read()[0].steps) > 5 and lab.arrived >= 4)
+        wait_until(lambda: (lab.read()[1].requests["tenant"] == "playground-amy").sum() >= 3)
+        snap, tables = lab.read()
+        mine = set(tables.requests.loc[tables.requests["tenant"] == "playground-amy", "id"])
+        served = {m[0] for s in snap.steps for m in s.members}
+        assert mine & served, "this learner's requests are in the shared engine's batches"
+        assert len(tables.steps) > 5 and tables.steps["step"].is_monotonic_increasing
+
+        # No token: a policy change is refused with the server's reason, and nothing changes
+        with pytest.raises(ValueError, match="instructor token"):
+            lab.apply(lab.setup.changed(max_num_seqs=2))
+        assert httpx.get(url + "/lab/policy").json()["max_num_seqs"] == 6
+        # ...but a workload change made together with it still applies to this learner's traffic
+        decision = lab.apply(lab.setup.changed(max_num_seqs=3, rate=4.0))
+        assert decision.changes == ("workload: rate 8.0→4.0",) and "instructor token" in decision.message
+        assert lab.setup.rate == 4.0 and lab.setup.max_num_seqs == 6 and lab.live.feed.spec.rate == 4.0
+
+        # Pause: the view freezes and this learner sends nothing more
+        lab.pause()
+        sent, frozen = lab.arrived, lab.read()[0]
+        time.sleep(1.0)
+        assert lab.arrived == sent and lab.read()[0] is frozen
+        with pytest.raises(ValueError, match="steps on its own"):
+            lab.step_once()
+        lab.resume()
+        wait_until(lambda: lab.arrived > sent)
+    finally:
+        lab.close()
+    assert lab.closed and lab.state == "stopped"
+    # Closing hung up on this run's requests still streaming: the server aborted them, and
+    # nothing of this learner's is left in its engine
+    wait_until(lambda: lab.live.generator.in_flight == 0)
+    rows = httpx.get(url + "/lab/requests?limit=500").json()["requests"]
+    assert not [r for r in rows if r["tenant"] == "playground-amy" and r["status"] in ("waiting", "running")]
+
+
+def test_the_instructor_changes_the_shared_policy_from_the_playground(shared):
+    url, model = shared
+    lab = PlaygroundRun(SETUP, model, engine_choice=engines.SERVER,
+                        seat=engines.Seat(url, "playground-teacher", TOKEN))
+    try:
+        lab.start()
+        decision = lab.apply(lab.setup.changed(max_num_seqs=3, ttft_slo_s=9.0))
+        assert "max_num_seqs 6→3" in decision.changes
+        policy = httpx.get(url + "/lab/policy").json()
+        assert policy["max_num_seqs"] == 3
+        assert policy["ttft_slo_s"] != 9.0, "the SLO targets are the page's own, never sent"
+        # Another page (the Classroom's instructor) changes it: this run follows the server
+        httpx.put(url + "/lab/policy", json={"max_num_seqs": 5}, headers={"Authorization": f"Bearer {TOKEN}"})
+        lab.read()
+        assert lab.setup.max_num_seqs == 5
+    finally:
+        lab.close()
+        httpx.put(url + "/lab/policy", json={"max_num_seqs": 6}, headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def test_the_shared_engine_is_offered_only_when_the_app_is_attached(monkeypatch):
+    monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
+    assert engines.SERVER not in engines.choices()
+    assert engines.from_query({"engine": "server"})[0] == engines.REAL
+    monkeypatch.setenv("BATCHING_LAB_ENGINE_URL", "http://10.0.0.5:8000/v1")
+    assert "10.0.0.5:8000" in engines.choices()[engines.SERVER]
+    assert engines.from_query({"engine": "server"})[0] == engines.SERVER
+    monkeypatch.setenv("BATCHING_LAB_ENGINE_KIND", "openai")      # Any engine's kind: not this choice
+    monkeypatch.setenv("BATCHING_LAB_ENGINE_MODEL", "m")
+    assert engines.SERVER not in engines.choices()
