@@ -111,8 +111,17 @@ def test_knee_sweep_runs_and_marks_the_knee(lab_env):
 def test_static_vs_continuous_runs_both_modes_and_replays(lab_env):
     at = page("labs/static_vs_continuous/page.py").run()
     at.slider(key="svc_slots").set_value(4).run()
-    commit(at).button(key="svc__run").click().run()
+    commit(at)
+    # the simulator's answer at once: its numbers and its replay, before anything real is run
+    assert "The simulator's answer" in texts(at) and "Simulated" in texts(at)
+    assert any(m.label.startswith("Wasted slot-steps") for m in at.metric)
+    assert list(at.dataframe[0].value.columns) == ["", "static (simulated)", "continuous (simulated)"]
+    assert not list(lab_env.glob("results/run-*.json"))
+    at.button(key="svc__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
+    assert "The simulator's answer" not in texts(at)
+    assert list(at.dataframe[0].value.columns) == ["", "static", "continuous", "static (simulated)",
+                                                   "continuous (simulated)"], "real beside simulated"
     assert any(m.label.startswith("Wasted slot-steps") for m in at.metric)
     step = at.slider(key="svc_step")
     assert step.value == step.max > 0

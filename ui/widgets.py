@@ -237,17 +237,21 @@ class _progress_bar:
         return False
 
 
-def simulated_caption(step_model, profiled: bool, button: str, measured: bool) -> None:
-    """What a lab's simulated chart is: the simulator on this machine's step model (named by its
+def simulated_caption(step_model, profiled: bool, button: str, measured: bool,
+                      shown: str = "the dotted lines are the simulation",
+                      overlaid: str = "The markers are the real engine's measurement, drawn on top.",
+                      overlay: str = "overlay the real points") -> None:
+    """What a lab's simulated answer is: the simulator on this machine's step model (named by its
     label: a quick estimate, a calibration, or the hand-set guess when none was measured), and
-    that the run button measures the real engine and overlays it."""
+    that the run button measures the real engine and overlays it. `shown`, `overlaid`, `overlay`:
+    where this page shows the simulation, and the real measurement once there is one."""
     source = (f"this machine's step model ({plain(step_model.label)})" if profiled else
               f"a guessed step model, since this machine has none yet ({plain(step_model.label)}; the "
               "Playground makes a quick estimate on its first visit)")
-    then = ("The markers are the real engine's measurement, drawn on top." if measured else
-            f"**Run it on the real engine**: press **{button}** to measure it and overlay the real points.")
+    then = (overlaid if measured else
+            f"**Run it on the real engine**: press **{button}** to measure it and {overlay}.")
     st.caption(f":material/science: **Simulated**: the same scheduler on a virtual clock, each step's time "
-               f"from {source}. It answers at once; the dotted lines are the simulation. {then}")
+               f"from {source}. It answers at once; {shown}. {then}")
 
 
 def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True):

@@ -14,7 +14,7 @@ from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, single_run
+from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 MODES = ("static", "continuous")
 WORKLOADS = {   # key: (name shown, workload)
@@ -43,6 +43,13 @@ def both_modes(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0, p
     runs = run_each(MODES, lambda mode, p: single_run(model, mode_policy(mode, max_num_seqs), spec, p, label=mode,
                                                       refresh=refresh, peek=peek), progress)
     return None if runs is None else {mode: (res, hit) for mode, res, hit in runs}
+
+
+def simulated_modes(step_model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -> dict:
+    """both_modes on the simulator (labs.runs.simulated_run): {mode: (RunResult, False)}, in milliseconds."""
+    spec = workload_spec(workload, seed)
+    return {mode: (simulated_run(step_model, mode_policy(mode, max_num_seqs), spec, label=mode), False)
+            for mode in MODES}
 
 
 def estimate_s(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -> tuple[float, bool]:

@@ -1,4 +1,5 @@
-"""Lab: static vs continuous batching. The same seeded workload through both modes, replayed side by side."""
+"""Lab: static vs continuous batching. The same seeded workload through both modes, replayed side by side:
+the simulator's answer at once, then the real engine's, with the simulated numbers beside it."""
 import pandas as pd
 import streamlit as st
 
@@ -6,14 +7,22 @@ from analysis import membership
 from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
 
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_modes(step_model, workload: str, slots: int, seed: int):
+    """Both modes on the simulator for these settings (read-only)."""
+    return lab.simulated_modes(step_model, workload, slots, seed)
+
+
 st.title("Static vs continuous batching")
 st.caption("Static batching admits a batch and runs it until its last member finishes. Continuous "
-           "batching decides who runs at every step. Same requests, same seed, both modes, on the real engine.")
+           "batching decides who runs at every step. Same requests, same seed, both modes: the simulator "
+           "answers at once, the real engine when you run it.")
 
 with st.sidebar:
     widgets.choice(st.radio, "Workload", list(lab.WORKLOADS), "short_long", key="svc_workload",
@@ -36,22 +45,37 @@ question = predict.Question("static_vs_continuous", "The same requests go throug
                             "finishes all of them first?", choices=lab.FINISH_CHOICES,
                             help=f"\"{lab.SAME}\": the two finish within {lab.SAME_WITHIN:.0%} of each other.")
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
+sim = simulated_modes(step_model, *settings)
+sim_summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in sim.items()}
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
                                 "Run both modes",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running static, then continuous…")
+                                "Running static, then continuous…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run both modes", got is not None,
+                          shown="the table's simulated columns (and, until you run it, the whole page) are the simulation",
+                          overlaid="Everything else on the page is the real engine's measurement.",
+                          overlay="set the real numbers beside the simulated ones")
+measured = got is not None
+shown = got if measured else sim          # until the real engine has run, the page shows the simulation
 
-tables = {mode: frames(res) for mode, (res, _) in got.items()}
-summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in got.items()}
+tables = {mode: frames(res) for mode, (res, _) in shown.items()}
+summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in shown.items()}
 s, c = summ["static"], summ["continuous"]
-predict.record("static_vs_continuous", ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
-               ttft_p95_continuous=f"{c['ttft_p95_s']:.2f} s")
-
-predict.reveal(question, guess, lab.first_to_finish({"static": s["duration_s"], "continuous": c["duration_s"]}),
-               f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s. Static keeps a batch "
-               f"together until its longest member is done: {s['wasted_slot_steps']} slot-steps ran empty, "
-               f"{s['idle_while_waiting']} of them while requests waited. Continuous refills a slot at the next "
-               f"step ({c['wasted_slot_steps']} empty, {c['idle_while_waiting']} while requests waited).")
+first = lab.first_to_finish({"static": s["duration_s"], "continuous": c["duration_s"]})
+because = (f"Static keeps a batch together until its longest member is done: {s['wasted_slot_steps']} slot-steps "
+           f"ran empty, {s['idle_while_waiting']} of them while requests waited. Continuous refills a slot at the "
+           f"next step ({c['wasted_slot_steps']} empty, {c['idle_while_waiting']} while requests waited).")
+if measured:
+    predict.record("static_vs_continuous", ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
+                   ttft_p95_continuous=f"{c['ttft_p95_s']:.2f} s")
+    predict.reveal(question, guess, first,
+                   f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s. " + because)
+else:
+    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated, **{first}** "
+                f"{'finish at about the same time' if first == lab.SAME else 'finishes first'}: static in "
+                f"{s['duration_s']:.2f} s, continuous in {c['duration_s']:.2f} s. {because} Everything below is "
+                "the simulation; run it on the real engine to see whether this machine agrees.")
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
@@ -68,9 +92,12 @@ cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"]
                     "steps with more requests, so it can finish later even when everyone else is faster.")
 
 # ----- synchronized replay
-st.subheader("Replay, step by step")
+st.subheader("Replay, step by step" + ("" if measured else " (simulated)"))
 n_steps = max(len(tables["static"][1]), len(tables["continuous"][1]))
 last = max(0, n_steps - 1)
+if st.session_state.get("svc_replaying") != (measured, settings):    # other runs: start at their end
+    st.session_state.svc_replaying = (measured, settings)
+    st.session_state.svc_step, st.session_state.svc_playing = last, False
 if st.session_state.get("svc_step", 0) > last:
     st.session_state.svc_step = last
 st.session_state.setdefault("svc_step", last)
@@ -127,10 +154,14 @@ rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "dura
         ("p95 TPOT (ms)", "tpot_p95_ms", 1), ("wasted slot-steps", "wasted_slot_steps", 0),
         ("… of them while requests waited", "idle_while_waiting", 0),
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
-widgets.table(pd.DataFrame({"": [r[0] for r in rows],
-                            "static": [round(s[k], d) for _, k, d in rows],
-                            "continuous": [round(c[k], d) for _, k, d in rows]}), csv="static_vs_continuous")
-st.markdown(f"Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
+side = {"": [r[0] for r in rows]}
+if measured:          # the real numbers, and the simulator's beside them
+    side |= {"static": [round(s[k], d) for _, k, d in rows], "continuous": [round(c[k], d) for _, k, d in rows]}
+ss, sc = sim_summ["static"], sim_summ["continuous"]
+side |= {"static (simulated)": [round(ss[k], d) for _, k, d in rows],
+         "continuous (simulated)": [round(sc[k], d) for _, k, d in rows]}
+widgets.table(pd.DataFrame(side), csv="static_vs_continuous")
+st.markdown(f"{'' if measured else 'Simulated: '}Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
             f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
             f"static's **{s['wasted_slot_steps']}**; slots left empty while requests waited: "
             f"**{c['idle_while_waiting']}** against **{s['idle_while_waiting']}**.")
