@@ -3,6 +3,7 @@
 Runs use BATCHING_LAB_MODEL=tiny and a fresh BATCHING_LAB_CACHE, so nothing here reads or
 writes the machine's real cached results.
 """
+import json
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,15 @@ def test_dynamic_batching_sweeps_max_wait(lab_env):
     at = page("labs/dynamic_batching/page.py").run()
     at.multiselect(key="db_waits").set_value([0, 1000]).run()
     at.slider(key="db_repeats").set_value(1).run()
-    commit(at).button(key="dynamic_batching__run").click().run()
+    commit(at)
+    # the simulator's answer at once: its outcome and its dotted lines, before anything real is run
+    assert "The simulator's answer" in texts(at) and not list(lab_env.glob("results/run-*.json"))
+    names = [t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert names and all("simulated" in n for n in names), names
+    at.button(key="dynamic_batching__run").click().run()
+    assert "The simulator's answer" not in texts(at)
+    names = [t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert any("simulated" in n for n in names) and any("simulated" not in n for n in names), names
     assert not at.exception, [e.message for e in at.exception]
     assert at.session_state[PREDICTIONS_KEY]["dynamic_batching"]["measured"] in (
         "TTFT up, throughput up", "TTFT up, throughput down", "TTFT down, throughput up", "both about the same")

@@ -16,7 +16,7 @@ from engine.workload import WorkloadSpec
 from labs import timing
 from labs.repeats import REPEATS, error_bars, spread
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, single_run
+from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 WAITS_MS = [0, 250, 1000, 2000]
 SLOTS = 8
@@ -45,6 +45,12 @@ def wait_runs(model, waits=WAITS_MS, slots: int = SLOTS, repeats: int = REPEATS,
                                              label=f"max_wait_ms={ws[0]:g}, seed {ws[1]}", refresh=refresh,
                                              peek=peek),
                     progress, describe=lambda ws: f"max_wait_ms={ws[0]:g} (run {ws[1] + 1} of {repeats})")
+
+
+def simulated_wait_runs(step_model, waits=WAITS_MS, slots: int = SLOTS, repeats: int = REPEATS):
+    """wait_runs on the simulator (labs.runs.simulated_run): the same runs, in milliseconds."""
+    return [(ws, simulated_run(step_model, wait_policy(ws[0], slots), replace(SPEC, seed=ws[1])), False)
+            for ws in settings(waits, repeats)]
 
 
 def estimate_s(model, waits=WAITS_MS, slots: int = SLOTS, repeats: int = REPEATS) -> tuple[float, bool]:
@@ -87,26 +93,40 @@ def outcome(table: pd.DataFrame) -> str:
     return OUTCOMES[2]
 
 
-def ttft_and_throughput(table: pd.DataFrame) -> go.Figure:
-    """p50 TTFT (left axis) and tokens per second of engine work (right axis) against max_wait_ms."""
+def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
+                        sim_name: str = "simulated") -> go.Figure:
+    """p50 TTFT (left axis) and tokens per second of engine work (right axis) against max_wait_ms;
+    `sim`, a wait_table from the simulator, as dotted lines beside (or, alone, instead of) the real one."""
     texts = ("Waiting to fill a batch: TTFT against throughput",
              "Each point is the mean of its runs (bars: lowest to highest run). Waiting longer fills batches "
              "(throughput per second of work rises) and delays every first token. Good: the shortest wait "
              "that gives the throughput you need.",
              "max_wait_ms (how long the oldest request may wait for the batch to fill)", "p50 TTFT (s)")
-    if is_empty(table):
+    if is_empty(table) and is_empty(sim):
         return empty_figure(*texts)
-    x = table["max_wait_ms"]
-    traces = [
-        go.Scatter(name="● p50 TTFT (s)", x=x, y=table["ttft_p50_s"], mode="lines+markers",
-                   marker=dict(symbol="circle", size=9), line=dict(color=COLORS["p95"], width=2.5),
-                   error_y=error_bars(table, "ttft_p50_s"),
-                   hovertemplate="wait %{x:g} ms: p50 TTFT %{y:.2f} s<extra></extra>"),
-        go.Scatter(name="■ tokens per second of engine work", x=x, y=table["busy_tok_s"], mode="lines+markers",
-                   yaxis="y2", marker=dict(symbol="square", size=9), line=dict(color=COLORS["tokens"], width=2.5),
-                   error_y=error_bars(table, "busy_tok_s"),
-                   hovertemplate="wait %{x:g} ms: %{y:.0f} tok/s while busy<extra></extra>"),
-    ]
+    traces = []
+    if not is_empty(sim):
+        traces += [
+            go.Scatter(name=f"p50 TTFT, {sim_name}", x=sim["max_wait_ms"], y=sim["ttft_p50_s"], mode="lines",
+                       line=dict(color=COLORS["p95"], width=2, dash="dot"),
+                       hovertemplate="wait %{x:g} ms: simulated p50 TTFT %{y:.2f} s<extra></extra>"),
+            go.Scatter(name=f"tokens per second of engine work, {sim_name}", x=sim["max_wait_ms"],
+                       y=sim["busy_tok_s"], mode="lines", yaxis="y2",
+                       line=dict(color=COLORS["tokens"], width=2, dash="dot"),
+                       hovertemplate="wait %{x:g} ms: simulated %{y:.0f} tok/s while busy<extra></extra>"),
+        ]
+    if not is_empty(table):
+        x = table["max_wait_ms"]
+        traces += [
+            go.Scatter(name="● p50 TTFT (s)", x=x, y=table["ttft_p50_s"], mode="lines+markers",
+                       marker=dict(symbol="circle", size=9), line=dict(color=COLORS["p95"], width=2.5),
+                       error_y=error_bars(table, "ttft_p50_s"),
+                       hovertemplate="wait %{x:g} ms: p50 TTFT %{y:.2f} s<extra></extra>"),
+            go.Scatter(name="■ tokens per second of engine work", x=x, y=table["busy_tok_s"], mode="lines+markers",
+                       yaxis="y2", marker=dict(symbol="square", size=9), line=dict(color=COLORS["tokens"], width=2.5),
+                       error_y=error_bars(table, "busy_tok_s"),
+                       hovertemplate="wait %{x:g} ms: %{y:.0f} tok/s while busy<extra></extra>"),
+        ]
     return go.Figure(data=traces, layout=wrapped_layout(
         *texts, yaxis=dict(rangemode="tozero"),
         yaxis2=dict(title=dict(text="output tokens / s of engine work"), overlaying="y", side="right",

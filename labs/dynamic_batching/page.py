@@ -1,13 +1,22 @@
 """Lab: dynamic batching. Static batches with max_wait_ms swept: a longer wait fills batches
-(more throughput per second of engine work) and delays every first token."""
+(more throughput per second of engine work) and delays every first token. The simulator answers
+at once; the real sweep, when run, is drawn over it."""
 import streamlit as st
 
 from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
-from ui import predict, session, widgets
+from labs.runs import simulated_name
+from ui import calculators, predict, session, widgets
 
 WAIT = knobs_of(SchedulerPolicy)["max_wait_ms"]
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_table(step_model, waits: tuple, slots: int, repeats: int):
+    """The sweep on the simulator for these settings (read-only)."""
+    return lab.wait_table(lab.simulated_wait_runs(step_model, waits, slots, repeats))
+
 
 st.title("Dynamic batching: waiting to fill a batch")
 st.caption("A dynamic batcher (Triton's, or this engine in static mode) holds arriving requests until a batch "
@@ -35,19 +44,29 @@ question = predict.Question("dynamic_batching", f"Raise max_wait_ms from {waits[
                             choices=lab.OUTCOMES)
 guess = predict.gate(question)
 settings = (tuple(waits), slots, repeats)
+step_model, profiled = calculators.machine_step_model()
+sim = simulated_table(step_model, tuple(waits), slots, repeats)
+sim_name = simulated_name(step_model)
 got = widgets.stored_or_measure(
     "dynamic_batching", settings, lambda m, **kw: lab.wait_runs(m, waits, slots, repeats, **kw), "Run the sweep",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), waits, slots, repeats)),
-    "Sweeping max_wait_ms…")
-
-table = lab.wait_table(got)
+    "Sweeping max_wait_ms…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None,
+                          overlaid="The solid lines and markers are the real engine's measurement.",
+                          overlay="draw the real sweep over the simulated one")
+measured = got is not None
+table = lab.wait_table(got) if measured else sim      # until the real sweep, the numbers are the simulation's
 first, last = table.iloc[0], table.iloc[-1]
-predict.reveal(question, guess, lab.outcome(table),
-               f"From {first.max_wait_ms:g} to {last.max_wait_ms:g} ms the mean batch went from "
-               f"{first.mean_batch:.1f} to {last.mean_batch:.1f} sequences a step, so each second of engine work "
-               f"made {first.busy_tok_s:.0f} → {last.busy_tok_s:.0f} tokens; and the median TTFT went "
-               f"{first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s, because a request now waits for others to "
-               "arrive before its batch starts.")
+because = (f"From {first.max_wait_ms:g} to {last.max_wait_ms:g} ms the mean batch went from "
+           f"{first.mean_batch:.1f} to {last.mean_batch:.1f} sequences a step, so each second of engine work "
+           f"made {first.busy_tok_s:.0f} → {last.busy_tok_s:.0f} tokens; and the median TTFT went "
+           f"{first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s, because a request now waits for others to "
+           "arrive before its batch starts.")
+if measured:
+    predict.reveal(question, guess, lab.outcome(table), because)
+else:
+    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated: **{lab.outcome(sim)}**. "
+                f"{because} Run it on the real engine to see whether this machine agrees.")
 
 cols = st.columns(3)
 cols[0].metric("p50 TTFT", f"{first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s",
@@ -56,11 +75,13 @@ cols[1].metric("Mean batch", f"{first.mean_batch:.1f} → {last.mean_batch:.1f}"
                help="Sequences per engine step, averaged over the steps.")
 cols[2].metric("Tokens per second of engine work", f"{first.busy_tok_s:.0f} → {last.busy_tok_s:.0f}",
                help="Output tokens / seconds the engine spent in steps: how much each second of work makes.")
-widgets.plot(lab.ttft_and_throughput(table))
+widgets.plot(lab.ttft_and_throughput(table if measured else None, sim, sim_name))
 st.markdown("Output tokens per second over the **whole run** hardly move: arrivals, not the engine, set the pace "
             "of an open workload below capacity. What waiting buys is efficiency (fuller, cheaper-per-token "
             "steps, room for more traffic); what it costs is TTFT. Continuous batching does not have to choose: "
             "it admits a request at the next step and still fills the batch as traffic grows.")
+if not measured:
+    st.caption("The table is the simulation's.")
 widgets.table(table.rename(columns={"max_wait_ms": "max_wait_ms", "ttft_p50_s": "p50 TTFT (s)",
                                     "ttft_p95_s": "p95 TTFT (s)", "mean_batch": "mean batch",
                                     "busy_tok_s": "tok/s of engine work", "output_tok_s": "tok/s over the run",
