@@ -153,9 +153,9 @@ def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, la
                   load=lambda data: RunResult(**data), dump=asdict)
 
 
-def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
-    engine = build_engine(config, policy, model)
-    prompts = PromptMaker(model.tokenizer)
+def _part_requests(parts: list[Part], prompts: PromptMaker | None = None) -> list:
+    """Every part's requests, carrying the part's tenant, priority and TTFT target."""
+    out = []
     for part in parts:
         for r in build_requests(part.spec, prompts):
             if part.tenant is not None:
@@ -163,7 +163,24 @@ def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
             if part.priority is not None:
                 r.priority = part.priority
             r.ttft_slo_s = part.ttft_slo_s
-            engine.submit(r)
+            out.append(r)
+    return out
+
+
+def simulated_mix_run(step_model, policy: SchedulerPolicy, parts: list[Part], label: str = "") -> RunResult:
+    """mix_run on the simulator, as simulated_run is single_run's: milliseconds, nothing cached."""
+    name = getattr(step_model, "label", "") or "step model"
+    profile = SimProfile(name, name, step_model)
+    engine = simulate(EngineConfig(), policy, profile, _part_requests(parts))
+    result = results.result_of(engine, policy, label)
+    result.summary.update(profile.summary_fields())
+    return result
+
+
+def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
+    engine = build_engine(config, policy, model)
+    for r in _part_requests(parts, PromptMaker(model.tokenizer)):
+        engine.submit(r)
     result = results.run_to_end(engine, policy, progress, label)
     _learn_speed(model, policy, parts, result)
     return result

@@ -11,7 +11,7 @@ from engine.config import SchedulerPolicy
 from engine.metrics import PERCENTILES, percentile
 from engine.workload import LengthDist, WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, mix_run
+from labs.runs import estimate, mix_run, simulated_mix_run
 
 REQUESTS = 48
 RATE = 5.0
@@ -44,6 +44,12 @@ def tail_run(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0,
              refresh: bool = False, peek: bool = False):
     return mix_run(model, POLICY, tail_parts(long_share, bursty, seed), progress,
                    label=f"long share {long_share:.0%}", refresh=refresh, peek=peek)
+
+
+def simulated_tail_run(step_model, long_share: float = 0.1, bursty: bool = True, seed: int = 0):
+    """tail_run on the simulator: (RunResult, False), in milliseconds."""
+    return simulated_mix_run(step_model, POLICY, tail_parts(long_share, bursty, seed),
+                             label=f"long share {long_share:.0%}, simulated"), False
 
 
 def estimate_s(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, bool]:

@@ -1,14 +1,21 @@
-"""Lab: the tail. CDFs and percentile tables of one run, split by prompt length and by tenant."""
+"""Lab: the tail. CDFs and percentile tables of one run, split by prompt length and by tenant: the
+simulator's run at once, the real engine's when run."""
 import streamlit as st
 
 from analysis import latency
 from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "none": "nothing (all requests)"}
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_run(step_model, share: float, bursty: bool, seed: int):
+    """The run on the simulator for these settings (read-only)."""
+    return lab.simulated_tail_run(step_model, share, bursty, seed)
 
 st.title("The average hides the tail")
 st.caption("Two tenants share the engine: one sends steadily, one in bursts. A share of each one's prompts "
@@ -40,20 +47,30 @@ question = predict.Question("tail", "Over all requests, how many times the media
                             help="p99: the time that 99 of 100 requests beat. Its distance from the median is "
                                  "how uneven the service is.")
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
 got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw),
                                 "Run this workload",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running…")
-
-res, _ = got
+                                "Running…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run this workload", got is not None,
+                          shown="until you run it, every number and curve below is the simulation's",
+                          overlaid="Every number and curve below is the real engine's measurement.",
+                          overlay="replace the simulation with the real run")
+measured = got is not None
+res, _ = got if measured else simulated_run(step_model, *settings)
 reqs, _ = frames(res)
 ttft = lab.percentile_table(reqs, "ttft_s").iloc[0]
-predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
-predict.reveal(question, guess, ttft.p99 / ttft.p50,
-               f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s. Most requests find a free slot soon; the few "
-               "that arrive in a burst, or behind a long prompt, wait for several whole prefills. But this p99 "
-               f"comes from {int(ttft.n)} requests: it is nearly their largest value, and another seed can move "
-               "it a lot.", measured_text=f"×{ttft.p99 / ttft.p50:.1f}")
+because = (f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s. Most requests find a free slot soon; the few "
+           "that arrive in a burst, or behind a long prompt, wait for several whole prefills. But this p99 "
+           f"comes from {int(ttft.n)} requests: it is nearly their largest value, and another seed can move "
+           "it a lot.")
+if measured:
+    predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
+    predict.reveal(question, guess, ttft.p99 / ttft.p50, because, measured_text=f"×{ttft.p99 / ttft.p50:.1f}")
+else:
+    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; simulated, the p99 TTFT is "
+                f"**×{ttft.p99 / ttft.p50:.1f}** the median. {because} Run it on the real engine to see whether "
+                "this machine agrees.")
 name, scale, unit = METRICS[metric]
 by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
 table = lab.percentile_table(reqs, metric, by, scale)
