@@ -15,7 +15,7 @@ from engine.metrics import percentile
 from engine.results import RunResult
 from engine.workload import LengthDist, WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, mix_run, run_each
+from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run
 from labs.tail.experiment import percentile_table, prompt_bucket
 
 ORDER_NAMES = list(ORDERS)
@@ -49,6 +49,12 @@ def order_runs(model, orders=ORDER_NAMES, rate: float = RATE, seed: int = 0, pro
     runs = run_each(orders, lambda order, p: mix_run(model, POLICY.changed(order=order), order_parts(rate, seed), p,
                                                      label=order, refresh=refresh, peek=peek), progress)
     return None if runs is None else {order: (res, hit) for order, res, hit in runs}
+
+
+def simulated_order_runs(step_model, orders=ORDER_NAMES, rate: float = RATE, seed: int = 0) -> dict:
+    """order_runs on the simulator: {order: (RunResult, False)}, in milliseconds."""
+    return {order: (simulated_mix_run(step_model, POLICY.changed(order=order), order_parts(rate, seed),
+                                      label=f"{order}, simulated"), False) for order in orders}
 
 
 def estimate_s(model, orders=ORDER_NAMES, rate: float = RATE, seed: int = 0) -> tuple[float, bool]:

@@ -1,8 +1,16 @@
-"""Lab: scheduler orders. One multi-tenant workload under fcfs, priority, sjf, fair and edf: who wins, who loses."""
+"""Lab: scheduler orders. One multi-tenant workload under fcfs, priority, sjf, fair and edf: who wins, who
+loses. The simulator answers at once; the real runs replace it."""
 import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_runs(step_model, orders: tuple, rate: float, seed: int):
+    """Every order on the simulator for these settings (read-only)."""
+    return lab.simulated_order_runs(step_model, orders, rate, seed)
+
 
 ORDER_HELP = {
     "fcfs": "first come, first served",
@@ -40,20 +48,32 @@ settings = (tuple(orders), rate, seed)
 question = predict.Question("scheduler_orders", "Under fcfs (first come, first served), which tenant will have "
                             "the worst p95 TTFT?", choices=tuple(t for t, _, _, _ in lab.TENANTS))
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
 got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lab.order_runs(m, orders, rate, seed, **kw),
                                 "Run every order",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running each order…")
+                                "Running each order…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Run every order", got is not None,
+                          shown="until you run it, every number and chart below is the simulation's",
+                          overlaid="Every number and chart below is the real engine's measurement.",
+                          overlay="replace the simulation with the real runs")
+measured = got is not None
+if not measured:
+    got = simulated_runs(step_model, tuple(orders), rate, seed)
 
 table = lab.tenant_table(got)
 worst = lab.worst_tenant(table)
-predict.record("scheduler_orders", fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
 fcfs_p95 = table[table["order"] == "fcfs"].set_index("tenant")["ttft_p95_s"]
-predict.reveal(question, guess, worst,
-               f"fcfs favours nobody: it serves in arrival order, so each tenant waits as long as the queue it "
-               f"arrives into. {worst} came out worst here (p95 TTFT {fcfs_p95[worst]:.2f} s against "
-               f"{fcfs_p95.min():.2f} s for the best). Under fcfs the differences come from who sends more, who "
-               "sends long prompts, and chance: with few requests per tenant a p95 is noisy.")
+because = (f"fcfs favours nobody: it serves in arrival order, so each tenant waits as long as the queue it "
+           f"arrives into. {worst} came out worst here (p95 TTFT {fcfs_p95[worst]:.2f} s against "
+           f"{fcfs_p95.min():.2f} s for the best). Under fcfs the differences come from who sends more, who "
+           "sends long prompts, and chance: with few requests per tenant a p95 is noisy.")
+if measured:
+    predict.record("scheduler_orders", fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
+    predict.reveal(question, guess, worst, because)
+else:
+    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated, **{worst}** has the worst "
+                f"p95 TTFT under fcfs. {because} Run it on the real engine to see whether this machine agrees.")
 sentences = lab.winners(table)
 for order in orders:
     st.markdown(f"- {widgets.plain(sentences[order])}")    # tenant names from the stored run
