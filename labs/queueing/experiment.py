@@ -18,7 +18,7 @@ from engine.results import RunResult
 from engine.validation import SMOLLM2_KV_BYTES_PER_TOKEN
 from engine.workload import WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, single_run
+from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 SPEC = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=64,
                     output_kind="uniform", output_lo=8, output_hi=24)
@@ -63,6 +63,13 @@ def capacity_and_runs(model, utilizations=UTILIZATIONS, progress=None, refresh: 
                             progress and (lambda f, t: progress(CAPACITY_SHARE + (1 - CAPACITY_SHARE) * f, t)),
                             refresh=refresh, peek=peek)
     return None if runs is None else (mu, runs)
+
+
+def simulated_capacity_and_runs(step_model, utilizations=UTILIZATIONS) -> tuple[float, list]:
+    """capacity_and_runs on the simulator: mu from its all-at-once run, then each utilization."""
+    mu = service_rate(simulated_run(step_model, POLICY, SPEC, label="capacity (all at once), simulated"))
+    return mu, [(rho, simulated_run(step_model, POLICY, replace(SPEC, rate=arrival_rate(rho, mu)),
+                                    label=f"rho {rho:g}, simulated"), False) for rho in utilizations]
 
 
 def estimate_s(model, utilizations=UTILIZATIONS, mu: float | None = None) -> tuple[float, bool]:

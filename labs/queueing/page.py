@@ -1,4 +1,4 @@
-"""Lab: queueing. Time in system against utilization on the real engine, beside the M/M/1 model,
+"""Lab: queueing. Time in system against utilization (the simulator at once, then the real engine), beside the M/M/1 model,
 and Little's Law checked on each run's own trace."""
 import pandas as pd
 import streamlit as st
@@ -6,7 +6,14 @@ import streamlit as st
 from analysis import queue
 from labs.queueing import experiment as lab
 from labs.runs import frames
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_runs(step_model, rhos: tuple):
+    """mu and each utilization's run on the simulator (read-only)."""
+    return lab.simulated_capacity_and_runs(step_model, rhos)
+
 
 st.title("Queueing")
 st.caption("First the engine's capacity μ for this workload is measured (every request at once). Then "
@@ -42,21 +49,31 @@ question = predict.Question(
     help="ρ is the share of the engine's capacity the arrivals ask for. The M/M/1 model says "
          "W = 1 / (μ − λ): at 90% that is 7 times W at 30%.")
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
 got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
                                 "Measure μ, then run each utilization", _estimate,
-                                "Measuring capacity, then each arrival rate…")
-
-mu, runs = got
+                                "Measuring capacity, then each arrival rate…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Measure μ, then run each utilization", got is not None,
+                          shown="until you run it, every number and chart below is the simulation's",
+                          overlaid="Every number and chart below is the real engine's measurement.",
+                          overlay="replace the simulation with the real runs")
+measured = got is not None
+mu, runs = got if measured else simulated_runs(step_model, tuple(rhos))
 points = pd.DataFrame([lab.queue_point(rho, res, mu) for rho, res, _ in runs])
-predict.record("queueing", mu=f"{mu:.2f} requests/s")
 ratio = points.W_s.iloc[-1] / points.W_s.iloc[0]
-predict.reveal(question, guess, ratio,
-               f"W was {points.W_s.iloc[0]:.2f} s at {lo:.0%} and {points.W_s.iloc[-1]:.2f} s at {hi:.0%}. "
-               "Queueing time explodes as ρ nears 100%: arrivals come in random clumps, and a clump that arrives "
-               "while the engine is busy waits. The engine rises less steeply than M/M/1 because it batches: the "
-               "longer the queue, the more requests share each step.", measured_text=f"×{ratio:.1f}")
+because = (f"W was {points.W_s.iloc[0]:.2f} s at {lo:.0%} and {points.W_s.iloc[-1]:.2f} s at {hi:.0%}. "
+           "Queueing time explodes as ρ nears 100%: arrivals come in random clumps, and a clump that arrives "
+           "while the engine is busy waits. The engine rises less steeply than M/M/1 because it batches: the "
+           "longer the queue, the more requests share each step.")
+if measured:
+    predict.record("queueing", mu=f"{mu:.2f} requests/s")
+    predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}")
+else:
+    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; simulated, W at {hi:.0%} is "
+                f"**×{ratio:.1f}** W at {lo:.0%}. {because} Run it on the real engine to see whether this "
+                "machine agrees.")
 cols = st.columns(3)
-cols[0].metric("Capacity μ (measured)", widgets.fmt(mu, "req/s"),
+cols[0].metric("Capacity μ (measured)" if measured else "Capacity μ (simulated)", widgets.fmt(mu, "req/s"),
                help="Finished requests / duration when every request arrives at once.")
 cols[1].metric("1/μ at full batch", widgets.fmt(1 / mu, "s"),
                help="The inverse of the all-at-once capacity: with the batch full, one request finishes every "
