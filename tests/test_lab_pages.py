@@ -82,6 +82,7 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     assert at.session_state[MEASUREMENTS_KEY]["why_batch"]["step_ms_1"].endswith(" ms"), "kept for the quiz"
     assert "Measured just now" in texts(at)
     assert len(at.get("plotly_chart")) == 2
+    assert "step (ms), step model's prediction" in at.dataframe[0].value.columns, "the prediction beside the measurement"
     assert at.get("download_button"), "lab results download as CSV"
     # a second visit with the same settings is served from the cache, with a re-measure button
     again = page("labs/why_batch/page.py")
@@ -169,7 +170,7 @@ def test_peek_finds_what_cached_run_stored(lab_env):
 
 
 @pytest.mark.parametrize("path", ["labs/tail/page.py", "labs/static_vs_continuous/page.py", "labs/scheduler_orders/page.py",
-                                  "labs/queueing/page.py",
+                                  "labs/queueing/page.py", "labs/why_batch/page.py",
                                   "labs/dynamic_batching/page.py"])
 def test_a_lab_answers_from_the_simulator_before_anything_is_run(lab_env, path):
     at = commit(page(path).run())

@@ -48,6 +48,16 @@ def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = CONTEXT, steps:
     return cached(path, model, measure, refresh, peek)
 
 
+def predicted_scaling(step_model, batch_sizes=BATCH_SIZES, context: int = CONTEXT) -> list[dict]:
+    """The step model's decode step for each batch size, as one pass of batch_scaling's rows:
+    what the simulator charges for these steps, at once."""
+    rows = []
+    for b in sorted(set(int(x) for x in batch_sizes)):
+        ms = step_model.decode_ms(b, context)
+        rows.append({"batch": b, "step_ms": ms, "tokens_per_s": b * 1000 / ms, "ms_per_token": ms / b, "repeat": 0})
+    return rows
+
+
 def scaling_predicted_s(sizes, context: int = CONTEXT, steps: int = STEPS) -> float:
     """The cost model's seconds for one pass over `sizes` (without this machine's speed)."""
     return sum(timing.stretched_duration(timing.simulate(*timing.scaling_job(b, context, steps)), 1.0)

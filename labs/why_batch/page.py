@@ -1,9 +1,10 @@
-"""Lab: why batch. Decode step time and tokens/s against batch size, measured on the real model."""
+"""Lab: why batch. Decode step time and tokens/s against batch size: this machine's step model at
+once, then measured on the real model, with the step model's prediction kept beside it."""
 import streamlit as st
 
 from labs import knee_rule
 from labs.why_batch import experiment as lab
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
@@ -30,24 +31,34 @@ question = predict.Question(
     help=f"{sizes[-1] // sizes[0]}× as many sequences share each step. If the step took no longer, the answer "
          f"would be {sizes[-1] // sizes[0]}×; if it took {sizes[-1] // sizes[0]}× as long, 1×.")
 guess = predict.gate(question)
+step_model, profiled = calculators.machine_step_model()
+predicted = lab.predicted_scaling(step_model, sizes, settings[1])
 got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
                                 "Measure step times", lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Timing decode steps…")
-
-rows, _ = got
+                                "Timing decode steps…", stop=False)
+widgets.simulated_caption(step_model, profiled, "Measure step times", got is not None,
+                          shown="until you measure, the step times below are the step model's predictions",
+                          overlaid="The step times below are measured; the table keeps the step model's "
+                                   "prediction beside them.",
+                          overlay="set the measured step times beside the predicted ones")
+measured = got is not None
+rows = got[0] if measured else predicted
 table = lab.scaling_table(rows)
 knee = lab.knee(rows)
 fit = lab.linear_fit(rows)
 first, last = table.iloc[0], table.iloc[-1]
-predict.record("why_batch", **{f"step_ms_{int(r.batch)}": f"{r.step_ms:.1f} ms" for r in table.itertuples()})
 ratio = last.tokens_per_s / first.tokens_per_s
 more = int(last.batch / first.batch)
-predict.reveal(question, guess, ratio,
-               f"{more}× the sequences made each step {last.step_ms / first.step_ms:.1f}× as long, so tokens/s "
-               f"grew {ratio:.1f}×. One step reads every weight once however many sequences ride in it: "
-               f"that part is shared. What grows with the batch (attention over each sequence's own context, "
-               f"the output layer for each token) is paid per sequence, and it caps the gain.",
-               measured_text=f"×{ratio:.1f}")
+because = (f"{more}× the sequences made each step {last.step_ms / first.step_ms:.1f}× as long, so tokens/s "
+           f"grew {ratio:.1f}×. One step reads every weight once however many sequences ride in it: "
+           f"that part is shared. What grows with the batch (attention over each sequence's own context, "
+           f"the output layer for each token) is paid per sequence, and it caps the gain.")
+if measured:
+    predict.record("why_batch", **{f"step_ms_{int(r.batch)}": f"{r.step_ms:.1f} ms" for r in table.itertuples()})
+    predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}")
+else:
+    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; this machine's step model predicts "
+                f"**×{ratio:.1f}**. {because} Measure it on the real engine to see whether this machine agrees.")
 
 c = st.columns(4)
 c[0].metric(f"tokens/s at batch {int(first.batch)}", widgets.fmt(first.tokens_per_s, digits=0))
@@ -76,9 +87,11 @@ if fit["c_ms"] > 0:
 else:
     st.markdown("The step times measured here do not rise with the batch, so a straight line through them has no "
                 "positive slope: measure again, or add larger batch sizes.")
+if measured:
+    table = table.assign(predicted_ms=[r["step_ms"] for r in predicted])
 show = table.rename(columns={"batch": "batch size", "step_ms": "step (ms)", "tokens_per_s": "tokens/s",
                              "ms_per_token": "ms per token", "gain_per_doubling": "gain per doubling",
-                             "runs": "passes"})
+                             "runs": "passes", "predicted_ms": "step (ms), step model's prediction"})
 widgets.table(show.round(2), csv="why_batch")
 widgets.definitions("Each batch size: `batch` sequences of `context` tokens are prefilled (not timed), then "
                     "every sequence decodes one token per step; a pass keeps the median of its timed steps, "
