@@ -170,7 +170,7 @@ def test_peek_finds_what_cached_run_stored(lab_env):
 
 
 @pytest.mark.parametrize("path", ["labs/tail/page.py", "labs/static_vs_continuous/page.py", "labs/scheduler_orders/page.py",
-                                  "labs/queueing/page.py", "labs/why_batch/page.py",
+                                  "labs/queueing/page.py", "labs/why_batch/page.py", "labs/costs/page.py",
                                   "labs/dynamic_batching/page.py"])
 def test_a_lab_answers_from_the_simulator_before_anything_is_run(lab_env, path):
     at = commit(page(path).run())

@@ -14,7 +14,7 @@ from engine.metrics import percentile
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, mix_run, run_each, single_run
+from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run
 
 # ----------------------------------------------------------------------------- 1. a long prompt stalls decodes
 
@@ -64,6 +64,14 @@ def stall_runs(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET, step
 
     runs = run_each(CHUNKING, run_one, progress, describe=lambda c: f"chunked prefill {c[0]}")
     return None if runs is None else {key: (res, hit) for (key, _), res, hit in runs}
+
+
+def simulated_stall_runs(step_model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
+                         step_priority: str = STEP_PRIORITY) -> dict:
+    """stall_runs on the simulator: {"off": (RunResult, False), "on": ...}, in milliseconds."""
+    return {key: (simulated_mix_run(step_model, stall_policy(chunked, budget, long_prompt, step_priority),
+                                    stall_parts(long_prompt), label=f"chunked {key}, simulated"), False)
+            for key, chunked in CHUNKING}
 
 
 def stall_estimate_s(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
@@ -160,6 +168,13 @@ def kv_run(model, kv_capacity: int, progress=None, refresh: bool = False, peek: 
     policy = SchedulerPolicy(max_num_seqs=KV_SLOTS, kv_capacity_tokens=int(kv_capacity))
     return single_run(model, policy, KV_SPEC, progress, label=f"KV {kv_capacity} tokens",
                       refresh=refresh, peek=peek)
+
+
+def simulated_kv_run(step_model, kv_capacity: int):
+    """kv_run on the simulator: (RunResult, False). Every request arrives at once, so the simulated
+    scheduler makes the very same preemptions as the real one; only the times are predicted."""
+    policy = SchedulerPolicy(max_num_seqs=KV_SLOTS, kv_capacity_tokens=int(kv_capacity))
+    return simulated_run(step_model, policy, KV_SPEC, label=f"KV {kv_capacity} tokens, simulated"), False
 
 
 def kv_estimate_s(model, kv_capacity: int) -> tuple[float, bool]:

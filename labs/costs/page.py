@@ -1,5 +1,6 @@
 """Lab: what continuous batching costs. A long prompt stalls running decodes (unless prefill is
-chunked, and depending on who fills a step first), and a small KV cache forces preemptions."""
+chunked, and depending on who fills a step first), and a small KV cache forces preemptions. Each
+part answers at once from the simulator; the real runs replace it."""
 import streamlit as st
 
 from analysis import kv
@@ -8,10 +9,25 @@ from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
-from ui import predict, session, widgets
+from ui import calculators, predict, session, widgets
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_stall(step_model, long_len: int, budget: int, priority: str):
+    return lab.simulated_stall_runs(step_model, long_len, budget, priority)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_kv(step_model, capacity: int):
+    return lab.simulated_kv_run(step_model, capacity)
+
+
+def simulated_answer(guess, answer: str, because: str) -> None:
+    st.markdown(f"**The simulator's answer**: you predicted {guess}; simulated, {answer}. {because} Run it on "
+                "the real engine to see whether this machine agrees.")
 
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
@@ -44,20 +60,30 @@ stall_q = predict.Question(
     "costs_stall", "With chunked prefill off, the longest wait between two tokens of a request that was already "
     "decoding is how many times its usual (median) gap?", lo=1.0, hi=1000.0, default=1.0, unit="×")
 stall_guess = predict.ask(stall_q)
-got = stall_guess is not None and widgets.stored_or_measure(
-    "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
-    lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
-    "Chunked prefill off, then on…", stop=False)
-if got:
+step_model, profiled = calculators.machine_step_model()
+if stall_guess is not None:
+    got = widgets.stored_or_measure(
+        "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
+        lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
+        "Chunked prefill off, then on…", stop=False)
+    widgets.simulated_caption(step_model, profiled, "Run with chunking off and on", got is not None,
+                              shown="until you run it, the numbers and chart of this part are the simulation's",
+                              overlaid="The numbers and chart of this part are the real engine's measurement.",
+                              overlay="replace the simulation with the real runs")
+    stall_measured = got is not None
+    got = got if stall_measured else simulated_stall(step_model, *settings)
     summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
-    predict.record("costs", max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
-                   max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
-    predict.reveal(stall_q, stall_guess, off["decode_gap_max_ms"] / off["decode_gap_p50_ms"],
-                   f"The usual gap is one decode step ({off['decode_gap_p50_ms']:.0f} ms); the longest, "
-                   f"{off['decode_gap_max_ms']:.0f} ms, is the step that carried a whole {long_len}-token prompt. "
-                   "A step lasts as long as all the work in it, so every stream in that step waits for the prompt.",
-                   measured_text=f"×{off['decode_gap_max_ms'] / off['decode_gap_p50_ms']:.1f}")
+    stall_ratio = off["decode_gap_max_ms"] / off["decode_gap_p50_ms"]
+    because = (f"The usual gap is one decode step ({off['decode_gap_p50_ms']:.0f} ms); the longest, "
+               f"{off['decode_gap_max_ms']:.0f} ms, is the step that carried a whole {long_len}-token prompt. "
+               "A step lasts as long as all the work in it, so every stream in that step waits for the prompt.")
+    if stall_measured:
+        predict.record("costs", max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
+                       max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
+        predict.reveal(stall_q, stall_guess, stall_ratio, because, measured_text=f"×{stall_ratio:.1f}")
+    else:
+        simulated_answer(f"×{stall_guess:g}", f"the longest gap is **×{stall_ratio:.1f}** the usual one", because)
     cols = st.columns(4)
     cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
@@ -86,17 +112,27 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
 kv_q = predict.Question("costs_kv", f"How many times will a running request be preempted (lose its KV "
                         f"cache) at {capacity} tokens of KV?", lo=0.0, hi=1000.0, default=0.0, unit="preemptions")
 kv_guess = predict.ask(kv_q)
-got_kv = kv_guess is not None and widgets.stored_or_measure(
-    "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
-    lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
-    f"KV capacity {capacity} tokens…", stop=False)
-if got_kv:
-    res, _ = got_kv
+if kv_guess is not None:
+    got_kv = widgets.stored_or_measure(
+        "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
+        lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
+        f"KV capacity {capacity} tokens…", stop=False)
+    widgets.simulated_caption(step_model, profiled, "Run at this KV capacity", got_kv is not None,
+                              shown="until you run it, this part's numbers are the simulation's (every request "
+                                    "arrives at once, so its preemptions are the real scheduler's; only the "
+                                    "times are predicted)",
+                              overlaid="This part's numbers are the real engine's measurement.",
+                              overlay="replace the simulation with the real run")
+    kv_measured = got_kv is not None
+    res, _ = got_kv if kv_measured else simulated_kv(step_model, capacity)
     k = lab.kv_summary(res)
-    predict.reveal(kv_q, kv_guess, k["preemptions"],
-                   f"{lab.KV_SLOTS} requests may run together, and each one's KV grows by a token every step. "
-                   f"When the next token has no room, the newest running request is preempted and "
-                   f"recomputed later: {k['recomputed_tokens']} prompt tokens were prefilled again here.")
+    because = (f"{lab.KV_SLOTS} requests may run together, and each one's KV grows by a token every step. "
+               f"When the next token has no room, the newest running request is preempted and "
+               f"recomputed later: {k['recomputed_tokens']} prompt tokens were prefilled again here.")
+    if kv_measured:
+        predict.reveal(kv_q, kv_guess, k["preemptions"], because)
+    else:
+        simulated_answer(f"{kv_guess:g}", f"**{k['preemptions']}** preemptions", because)
     reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "
