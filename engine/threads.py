@@ -25,7 +25,7 @@ def in_passing_thread(fn, *args, **kwargs):
         except BaseException as exc:          # re-raised in the caller's thread
             out["error"] = exc
 
-    t = threading.Thread(target=work, name="batching-lab-set-up")
+    t = threading.Thread(target=work, name="batching-lab-set-up", daemon=True)   # Ctrl-C need not wait
     t.start()
     t.join()
     if "error" in out:

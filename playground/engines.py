@@ -102,9 +102,10 @@ def simulation_note(cost) -> str:
 
 def server_note(seat: Seat) -> str:
     """What the page says of a run on the shared server."""
-    who = ("With the instructor token, your policy sliders change the shared engine for everyone."
-           if seat.token else "Your policy sliders are the server's; changing them needs the instructor "
-           "token (Engine, in the sidebar). The SLO targets are yours alone: they score what you see.")
+    who = ("With the instructor token, a policy slider you move changes the shared engine for everyone."
+           if seat.token else "The policy in effect is the server's (the status line and charts show it); a "
+           "policy slider you move changes it only with the instructor token (Engine, in the sidebar).")
+    who += " The SLO targets are yours alone: they score what you see."
     return (f"Shared: the Batching Lab server at {seat.url} runs one engine for everyone attached to it. "
             f"The charts show every request it serves; yours are sent as tenant {seat.tenant}. {who} "
             "Pause stops your traffic and freezes your view; the engine goes on for the others.")

@@ -98,7 +98,9 @@ class PlaygroundRun:
         if self.seat is not None:
             if not seat.url:
                 raise ValueError("the shared server needs the app attached to one (BATCHING_LAB_ENGINE_URL)")
-            self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token)
+            self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token,
+                                  is_alive=is_alive, idle_timeout_s=idle_timeout_s)
+            self._widgets = setup            # what the page's widgets held when this run last applied them
             setup = self._with_server_policy(setup, self.live.control.policy())
         else:
             if self.simulated:
@@ -191,6 +193,13 @@ class PlaygroundRun:
         or still waiting). A setup the engine refuses raises ValueError once, then is ignored
         until the widgets change again. `now`: time.monotonic() unless given (tests)."""
         now = time.monotonic() if now is None else now
+        if self.seat is not None:
+            # On a shared server the policy is the server's: only the knobs the widgets moved since
+            # they were last applied change anything (the server's own policy otherwise stands)
+            widgets, setup = setup, self._moved_by_widgets(setup)
+            if setup == self.setup or setup == self._refused:
+                self._widgets, self.proposed = widgets, None
+                return None
         if setup == self.setup or setup == self._refused:
             self.proposed = None
             return None
@@ -200,7 +209,14 @@ class PlaygroundRun:
         if now - self.proposed_at < REST_S:
             return None
         self.proposed = None
+        if self.seat is not None:
+            self._widgets = widgets      # applied or refused, these widget values are dealt with
         return self.apply(setup)
+
+    def _moved_by_widgets(self, widgets: Setup) -> Setup:
+        """The setup in effect with the knobs the widgets changed since they were last applied."""
+        moved = {name: getattr(widgets, name) for name in KNOBS if getattr(widgets, name) != getattr(self._widgets, name)}
+        return self.setup.changed(**moved)
 
     def apply(self, setup: Setup) -> Decision | None:
         """Apply a setup at once; returns the Decision (None when nothing changed). A setup the
@@ -222,13 +238,15 @@ class PlaygroundRun:
             try:
                 self.live.set_policy(policy)     # a shared server may refuse (no instructor token)
             except ValueError as exc:
-                if not workload:
-                    self._refused = setup
+                self._refused = setup
+                kept = [n for n in moved if n in WORKLOAD_KNOBS or n in LOCAL_KNOBS]
+                if not kept:
                     raise
-                # the workload part still applies; the policy stays as it was
+                # what the server does not hold (the workload, the page's SLO targets) still
+                # applies; the server's policy stays as it was
                 refused = str(exc)
-                setup = setup.changed(**{n: getattr(self.setup, n) for n in moved if n not in WORKLOAD_KNOBS})
-                moved = {n: moved[n] for n in workload}
+                setup = setup.changed(**{n: getattr(self.setup, n) for n in moved if n not in kept})
+                moved = {n: moved[n] for n in kept}
         self.setup = setup
         if workload:
             self.live.set_workload(spec)

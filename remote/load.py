@@ -100,11 +100,21 @@ class LoadGenerator:
         time (seconds from now), with ignore_eos so the output lengths are the workload's."""
         return self._submit(self._at_their_times(requests))
 
-    def run_feed(self, feed: ArrivalFeed, already_s: float = 0.0) -> None:
-        """Send an ArrivalFeed's requests as they fall due, until it runs out or stop().
-        `already_s`: how far into the feed's time sending starts (a resume goes on from there)."""
+    def run_feed(self, feed: ArrivalFeed, already_s: float = 0.0, keep_going=lambda: True) -> None:
+        """Send an ArrivalFeed's requests as they fall due, until it runs out, stop(), or
+        `keep_going()` turns false (its page is gone). `already_s`: how far into the feed's time
+        sending starts (a resume goes on from there)."""
         self.stop()
-        self._feed_task = self._submit(self._follow(feed, already_s))
+        self._feed_task = self._submit(self._follow(feed, already_s, keep_going))
+
+    def change_feed(self, feed: ArrivalFeed, spec, now_s: float) -> None:
+        """feed.set_spec(spec, now_s), on the loop thread that draws from the feed."""
+        shared_loop().call_soon_threadsafe(feed.set_spec, spec, now_s)
+
+    @property
+    def busy(self) -> bool:
+        """Still sending a feed, or a request it sent is still streaming."""
+        return (self._feed_task is not None and not self._feed_task.done()) or bool(self._fed)
 
     def stop(self) -> None:
         """Stop sending the feed's requests (those in flight go on)."""
@@ -113,9 +123,9 @@ class LoadGenerator:
             self._feed_task = None
 
     def cancel_in_flight(self) -> None:
-        """Hang up on the feed's requests still streaming: the server aborts them and frees their KV."""
+        """Hang up on the feed's requests still streaming: the server aborts them and frees their KV.
+        (On the loop thread, the only one that touches the set of them.)"""
         shared_loop().call_soon_threadsafe(lambda: [t.cancel() for t in list(self._fed)])
-        self._fed: set = set()           # requests the feed sent that are still streaming
 
     # ----- reading -----
 
@@ -149,9 +159,9 @@ class LoadGenerator:
                 {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}, chat=False, ignore_eos=r.ignore_eos)))
         return list(await asyncio.gather(*tasks))
 
-    async def _follow(self, feed: ArrivalFeed, already_s: float = 0.0) -> None:
+    async def _follow(self, feed: ArrivalFeed, already_s: float = 0.0, keep_going=lambda: True) -> None:
         start = now_s() - already_s
-        while not feed.exhausted:
+        while not feed.exhausted and keep_going():
             for r in feed.due(now_s() - start):
                 body = {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}
                 task = asyncio.ensure_future(self._one(body, chat=False, ignore_eos=r.ignore_eos))

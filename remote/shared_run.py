@@ -16,6 +16,7 @@ page's own: they only score what it shows. No Streamlit here.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import httpx2 as httpx
 
@@ -32,9 +33,12 @@ LOCAL_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the page's own targets, never sen
 
 class SharedRun:
     def __init__(self, url: str, spec: WorkloadSpec, prompts: PromptMaker | None, tenant: str,
-                 token: str = "", keep_steps: int = KEEP_STEPS, timeout_s: float = 10.0):
+                 token: str = "", keep_steps: int = KEEP_STEPS, timeout_s: float = 10.0,
+                 is_alive=lambda: True, idle_timeout_s: float = 600):
         """`url`: the server's base address (no /v1). `tenant`: the name this session's requests
-        carry. `token`: the instructor token, or "" (policy changes are then refused)."""
+        carry. `token`: the instructor token, or "" (policy changes are then refused). Sending
+        stops by itself once `is_alive()` turns false or no heartbeat came for idle_timeout_s
+        (the page is gone), as a LiveRun's engine thread does."""
         self.url = url.rstrip("/")
         self.http = httpx.Client(timeout=timeout_s)
         self.control = LabControl(self.url, token, timeout_s)
@@ -50,14 +54,21 @@ class SharedRun:
         self._sent_s = 0.0                      # feed time covered before the latest pause
         self._started_at: float | None = None   # local time the feed (re)started
         self._frozen: Snapshot | None = None
+        self._last = Snapshot("idle", 0.0, (), (), (), SchedulerPolicy(), spec, {}, 0)   # the latest window read
         self._closed = False
+        self.is_alive, self.idle_timeout_s = is_alive, idle_timeout_s
+        self.last_seen = time.monotonic()
 
     # ----- controls (LiveRun's)
 
     def start(self) -> None:
         self._started_at = now_s()
-        self.generator.run_feed(self.feed, already_s=self._sent_s)
+        self.generator.run_feed(self.feed, already_s=self._sent_s, keep_going=self._wanted)
         self.state, self._frozen = "running", None
+
+    def _wanted(self) -> bool:
+        """Is a page still showing this run?"""
+        return self.is_alive() and time.monotonic() - self.last_seen < self.idle_timeout_s
 
     def pause(self) -> None:
         if self.state == "running":
@@ -92,7 +103,7 @@ class SharedRun:
     thread_alive = False
 
     def heartbeat(self) -> None:
-        pass
+        self.last_seen = time.monotonic()
 
     def set_speed(self, speed: float) -> None:
         pass                                     # a real engine runs in real time
@@ -107,16 +118,18 @@ class SharedRun:
                 self.control.set_policy(**changes)
         except LabRefused as exc:
             raise ValueError(f"the server refused the policy change ({exc.status}): {exc.message}") from None
+        except httpx.HTTPError as exc:
+            raise ValueError(f"the server at {self.url} did not answer: {exc}") from None
 
     def set_workload(self, spec: WorkloadSpec) -> None:
-        self.feed.set_spec(spec, self._feed_now())
+        self.generator.change_feed(self.feed, spec, self._feed_now())
 
     @property
     def step_count(self) -> int:
         """Steps the shared engine has taken (asked of the server until it has taken one)."""
-        if not self._next:
-            self._poll()
-        return self._next
+        if not self._next and self.state != "error":
+            self.snapshot()          # a server that does not answer ends the run in "error"
+        return self._next or 0
 
     def now(self) -> float:
         """The server's clock, as far as this side can tell: its latest step's end, plus the
@@ -127,16 +140,25 @@ class SharedRun:
     # ----- reading
 
     def snapshot(self, summary: bool = False) -> Snapshot:
-        """The shared engine's recent window; while paused, the one frozen at the pause."""
-        if self._frozen is not None and self.state == "paused":
+        """The shared engine's recent window; while paused, the one frozen at the pause. A server
+        that stops answering ends the run in "error", its message saying why, and the last
+        window read stays on show."""
+        if self._frozen is not None and self.state in ("paused", "error"):
             return self._frozen
-        self._poll()
-        if self.state == "running" and self.feed.exhausted and self.generator.in_flight == 0:
+        try:
+            self._poll()
+            rows = self._get("/lab/requests", {"limit": REQUEST_ROWS})["requests"]
+            policy = SchedulerPolicy(**self._get("/lab/policy", {}))
+        except (ConnectionError, ValueError, TypeError) as exc:
+            self._stop_sending()
+            self.state, self.message = "error", f"the shared server stopped answering: {exc}"
+            self._frozen = replace(self._last, state="error", message=self.message)
+            return self._frozen
+        if self.state == "running" and self.feed.exhausted and not self.generator.busy:
             self.state = "finished"
-        rows = self._get("/lab/requests", {"limit": REQUEST_ROWS})["requests"]
-        policy = SchedulerPolicy(**self.control.policy())
-        return Snapshot(self.state, self.now(), tuple(self._steps), tuple(rows), (), policy,
-                        self.feed.spec, {}, self.feed.count, self.message)
+        self._last = Snapshot(self.state, self.now(), tuple(self._steps), tuple(rows), (), policy,
+                              self.feed.spec, {}, self.feed.count, self.message)
+        return self._last
 
     def _poll(self) -> None:
         if self._next is None:                   # joining: the recent window, not the whole history
@@ -155,7 +177,7 @@ class SharedRun:
         try:
             r = self.http.get(self.url + path, params=params)
             r.raise_for_status()
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, RuntimeError) as exc:     # RuntimeError: the client was closed
             raise ConnectionError(f"the server at {self.url} did not answer {path}: {exc}") from None
         return r.json()
 

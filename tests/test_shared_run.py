@@ -56,7 +56,16 @@ def test_a_learner_watches_the_shared_engine_and_sends_their_own_traffic(shared)
         # ...but a workload change made together with it still applies to this learner's traffic
         decision = lab.apply(lab.setup.changed(max_num_seqs=3, rate=4.0))
         assert decision.changes == ("workload: rate 8.0→4.0",) and "instructor token" in decision.message
-        assert lab.setup.rate == 4.0 and lab.setup.max_num_seqs == 6 and lab.live.feed.spec.rate == 4.0
+        assert lab.setup.rate == 4.0 and lab.setup.max_num_seqs == 6
+        wait_until(lambda: lab.live.feed.spec.rate == 4.0)       # the feed changes on the sending thread
+
+        # The sidebar's own policy values (4 slots here, the server runs 6) are never sent on their
+        # own: resting widgets that only differ from the server make no change and no refusal
+        assert lab.apply_when_rested(SETUP.changed(rate=4.0), now=100.0) is None
+        assert lab.apply_when_rested(SETUP.changed(rate=4.0), now=101.0) is None
+        # A moved SLO target is the page's own: it applies without the token
+        decision = lab.apply(lab.setup.changed(ttft_slo_s=7.0))
+        assert decision.changes == ("ttft_slo_s 2.0→7.0",) and lab.setup.ttft_slo_s == 7.0
 
         # Pause: the view freezes and this learner sends nothing more
         lab.pause()
@@ -88,10 +97,22 @@ def test_the_instructor_changes_the_shared_policy_from_the_playground(shared):
         policy = httpx.get(url + "/lab/policy").json()
         assert policy["max_num_seqs"] == 3
         assert policy["ttft_slo_s"] != 9.0, "the SLO targets are the page's own, never sent"
-        # Another page (the Classroom's instructor) changes it: this run follows the server
+        # Another page (the Classroom's instructor) changes it: this run follows the server, and
+        # the page's own widgets, which still hold their values, do not change it back
         httpx.put(url + "/lab/policy", json={"max_num_seqs": 5}, headers={"Authorization": f"Bearer {TOKEN}"})
         lab.read()
         assert lab.setup.max_num_seqs == 5
+        widgets = SETUP.changed(max_num_seqs=3, ttft_slo_s=9.0)          # what the sidebar holds now
+        lab._widgets = widgets
+        assert lab.apply_when_rested(widgets, now=100.0) is None
+        assert lab.apply_when_rested(widgets, now=101.0) is None
+        assert httpx.get(url + "/lab/policy").json()["max_num_seqs"] == 5
+        # ...and a slider the page moves is the one change sent, once it rests
+        moved = widgets.changed(max_num_seqs=4)
+        assert lab.apply_when_rested(moved, now=102.0) is None                # waits for the rest
+        decision = lab.apply_when_rested(moved, now=103.0)
+        assert decision.changes == ("max_num_seqs 5→4",), decision
+        assert httpx.get(url + "/lab/policy").json()["max_num_seqs"] == 4
     finally:
         lab.close()
         httpx.put(url + "/lab/policy", json={"max_num_seqs": 6}, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -107,3 +128,16 @@ def test_the_shared_engine_is_offered_only_when_the_app_is_attached(monkeypatch)
     monkeypatch.setenv("BATCHING_LAB_ENGINE_KIND", "openai")      # Any engine's kind: not this choice
     monkeypatch.setenv("BATCHING_LAB_ENGINE_MODEL", "m")
     assert engines.SERVER not in engines.choices()
+
+
+def test_a_server_that_goes_away_ends_the_run_with_its_reason():
+    model = load_model("tiny", "cpu", "fp32")
+    with serving(model) as (url, _):
+        lab = PlaygroundRun(SETUP, model, engine_choice=engines.SERVER, seat=engines.Seat(url, "playground-gone"))
+        lab.start()
+        wait_until(lambda: len(lab.read()[0].steps) > 3)
+    snap, tables = lab.read()                        # the server has stopped
+    assert snap.state == "error" and "stopped answering" in snap.message, snap.message
+    assert len(tables.steps) > 3, "the last window read stays on show"
+    assert lab.state == "error" and lab.read()[0].state == "error"
+    lab.close()
