@@ -114,12 +114,7 @@ def simulated_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, label
     """The run single_run measures, on the simulator instead (engine.simulate): the same scheduler,
     each step's time from `step_model` on a virtual clock. Nothing is cached; it takes milliseconds.
     Its summary says "simulated": true and names the step model."""
-    name = getattr(step_model, "label", "") or "step model"
-    profile = SimProfile(name, name, step_model)
-    engine = simulate(EngineConfig(), policy, profile, build_requests(spec))
-    result = results.result_of(engine, policy, label)
-    result.summary.update(profile.summary_fields())
-    return result
+    return simulated_mix_run(step_model, policy, [Part(spec)], label)
 
 
 def simulated_name(step_model) -> str:

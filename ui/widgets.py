@@ -237,21 +237,43 @@ class _progress_bar:
         return False
 
 
-def simulated_caption(step_model, profiled: bool, button: str, measured: bool,
-                      shown: str = "the dotted lines are the simulation",
-                      overlaid: str = "The markers are the real engine's measurement, drawn on top.",
-                      overlay: str = "overlay the real points") -> None:
-    """What a lab's simulated answer is: the simulator on this machine's step model (named by its
-    label: a quick estimate, a calibration, or the hand-set guess when none was measured), and
-    that the run button measures the real engine and overlays it. `shown`, `overlaid`, `overlay`:
-    where this page shows the simulation, and the real measurement once there is one."""
-    source = (f"this machine's step model ({plain(step_model.label)})" if profiled else
-              f"a guessed step model, since this machine has none yet ({plain(step_model.label)}; the "
-              "Playground makes a quick estimate on its first visit)")
-    then = (overlaid if measured else
-            f"**Run it on the real engine**: press **{button}** to measure it and {overlay}.")
+def _step_model_source(step_model, profiled: bool) -> str:
+    """Whose step times the simulator used: this machine's step model (a quick estimate or a
+    calibration, named by its label), or the hand-set guess when none was measured."""
+    return (f"this machine's step model ({plain(step_model.label)})" if profiled else
+            f"a guessed step model, since this machine has none yet ({plain(step_model.label)}; the "
+            "Playground makes a quick estimate on its first visit)")
+
+
+def simulated_caption(step_model, profiled: bool, button: str, measured: bool) -> None:
+    """A lab whose chart keeps the simulation as dotted lines and draws the real run over it."""
+    then = ("The markers are the real engine's measurement, drawn on top." if measured else
+            f"**Run it on the real engine**: press **{button}** to measure it and overlay the real points.")
     st.caption(f":material/science: **Simulated**: the same scheduler on a virtual clock, each step's time "
-               f"from {source}. It answers at once; {shown}. {then}")
+               f"from {_step_model_source(step_model, profiled)}. It answers at once; the dotted lines are "
+               f"the simulation. {then}")
+
+
+def simulated_first_caption(step_model, profiled: bool, button: str, measured: bool, what: str,
+                            kept: str = "") -> None:
+    """A lab that shows the simulator's answer until the real run replaces it. `what`: what on the
+    page the answer is ("every number and chart"); `kept`: what stays simulated beside the real
+    run, if anything ("the table keeps the simulated columns beside the real ones")."""
+    source = _step_model_source(step_model, profiled)
+    if measured:
+        st.caption(f":material/science: {what[0].upper() + what[1:]} below is the real engine's measurement"
+                   f"{'; ' + kept if kept else ''}. The simulator (the same scheduler on a virtual clock, each "
+                   f"step's time from {source}) answered first.")
+    else:
+        st.caption(f":material/science: **Simulated**: the same scheduler on a virtual clock, each step's time "
+                   f"from {source}. It answers at once: {what} below is the simulation's. **Run it on the real "
+                   f"engine**: press **{button}** to measure it{' (' + kept + ')' if kept else ''}.")
+
+
+def simulated_answer(guess: str, answer: str, because: str) -> None:
+    """The simulator's answer beside the learner's guess, before the real run."""
+    st.markdown(f"**The simulator's answer**: you predicted {guess}; simulated, {answer}. {because} "
+                "Run it on the real engine to see whether this machine agrees.")
 
 
 def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True):

@@ -25,9 +25,6 @@ def simulated_kv(step_model, capacity: int):
     return lab.simulated_kv_run(step_model, capacity)
 
 
-def simulated_answer(guess, answer: str, because: str) -> None:
-    st.markdown(f"**The simulator's answer**: you predicted {guess}; simulated, {answer}. {because} Run it on "
-                "the real engine to see whether this machine agrees.")
 
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
@@ -66,10 +63,8 @@ if stall_guess is not None:
         "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
         lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
         "Chunked prefill off, then on…", stop=False)
-    widgets.simulated_caption(step_model, profiled, "Run with chunking off and on", got is not None,
-                              shown="until you run it, the numbers and chart of this part are the simulation's",
-                              overlaid="The numbers and chart of this part are the real engine's measurement.",
-                              overlay="replace the simulation with the real runs")
+    widgets.simulated_first_caption(step_model, profiled, "Run with chunking off and on", got is not None,
+                                    "every number and the chart of this part")
     stall_measured = got is not None
     got = got if stall_measured else simulated_stall(step_model, *settings)
     summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
@@ -83,7 +78,7 @@ if stall_guess is not None:
                        max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
         predict.reveal(stall_q, stall_guess, stall_ratio, because, measured_text=f"×{stall_ratio:.1f}")
     else:
-        simulated_answer(f"×{stall_guess:g}", f"the longest gap is **×{stall_ratio:.1f}** the usual one", because)
+        widgets.simulated_answer(f"×{stall_guess:g}", f"the longest gap is **×{stall_ratio:.1f}** the usual one", because)
     cols = st.columns(4)
     cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
@@ -117,12 +112,9 @@ if kv_guess is not None:
         "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
         lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
         f"KV capacity {capacity} tokens…", stop=False)
-    widgets.simulated_caption(step_model, profiled, "Run at this KV capacity", got_kv is not None,
-                              shown="until you run it, this part's numbers are the simulation's (every request "
-                                    "arrives at once, so its preemptions are the real scheduler's; only the "
-                                    "times are predicted)",
-                              overlaid="This part's numbers are the real engine's measurement.",
-                              overlay="replace the simulation with the real run")
+    widgets.simulated_first_caption(step_model, profiled, "Run at this KV capacity", got_kv is not None,
+                                    "every number of this part", "every request arrives at once, so the simulated "
+                                    "preemptions are the real scheduler's; only the times are predicted")
     kv_measured = got_kv is not None
     res, _ = got_kv if kv_measured else simulated_kv(step_model, capacity)
     k = lab.kv_summary(res)
@@ -132,7 +124,7 @@ if kv_guess is not None:
     if kv_measured:
         predict.reveal(kv_q, kv_guess, k["preemptions"], because)
     else:
-        simulated_answer(f"{kv_guess:g}", f"**{k['preemptions']}** preemptions", because)
+        widgets.simulated_answer(f"{kv_guess:g}", f"**{k['preemptions']}** preemptions", because)
     reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "

@@ -51,9 +51,7 @@ got = widgets.stored_or_measure(
     "dynamic_batching", settings, lambda m, **kw: lab.wait_runs(m, waits, slots, repeats, **kw), "Run the sweep",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), waits, slots, repeats)),
     "Sweeping max_wait_ms…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None,
-                          overlaid="The solid lines and markers are the real engine's measurement.",
-                          overlay="draw the real sweep over the simulated one")
+widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
 measured = got is not None
 table = lab.wait_table(got) if measured else sim      # until the real sweep, the numbers are the simulation's
 first, last = table.iloc[0], table.iloc[-1]
@@ -65,8 +63,7 @@ because = (f"From {first.max_wait_ms:g} to {last.max_wait_ms:g} ms the mean batc
 if measured:
     predict.reveal(question, guess, lab.outcome(table), because)
 else:
-    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated: **{lab.outcome(sim)}**. "
-                f"{because} Run it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"**{guess}**", f"**{lab.outcome(sim)}**", because)
 
 cols = st.columns(3)
 cols[0].metric("p50 TTFT", f"{first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s",

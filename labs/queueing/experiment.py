@@ -117,11 +117,12 @@ def kv_demand(lam: float, w_s: float, tokens_per_request: float,
     return {"inside": inside, "tokens": tokens, "bytes": tokens * bytes_per_token}
 
 
-def time_in_system(points: pd.DataFrame, mu: float) -> go.Figure:
-    """Measured mean time in system against utilization, beside the M/M/1 model W = 1/(mu - lambda)."""
+def time_in_system(points: pd.DataFrame, mu: float, source: str = "measured") -> go.Figure:
+    """Mean time in system against utilization (`source`: "measured" on the engine, or "simulated"),
+    beside the M/M/1 model W = 1/(mu - lambda)."""
     texts = ("Time in system as utilization rises",
-             "Dots: measured on the engine. Dashed: the M/M/1 model for the measured μ — a model, not a "
-             "measurement. Good: stay left of where the curves turn steep.",
+             f"Dots: {'measured on the engine' if source == 'measured' else 'the simulator'}. Dashed: the M/M/1 "
+             f"model for this μ — a model, not a measurement. Good: stay left of where the curves turn steep.",
              "utilization ρ = λ / μ", "mean time in system W (s)")   # title, what good looks like, x and y axis
     if is_empty(points) or not (mu > 0):
         return empty_figure(*texts)
@@ -132,12 +133,12 @@ def time_in_system(points: pd.DataFrame, mu: float) -> go.Figure:
         go.Scatter(name=f"M/M/1 model, μ = {mu:.2f} req/s", x=rho, y=model_w, mode="lines",
                    line=dict(color=MODEL_COLOR, width=2, dash="dash"),
                    hovertemplate="model: ρ %{x:.0%}, W %{y:.2f} s<extra></extra>"),
-        go.Scatter(name="measured mean time in system", x=points["rho"], y=points["W_s"], mode="lines+markers",
+        go.Scatter(name=f"{source} mean time in system", x=points["rho"], y=points["W_s"], mode="lines+markers",
                    line=dict(color=COLORS["running"], width=2.5), marker=dict(size=9),
-                   hovertemplate="measured: ρ %{x:.0%}, W %{y:.2f} s<extra></extra>"),
-        go.Scatter(name="measured mean queue time", x=points["rho"], y=points["queue_mean_s"],
+                   hovertemplate=source + ": ρ %{x:.0%}, W %{y:.2f} s<extra></extra>"),
+        go.Scatter(name=f"{source} mean queue time", x=points["rho"], y=points["queue_mean_s"],
                    mode="lines+markers", line=dict(color=COLORS["waiting"], width=1.5, dash="dot"),
-                   hovertemplate="measured: ρ %{x:.0%}, queue %{y:.2f} s<extra></extra>"),
+                   hovertemplate=source + ": ρ %{x:.0%}, queue %{y:.2f} s<extra></extra>"),
     ]
     return go.Figure(data=traces, layout=wrapped_layout(
         *texts, xaxis=dict(range=[0, max(1.0, float(points["rho"].max()) + 0.05)], tickformat=".0%"),

@@ -53,10 +53,8 @@ step_model, profiled = calculators.machine_step_model()
 got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
                                 "Measure μ, then run each utilization", _estimate,
                                 "Measuring capacity, then each arrival rate…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Measure μ, then run each utilization", got is not None,
-                          shown="until you run it, every number and chart below is the simulation's",
-                          overlaid="Every number and chart below is the real engine's measurement.",
-                          overlay="replace the simulation with the real runs")
+widgets.simulated_first_caption(step_model, profiled, "Measure μ, then run each utilization", got is not None,
+                                "every number and chart")
 measured = got is not None
 mu, runs = got if measured else simulated_runs(step_model, tuple(rhos))
 points = pd.DataFrame([lab.queue_point(rho, res, mu) for rho, res, _ in runs])
@@ -69,9 +67,7 @@ if measured:
     predict.record("queueing", mu=f"{mu:.2f} requests/s")
     predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}")
 else:
-    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; simulated, W at {hi:.0%} is "
-                f"**×{ratio:.1f}** W at {lo:.0%}. {because} Run it on the real engine to see whether this "
-                "machine agrees.")
+    widgets.simulated_answer(f"×{guess:g}", f"W at {hi:.0%} is **×{ratio:.1f}** W at {lo:.0%}", because)
 cols = st.columns(3)
 cols[0].metric("Capacity μ (measured)" if measured else "Capacity μ (simulated)", widgets.fmt(mu, "req/s"),
                help="Finished requests / duration when every request arrives at once.")
@@ -81,7 +77,8 @@ cols[1].metric("1/μ at full batch", widgets.fmt(1 / mu, "s"),
                     "prefill and decode, several times 1/μ, while others run beside it.")
 cols[2].metric(f"W at {points.rho.max():.0%} vs {points.rho.min():.0%}",
                f"{points.W_s.iloc[-1]:.2f} vs {points.W_s.iloc[0]:.2f} s")
-widgets.plot(lab.time_in_system(points, mu))
+source = "measured" if measured else "simulated"
+widgets.plot(lab.time_in_system(points, mu, source))
 st.markdown("The M/M/1 curve is a model of one server with random service times, drawn for the measured μ. "
             "The engine is not one: it batches, so it serves faster as the queue grows, and even alone a request "
             "takes its full decode time. Its points sit elsewhere, but they bend upward the same way. Each point "
@@ -89,7 +86,7 @@ st.markdown("The M/M/1 curve is a model of one server with random service times,
             "trend, not a single point.")
 show = points[["rho", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_mean_s", "waiting_max"]].rename(
     columns={"rho": "utilization ρ", "lambda_set": "λ set (req/s)", "lambda_arrivals": "λ drawn (req/s)",
-             "W_s": "W measured (s)", "W_mm1_s": "W M/M/1 model (s)", "queue_mean_s": "mean queue time (s)",
+             "W_s": f"W {source} (s)", "W_mm1_s": "W M/M/1 model (s)", "queue_mean_s": "mean queue time (s)",
              "waiting_max": "most waiting"})
 widgets.table(show.round(3), csv="queueing")
 
@@ -113,7 +110,7 @@ st.markdown("Every request inside holds its KV cache until it finishes. So if re
             "and the latency target lets each stay W seconds, about L = λ·W of them are inside at once, and the "
             "cache must hold L × (tokens each). Try your own service:")
 lam = widgets.number_input("Arrival rate λ (req/s)", 0.01, 10000.0, round(0.9 * mu, 2), key="qu_kv_lambda",
-                           help="Defaults to 90% of the capacity measured above.")
+                           help="Defaults to 90% of the capacity above.")
 w = widgets.number_input("Time in system W (s)", 0.01, 3600.0, round(float(points.W_s.iloc[-1]), 2),
                          key="qu_kv_w", help="What each request may take end to end; defaults to the W measured "
                                              f"at {hi:.0%}.")

@@ -22,7 +22,7 @@ ORDER_HELP = {
 
 st.title("Who the scheduler favours")
 st.caption("When requests queue, the admission order decides who waits. Same requests, same seed, one run "
-           "per order on the real engine.")
+           "per order: on the simulator at once, then on the real engine.")
 
 with st.sidebar:
     widgets.choice(st.multiselect, "Orders", lab.ORDER_NAMES, lab.ORDER_NAMES, key="so_orders",
@@ -53,10 +53,8 @@ got = widgets.stored_or_measure("orders", settings, lambda m, **kw: lab.order_ru
                                 "Run every order",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Running each order…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Run every order", got is not None,
-                          shown="until you run it, every number and chart below is the simulation's",
-                          overlaid="Every number and chart below is the real engine's measurement.",
-                          overlay="replace the simulation with the real runs")
+widgets.simulated_first_caption(step_model, profiled, "Run every order", got is not None,
+                                "every sentence, chart and table")
 measured = got is not None
 if not measured:
     got = simulated_runs(step_model, tuple(orders), rate, seed)
@@ -72,8 +70,7 @@ if measured:
     predict.record("scheduler_orders", fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
     predict.reveal(question, guess, worst, because)
 else:
-    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated, **{worst}** has the worst "
-                f"p95 TTFT under fcfs. {because} Run it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"**{guess}**", f"**{worst}** has the worst p95 TTFT under fcfs", because)
 sentences = lab.winners(table)
 for order in orders:
     st.markdown(f"- {widgets.plain(sentences[order])}")    # tenant names from the stored run

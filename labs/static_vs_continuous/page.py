@@ -52,10 +52,9 @@ got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(
                                 "Run both modes",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Running static, then continuous…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Run both modes", got is not None,
-                          shown="the table's simulated columns (and, until you run it, the whole page) are the simulation",
-                          overlaid="Everything else on the page is the real engine's measurement.",
-                          overlay="set the real numbers beside the simulated ones")
+widgets.simulated_first_caption(step_model, profiled, "Run both modes", got is not None,
+                                "every number, the replay and the table",
+                                "the side-by-side table keeps the simulated columns beside the real ones")
 measured = got is not None
 shown = got if measured else sim          # until the real engine has run, the page shows the simulation
 
@@ -72,10 +71,8 @@ if measured:
     predict.reveal(question, guess, first,
                    f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s. " + because)
 else:
-    st.markdown(f"**The simulator's answer**: you predicted **{guess}**; simulated, **{first}** "
-                f"{'finish at about the same time' if first == lab.SAME else 'finishes first'}: static in "
-                f"{s['duration_s']:.2f} s, continuous in {c['duration_s']:.2f} s. {because} Everything below is "
-                "the simulation; run it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"**{guess}**", f"**{first}** {'finish at about the same time' if first == lab.SAME else 'finishes first'}: "
+                             f"static in {s['duration_s']:.2f} s, continuous in {c['duration_s']:.2f} s", because)
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")

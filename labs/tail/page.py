@@ -52,10 +52,8 @@ got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m
                                 "Run this workload",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Running…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Run this workload", got is not None,
-                          shown="until you run it, every number and curve below is the simulation's",
-                          overlaid="Every number and curve below is the real engine's measurement.",
-                          overlay="replace the simulation with the real run")
+widgets.simulated_first_caption(step_model, profiled, "Run this workload", got is not None,
+                                "every number, curve and table")
 measured = got is not None
 res, _ = got if measured else simulated_run(step_model, *settings)
 reqs, _ = frames(res)
@@ -68,9 +66,7 @@ if measured:
     predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
     predict.reveal(question, guess, ttft.p99 / ttft.p50, because, measured_text=f"×{ttft.p99 / ttft.p50:.1f}")
 else:
-    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; simulated, the p99 TTFT is "
-                f"**×{ttft.p99 / ttft.p50:.1f}** the median. {because} Run it on the real engine to see whether "
-                "this machine agrees.")
+    widgets.simulated_answer(f"×{guess:g}", f"the p99 TTFT is **×{ttft.p99 / ttft.p50:.1f}** the median", because)
 name, scale, unit = METRICS[metric]
 by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
 table = lab.percentile_table(reqs, metric, by, scale)

@@ -109,7 +109,7 @@ def linear_fit(rows: list[dict]) -> dict:
 FIGURE_TEXTS = {   # figure: (title, what good looks like, x axis, y axis)
     "amortization": ("Amortization: one decode step shared by the whole batch",
                      "Good: tokens/s climbs steeply while ms per token falls. From the knee (dashed) on, the "
-                     f"batch already gives {knee_rule.KNEE_SHARE:.0%} of the best tokens/s measured. Bars: the "
+                     f"batch already gives {knee_rule.KNEE_SHARE:.0%} of the best tokens/s. Bars: the "
                      "lowest and highest of the passes.",
                      "batch size (sequences in one decode step)", "tokens / s"),
     "step_time": ("Decode step time against batch size",
@@ -119,17 +119,19 @@ FIGURE_TEXTS = {   # figure: (title, what good looks like, x axis, y axis)
 }
 
 
-def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict | None = None) -> go.Figure:
-    """Tokens/s (left axis) and ms per token (right axis) against batch size, the knee marked."""
+def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict | None = None,
+                 source: str = "measured") -> go.Figure:
+    """Tokens/s (left axis) and ms per token (right axis) against batch size, the knee marked.
+    `source`: "measured", or "predicted" (the step model's)."""
     texts = FIGURE_TEXTS["amortization"]
     if is_empty(table, "batch", "tokens_per_s", "ms_per_token"):
         return empty_figure(*texts)
     b = table["batch"].to_numpy(float)
     traces = [
-        go.Scatter(name="tokens/s (measured, mean)", x=b, y=table["tokens_per_s"], mode="lines+markers",
+        go.Scatter(name=f"tokens/s ({source}{', mean' if source == 'measured' else ''})", x=b, y=table["tokens_per_s"], mode="lines+markers",
                    line=dict(color=COLORS["tokens"], width=2.5), error_y=error_bars(table, "tokens_per_s"),
                    hovertemplate="batch %{x}: %{y:.0f} tokens/s<extra></extra>"),
-        go.Scatter(name="ms per token (measured)", x=b, y=table["ms_per_token"], mode="lines+markers",
+        go.Scatter(name=f"ms per token ({source})", x=b, y=table["ms_per_token"], mode="lines+markers",
                    yaxis="y2", line=dict(color=COLORS["p95"], width=2),
                    hovertemplate="batch %{x}: %{y:.2f} ms per token<extra></extra>"),
     ]
@@ -150,13 +152,14 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
         margin=dict(l=60, r=60, t=80, b=50), shapes=[s for s, _ in marks], annotations=[n for _, n in marks]))
 
 
-def step_time(table: pd.DataFrame, fit: dict | None = None) -> go.Figure:
-    """Decode step time against batch size, with the straight-line fit drawn as a model."""
+def step_time(table: pd.DataFrame, fit: dict | None = None, source: str = "measured") -> go.Figure:
+    """Decode step time against batch size (`source`: "measured" or "predicted"), with the
+    straight-line fit drawn as a model."""
     texts = FIGURE_TEXTS["step_time"]
     if is_empty(table, "batch", "step_ms"):
         return empty_figure(*texts)
     b = table["batch"].to_numpy(float)
-    traces = [go.Scatter(name="measured (mean)", x=b, y=table["step_ms"], mode="lines+markers",
+    traces = [go.Scatter(name=f"{source}{' (mean)' if source == 'measured' else ''}", x=b, y=table["step_ms"], mode="lines+markers",
                          line=dict(color=COLORS["running"], width=2.5), error_y=error_bars(table, "step_ms"),
                          hovertemplate="batch %{x}: %{y:.1f} ms a step<extra></extra>")]
     if fit and np.isfinite(fit.get("c_ms", math.nan)):

@@ -36,11 +36,9 @@ predicted = lab.predicted_scaling(step_model, sizes, settings[1])
 got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
                                 "Measure step times", lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Timing decode steps…", stop=False)
-widgets.simulated_caption(step_model, profiled, "Measure step times", got is not None,
-                          shown="until you measure, the step times below are the step model's predictions",
-                          overlaid="The step times below are measured; the table keeps the step model's "
-                                   "prediction beside them.",
-                          overlay="set the measured step times beside the predicted ones")
+widgets.simulated_first_caption(step_model, profiled, "Measure step times", got is not None,
+                                "every step time, chart and number",
+                                "the table keeps the step model's prediction beside each measured step")
 measured = got is not None
 rows = got[0] if measured else predicted
 table = lab.scaling_table(rows)
@@ -57,8 +55,7 @@ if measured:
     predict.record("why_batch", **{f"step_ms_{int(r.batch)}": f"{r.step_ms:.1f} ms" for r in table.itertuples()})
     predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}")
 else:
-    st.markdown(f"**The simulator's answer**: you predicted ×{guess:g}; this machine's step model predicts "
-                f"**×{ratio:.1f}**. {because} Measure it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"×{guess:g}", f"this machine's step model predicts **×{ratio:.1f}**", because)
 
 c = st.columns(4)
 c[0].metric(f"tokens/s at batch {int(first.batch)}", widgets.fmt(first.tokens_per_s, digits=0))
@@ -69,23 +66,25 @@ c[2].metric(f"step time, batch {int(first.batch)} → {int(last.batch)}",
             delta_color="inverse")
 c[3].metric("the knee", f"batch {knee}" if knee else "—", help=knee_rule.RULE[0].upper() + knee_rule.RULE[1:] + ".")
 
-widgets.plot(lab.amortization(table, knee, fit))
+source = "measured" if measured else "predicted"
+widgets.plot(lab.amortization(table, knee, fit, source))
 if knee:
     st.markdown(f"**The knee:** batch **{knee}** already makes {knee_rule.KNEE_SHARE:.0%} of the best tokens/s "
-                f"measured here ({widgets.fmt(table.tokens_per_s.max(), digits=0)}); larger batches add at most "
-                f"the last {1 - knee_rule.KNEE_SHARE:.0%}. Each point is the mean of {int(table.runs.min())} "
-                "passes; the bars span the lowest and highest pass.")
+                f"{source} here ({widgets.fmt(table.tokens_per_s.max(), digits=0)}); larger batches add at most "
+                f"the last {1 - knee_rule.KNEE_SHARE:.0%}. "
+                + (f"Each point is the mean of {int(table.runs.min())} passes; the bars span the lowest and "
+                   "highest pass." if measured else "Each point is the step model's prediction."))
 else:
     st.markdown("**No knee:** measure at least two batch sizes.")
-widgets.plot(lab.step_time(table, fit))
+widgets.plot(lab.step_time(table, fit, source))
 if fit["c_ms"] > 0:
     st.markdown(
-        f"A straight line through the measured step times (a model fitted to them) gives "
+        f"A straight line through the {source} step times (a model fitted to them) gives "
         f"t(B) ≈ {fit['t0_ms']:.1f} ms + {fit['c_ms']:.2f} ms × B: the fixed part is shared, the slope is paid per "
         f"sequence. Throughput B / t(B) then tends to 1000 / {fit['c_ms']:.2f} ≈ {widgets.fmt(fit['ceiling_tok_s'], digits=0)} "
         f"tokens/s and reaches half of that near B = t0 / c ≈ {widgets.fmt(fit['half_batch'], digits=0)}.")
 else:
-    st.markdown("The step times measured here do not rise with the batch, so a straight line through them has no "
+    st.markdown(f"The step times {source} here do not rise with the batch, so a straight line through them has no "
                 "positive slope: measure again, or add larger batch sizes.")
 if measured:
     table = table.assign(predicted_ms=[r["step_ms"] for r in predicted])
