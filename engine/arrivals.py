@@ -61,7 +61,11 @@ class ArrivalFeed:
         plen, olen = s.prompt_len.draw(rng, i), s.output_len.draw(rng, i)
         # tenant-a is the heavy one: half the traffic
         t_idx = 0 if s.tenants == 1 or rng.random() < 0.5 else rng.randint(1, s.tenants - 1)
-        ids = self.prompts.make(plen, rng) if self.prompts else [rng.randint(100, 30000) for _ in range(plen)]
+        # The prompt's content draws from a stream of its own: lengths, arrivals and tenants are then
+        # the same whether the prompts are real text or stand-ins (a simulated run draws the real
+        # run's requests)
+        words = random.Random(f"{s.seed}-prompt-{i}")
+        ids = self.prompts.make(plen, words) if self.prompts else [words.randint(100, 30000) for _ in range(plen)]
         return Request(id=f"{s.id_prefix}{i}", prompt_token_ids=ids, max_new_tokens=olen, arrival_s=t,
                        tenant=tenant_name(t_idx), priority=t_idx)
 

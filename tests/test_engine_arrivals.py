@@ -102,3 +102,16 @@ def test_the_cli_refuses_continuous_traffic_with_a_clear_error(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "error: continuous traffic (continuous=true, rate 3 req/s) never runs out" in err
     assert not out.exists()
+
+
+def test_real_prompts_and_stand_ins_draw_the_same_lengths_arrivals_and_tenants():
+    """A simulated run (stand-in prompt ids) draws the requests the real run (the model's own text)
+    draws: the prompt's content comes from a stream of its own. Prompts here are longer than the
+    chat template, which sets a real prompt's shortest length."""
+    from engine.model import load_model
+    spec = WorkloadSpec(num_requests=40, rate=5, prompt_kind="longtail", prompt_lo=64, prompt_hi=900,
+                        output_lo=8, output_hi=64, tenants=3, burstiness=2, seed=4)
+    drawn = lambda rs: [(r.id, r.prompt_tokens, r.max_new_tokens, r.arrival_s, r.tenant) for r in rs]  # noqa: E731
+    real = build_requests(spec, PromptMaker(load_model("tiny").tokenizer))
+    assert drawn(real) == drawn(build_requests(spec))
+    assert real[0].prompt_token_ids != build_requests(spec)[0].prompt_token_ids    # the content does differ
