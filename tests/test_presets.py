@@ -18,6 +18,7 @@ CPU = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7,
 MACHINES = {"cpu": CPU, "cpu x10": CPU.scaled(0.1, "ten times faster"),
             "gpu": StepModel(6.0, (64, 512), (0.002, 0.01, 0.02), 0.01, 0.004, 0.0005, "a GPU-like machine")}
 REQUESTS = 200      # enough arrivals for a p95, for the presets with an arrival rate
+SEEDS = range(6)
 
 
 def run(setup: Setup, machine: StepModel) -> dict:
@@ -35,16 +36,21 @@ def run(setup: Setup, machine: StepModel) -> dict:
 @pytest.mark.parametrize("pid", list(PRESETS))
 def test_a_preset_meets_or_misses_the_targets_it_is_meant_to(pid, machine):
     preset, model = PRESETS[pid], MACHINES[machine]
-    setup = preset.setup_for(model)
-    summary = run(setup, model)
-    target = {"ttft": setup.ttft_slo_s, "tpot": setup.tpot_slo_s}
-    p95 = {"ttft": summary["ttft_s"]["p95"], "tpot": summary["tpot_s"]["p95"]}
     assert preset.meets or preset.misses
-    for name in preset.meets:
-        assert p95[name] <= target[name], f"{pid} on {machine}: p95 {name} {p95[name]:.3g} s over {target[name]:g} s"
-    for name in preset.misses:
-        assert p95[name] > 2 * target[name], f"{pid} on {machine}: p95 {name} {p95[name]:.3g} s within 2x {target[name]:g} s"
-    assert summary["rejected"] == summary["failed"] == 0
+    # On several seeds: a learner's run draws its own requests, and a preset that met its target
+    # on one draw only (long-context RAG did, at 2.5x its unloaded TTFT) teaches nothing reliably
+    for seed in SEEDS:
+        setup = preset.setup_for(model).changed(seed=seed)
+        summary = run(setup, model)
+        target = {"ttft": setup.ttft_slo_s, "tpot": setup.tpot_slo_s}
+        p95 = {"ttft": summary["ttft_s"]["p95"], "tpot": summary["tpot_s"]["p95"]}
+        for name in preset.meets:
+            assert p95[name] <= target[name], \
+                f"{pid} on {machine}, seed {seed}: p95 {name} {p95[name]:.3g} s over {target[name]:g} s"
+        for name in preset.misses:
+            assert p95[name] > 2 * target[name], \
+                f"{pid} on {machine}, seed {seed}: p95 {name} {p95[name]:.3g} s within 2x {target[name]:g} s"
+        assert summary["rejected"] == summary["failed"] == 0
 
 
 @pytest.mark.parametrize("pid", list(PRESETS))
