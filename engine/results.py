@@ -19,7 +19,8 @@ from .engine import Engine
 from .metrics import SLO, request_row, step_row, summarize
 from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
 
-CACHE_VERSION = 3     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens)
+CACHE_VERSION = 4     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
+                      # 4: prompt content drawn from its own stream (other lengths and arrivals)
 
 
 def cache_dir() -> str:
