@@ -22,14 +22,15 @@ from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
 from engine.request import Request
 from engine.workload import WorkloadSpec
 
-STEP_S_GUESS = 0.05  # rough mean step time on the cost model, to spread arrivals over half the run
+STEP_S_GUESS = 0.05  # rough mean step time on the cost model, to spread arrivals over the run's start
+ARRIVALS_SHARE = 0.35  # of the run over which requests arrive (bursty arrivals overshoot it)
 
 
 def synthetic_trace(n_requests: int = 2000, n_steps: int = 20000, max_slots: int = 16,
                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """A long run of the real scheduler and engine on the cost model, as the pages' tables.
 
-    Returns (steps, requests, marks). Requests arrive in bursts over about the first half of
+    Returns (steps, requests, marks). Requests arrive in bursts over about the first third of
     the run, so the queue grows and drains; long prompts are prefilled in chunks. One
     background request ("bg") makes a token in every step from the first to the last, so the
     run takes exactly n_steps steps. Three policy changes are marked on the way.
@@ -38,7 +39,8 @@ def synthetic_trace(n_requests: int = 2000, n_steps: int = 20000, max_slots: int
                              kv_capacity_tokens=n_steps + 16 + 400 * max_slots)
     engine = build_engine(EngineConfig(max_model_len=n_steps + 16), policy)
     engine.submit(Request("bg", [1] * 16, n_steps, tenant="background"))
-    spec = WorkloadSpec(num_requests=n_requests - 1, rate=(n_requests - 1) / (0.5 * n_steps * STEP_S_GUESS),
+    rate = (n_requests - 1) / (ARRIVALS_SHARE * n_steps * STEP_S_GUESS)
+    spec = WorkloadSpec(num_requests=n_requests - 1, rate=rate,
                         burstiness=2.0, prompt_lo=16, prompt_hi=700, output_lo=8, output_hi=130,
                         tenants=3, seed=seed)
     for r in build_requests(spec):
