@@ -88,6 +88,8 @@ class PlaygroundRun:
             raise ValueError("the Playground runs the real model, or simulates one with its "
                              "tokenizer: pass a loaded model")
         self.setup = setup                   # the setup in effect (the last one applied)
+        self._widgets = setup                # the widgets' values last dealt with (a shared server's run
+                                             # sends only what they moved since)
         self.model_name = model.name
         self.engine_choice = engine_choice
         self.cost = engines.step_times(engine_choice, model)    # None: the real model
@@ -100,7 +102,6 @@ class PlaygroundRun:
                 raise ValueError("the shared server needs the app attached to one (BATCHING_LAB_ENGINE_URL)")
             self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token,
                                   is_alive=is_alive, idle_timeout_s=idle_timeout_s)
-            self._widgets = setup            # what the page's widgets held when this run last applied them
             setup = self._with_server_policy(setup, self.live.control.policy())
         else:
             if self.simulated:
@@ -193,24 +194,20 @@ class PlaygroundRun:
         or still waiting). A setup the engine refuses raises ValueError once, then is ignored
         until the widgets change again. `now`: time.monotonic() unless given (tests)."""
         now = time.monotonic() if now is None else now
+        widgets = setup
         if self.seat is not None:
             # On a shared server the policy is the server's: only the knobs the widgets moved since
             # they were last applied change anything (the server's own policy otherwise stands)
-            widgets, setup = setup, self._moved_by_widgets(setup)
-            if setup == self.setup or setup == self._refused:
-                self._widgets, self.proposed = widgets, None
-                return None
+            setup = self._moved_by_widgets(widgets)
         if setup == self.setup or setup == self._refused:
-            self.proposed = None
+            self._widgets, self.proposed = widgets, None
             return None
         if setup != self.proposed:
             self.proposed, self.proposed_at = setup, now
             return None
         if now - self.proposed_at < REST_S:
             return None
-        self.proposed = None
-        if self.seat is not None:
-            self._widgets = widgets      # applied or refused, these widget values are dealt with
+        self._widgets, self.proposed = widgets, None    # applied or refused, these values are dealt with
         return self.apply(setup)
 
     def _moved_by_widgets(self, widgets: Setup) -> Setup:
