@@ -18,6 +18,7 @@ MODES = ("static", "continuous")
 ORDERS = ("fcfs", "priority", "sjf", "fair", "edf")
 STEP_PRIORITIES = ("decode_first", "prefill_first")
 DEVICE_TYPES = ("cpu", "cuda")   # and "auto"; "cuda:1" picks a GPU
+SLO_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the policy's targets: they score runs (and set edf's deadline)
 
 
 @dataclass(slots=True)

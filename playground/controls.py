@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.config import SLO_KNOBS
 from engine.workload import LENGTH_RANGES
 
 from playground import engines
@@ -30,7 +31,7 @@ IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
 # The names of the setup's widgets (a length range is one widget for two knobs).
 WIDGET_NAMES = [name for name in KNOBS if name not in IN_RANGE] + [rng + "_len" for rng in RANGES] + ["engine", "speed"]
 # SLO targets judge a run rather than steer it: they get their own section.
-SLO_TARGETS = ("ttft_slo_s", "tpot_slo_s")
+SLO_TARGETS = SLO_KNOBS
 # A knob that only matters in some setups is greyed out in the others.
 ONLY_WHEN = {"max_wait_ms": lambda s: s.mode == "static",
              "long_prefill_token_threshold": lambda s: s.enable_chunked_prefill,

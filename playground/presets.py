@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.config import SLO_KNOBS
 from engine.step_model import StepModel
 
 from playground.capacity import Capacity, capacity
@@ -58,7 +59,7 @@ class Preset:
                  "tpot_slo_s": two_digits(self.tpot[0] * getattr(cap, self.tpot[1]))}
         # Targets on their sliders, so the page shows the preset as it runs (a very slow
         # machine's batch job could otherwise ask for a target past the slider's end).
-        for name in ("ttft_slo_s", "tpot_slo_s"):
+        for name in SLO_KNOBS:
             sized[name] = KNOBS[name].clamp(sized[name])
         return Setup(**self.changes, **sized)
 

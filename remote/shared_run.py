@@ -21,14 +21,14 @@ from dataclasses import replace
 import httpx2 as httpx
 
 from engine.arrivals import ArrivalFeed
-from engine.config import SchedulerPolicy
+from engine.config import SLO_KNOBS, SchedulerPolicy
 from engine.live import Snapshot
 from engine.workload import PromptMaker, WorkloadSpec
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import KEEP_STEPS, REQUEST_ROWS, step_record
 from remote.load import LoadGenerator, now_s, served_model
 
-LOCAL_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the page's own targets, never sent to the server
+LOCAL_KNOBS = SLO_KNOBS      # the page's own targets, never sent to the server
 
 
 class SharedRun:
