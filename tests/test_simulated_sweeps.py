@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.step_model import StepModel
 from labs.knee import experiment as knee
+from labs.runs import simulated_name
 from labs.slo_goodput import experiment as slo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +63,7 @@ def test_the_simulated_goodput_sweep_spans_the_labs_rates():
 
 def test_the_figures_draw_the_simulated_line_under_the_measured_points():
     sim = knee.simulated_sweep(CPU)
-    name = knee.simulated_name(CPU)
+    name = simulated_name(CPU)
     assert name == "simulated (step model: a CPU-like machine)"
     fig = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "tpot_p95_ms", 4, 60.0, sim, name)
     traces = {t.name: t for t in fig.data}
@@ -76,7 +77,7 @@ def test_the_figures_draw_the_simulated_line_under_the_measured_points():
     groups = [t.legendgrouptitle.text for t in fig.data]
     assert groups == [name, name, "measured on the real engine", "measured on the real engine"]
     assert [t.mode for t in fig.data] == ["lines", "lines", "markers", "markers"]
-    hand_set = knee.simulated_name(StepModel(1.0, (), (1.0,), 0, 0, 0, "uncalibrated: a guess (run `calibrate`)"))
+    hand_set = simulated_name(StepModel(1.0, (), (1.0,), 0, 0, 0, "uncalibrated: a guess (run `calibrate`)"))
     assert hand_set == "simulated (step model: uncalibrated: a guess)", "the label without its advice"
 
 

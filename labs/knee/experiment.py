@@ -15,7 +15,7 @@ from engine.workload import WorkloadSpec
 from labs import knee_rule
 from labs.repeats import REPEATS, error_bars, spread
 from labs.part import Part
-from labs.runs import estimate, run_each, simulated_name, simulated_run, single_run  # noqa: F401 (simulated_name: for the page)
+from labs.runs import estimate, run_each, simulated_run, single_run
 from labs.slo_goodput.experiment import goodput
 
 VALUES = [1, 2, 4, 8, 16, 32]

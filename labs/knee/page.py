@@ -6,6 +6,7 @@ import streamlit as st
 
 from labs import knee_rule
 from labs.knee import experiment as lab
+from labs.runs import simulated_name
 from ui import calculators, predict, session, widgets
 
 
@@ -43,7 +44,7 @@ question = predict.Question("knee", "At which max_num_seqs will the knee be?", c
 guess = predict.gate(question)
 step_model, profiled = calculators.machine_step_model()
 sim = lab.knee_table(simulated_runs(step_model), ttft, tpot)
-sim_name = lab.simulated_name(step_model)
+sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
 got = widgets.stored_or_measure("knee", (tuple(values), repeats),
                                 lambda m, **kw: lab.max_num_seqs_runs(m, values, repeats, **kw), "Run the sweep",
@@ -52,10 +53,10 @@ got = widgets.stored_or_measure("knee", (tuple(values), repeats),
 widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
 if got is None:      # the simulated answer, at once; the real measurement waits for the button
     among = lab.find_knee(sim[sim.max_num_seqs.isin(values)])
-    st.markdown(f"**The simulator's answer**: you predicted {guess}; among your values the simulated knee is at "
-                f"max_num_seqs **{among if among is not None else values[0]}** (over every value 1–64: "
-                f"{sim_knee}). {spec.num_requests} requests arrive at once, so past {spec.num_requests} slots "
-                "nothing changes. Run it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"{guess}", f"among your values the knee is at max_num_seqs "
+                             f"**{among if among is not None else values[0]}** (over every value 1–64: {sim_knee})",
+                             f"{spec.num_requests} requests arrive at once, so past {spec.num_requests} slots "
+                             "nothing changes.")
     left, right = st.columns(2)
     with left:
         widgets.plot(lab.throughput_vs_latency(pd.DataFrame(), "tpot_p95_ms", sim_knee, tpot * 1000, sim, sim_name))

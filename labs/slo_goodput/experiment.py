@@ -24,7 +24,7 @@ from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, simulated_name, simulated_run, single_run  # noqa: F401 (simulated_name: for the page)
+from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 RATES = [1.0, 2.0, 4.0, 8.0]
 SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,

@@ -2,7 +2,7 @@
 all re-scored instantly against the SLO sliders."""
 import streamlit as st
 
-from labs.runs import frames
+from labs.runs import frames, simulated_name
 from labs.slo_goodput import experiment as lab
 from ui import calculators, predict, session, widgets
 
@@ -37,7 +37,7 @@ question = predict.Question("slo_goodput", "As the arrival rate rises, at which 
 guess = predict.gate(question)
 step_model, profiled = calculators.machine_step_model()
 sim = lab.goodput_table(simulated_runs(step_model), ttft, tpot)
-sim_name = lab.simulated_name(step_model)
+sim_name = simulated_name(step_model)
 got = widgets.stored_or_measure("slo", "rates", lab.rate_runs, "Run the arrival rates",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name())),
                                 "Running each arrival rate…", stop=False)
@@ -46,10 +46,9 @@ if got is None:      # the simulated answer, at once; the real measurement waits
     at_choices = sim[sim["rate"].isin(lab.RATES)]
     sim_best = at_choices.loc[at_choices["goodput_req_s"].idxmax()]
     peak = sim.loc[sim["goodput_req_s"].idxmax()]
-    st.markdown(f"**The simulator's answer**: you predicted {guess:g} requests/s; of those rates the simulated "
-                f"goodput is highest at **{sim_best.rate:g} requests/s** ({sim_best.goodput_req_s:.2f} req/s "
-                f"within both SLOs). Over all {len(sim)} simulated rates it peaks near {peak.rate:g} requests/s. "
-                "Run it on the real engine to see whether this machine agrees.")
+    widgets.simulated_answer(f"{guess:g} requests/s", f"of those rates goodput is highest at **{sim_best.rate:g} "
+                             f"requests/s** ({sim_best.goodput_req_s:.2f} req/s within both SLOs)",
+                             f"Over all {len(sim)} simulated rates it peaks near {peak.rate:g} requests/s.")
     widgets.plot(lab.goodput_vs_rate(sim.iloc[0:0], simulated=sim, simulated_label=sim_name))
     st.stop()
 
