@@ -39,6 +39,14 @@ class LabStream:
         self._tables = TraceTables()
 
     def poll(self) -> Tables:
+        rows, marks = self.read()
+        requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS + ["partial_text"])
+        marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in marks], columns=MARK_COLUMNS)
+        return Tables(self._tables.steps(list(self.steps)), requests, marks)
+
+    def read(self) -> tuple[list[dict], list[dict]]:
+        """Take in the steps since the last read (self.steps), and return the recent request rows
+        and the policy marks, as the server sends them."""
         if self.next_step is None:              # joining: the recent window, not the whole history
             latest = self._get("/lab/steps", {"stream": "false"})["next"]
             self.next_step = max(0, latest - self.steps.maxlen)
@@ -49,10 +57,7 @@ class LabStream:
         self.run = got["run"]
         self.steps.extend(step_record(d) for d in got["steps"])
         self.next_step = got["next"]
-        rows = self._get("/lab/requests", {"limit": self.request_rows})["requests"]
-        requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS + ["partial_text"])
-        marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in got["marks"]], columns=MARK_COLUMNS)
-        return Tables(self._tables.steps(list(self.steps)), requests, marks)
+        return self._get("/lab/requests", {"limit": self.request_rows})["requests"], got["marks"]
 
     def close(self) -> None:
         self.http.close()

@@ -25,7 +25,7 @@ from engine.config import SLO_KNOBS, SchedulerPolicy
 from engine.live import Snapshot
 from engine.workload import PromptMaker, WorkloadSpec
 from remote.lab_control import LabControl, LabRefused
-from remote.lab_stream import KEEP_STEPS, REQUEST_ROWS, step_record
+from remote.lab_stream import KEEP_STEPS, LabStream
 from remote.load import LoadGenerator, now_s, served_model
 
 LOCAL_KNOBS = SLO_KNOBS      # the page's own targets, never sent to the server
@@ -40,16 +40,12 @@ class SharedRun:
         stops by itself once `is_alive()` turns false or no heartbeat came for idle_timeout_s
         (the page is gone), as a LiveRun's engine thread does."""
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s)
+        self.stream = LabStream(self.url, keep_steps, timeout_s=timeout_s)   # the shared engine's window
         self.control = LabControl(self.url, token, timeout_s)
         self.generator = LoadGenerator(self.url + "/v1", served_model(self.url + "/v1", timeout_s), tenant)
         self.feed = ArrivalFeed(spec, prompts)
-        self.keep_steps = keep_steps
         self.state = "idle"
         self.message = ""
-        self._steps: list = []
-        self._run: int | None = None            # the server's reset count
-        self._next: int | None = None           # the next step to ask for
         self._seen_at = (0.0, 0.0)              # (server time of the latest step, local time then)
         self._sent_s = 0.0                      # feed time covered before the latest pause
         self._started_at: float | None = None   # local time the feed (re)started
@@ -93,7 +89,7 @@ class SharedRun:
         """Stop, and hang up on this run's requests still streaming (the server frees their KV)."""
         self.stop()
         self.generator.cancel_in_flight()
-        self.http.close()
+        self.stream.close()
         self._closed = True
 
     @property
@@ -127,9 +123,9 @@ class SharedRun:
     @property
     def step_count(self) -> int:
         """Steps the shared engine has taken (asked of the server until it has taken one)."""
-        if not self._next and self.state != "error":
+        if not self.stream.next_step and self.state != "error":
             self.snapshot()          # a server that does not answer ends the run in "error"
-        return self._next or 0
+        return self.stream.next_step or 0
 
     def now(self) -> float:
         """The server's clock, as far as this side can tell: its latest step's end, plus the
@@ -146,40 +142,20 @@ class SharedRun:
         if self._frozen is not None and self.state in ("paused", "error"):
             return self._frozen
         try:
-            self._poll()
-            rows = self._get("/lab/requests", {"limit": REQUEST_ROWS})["requests"]
-            policy = SchedulerPolicy(**self._get("/lab/policy", {}))
-        except (ConnectionError, ValueError, TypeError) as exc:
+            rows, _ = self.stream.read()
+            if self.stream.steps:
+                self._seen_at = (self.stream.steps[-1].t_end_s, now_s())
+            policy = SchedulerPolicy(**self.control.policy())
+        except (httpx.HTTPError, RuntimeError, LabRefused, ValueError, TypeError) as exc:   # RuntimeError: closed
             self._stop_sending()
             self.state, self.message = "error", f"the shared server stopped answering: {exc}"
             self._frozen = replace(self._last, state="error", message=self.message)
             return self._frozen
         if self.state == "running" and self.feed.exhausted and not self.generator.busy:
             self.state = "finished"
-        self._last = Snapshot(self.state, self.now(), tuple(self._steps), tuple(rows), (), policy,
+        self._last = Snapshot(self.state, self.now(), tuple(self.stream.steps), tuple(rows), (), policy,
                               self.feed.spec, {}, self.feed.count, self.message)
         return self._last
-
-    def _poll(self) -> None:
-        if self._next is None:                   # joining: the recent window, not the whole history
-            self._next = max(0, self._get("/lab/steps", {"stream": "false"})["next"] - self.keep_steps)
-        got = self._get("/lab/steps", {"stream": "false", "since": self._next})
-        if self._run is not None and got["run"] != self._run:       # the server was reset
-            self._steps = []
-            got = self._get("/lab/steps", {"stream": "false", "since": 0})
-        self._run = got["run"]
-        self._steps = (self._steps + [step_record(d) for d in got["steps"]])[-self.keep_steps:]
-        self._next = got["next"]
-        if self._steps:
-            self._seen_at = (self._steps[-1].t_end_s, now_s())
-
-    def _get(self, path: str, params: dict) -> dict:
-        try:
-            r = self.http.get(self.url + path, params=params)
-            r.raise_for_status()
-        except (httpx.HTTPError, RuntimeError) as exc:     # RuntimeError: the client was closed
-            raise ConnectionError(f"the server at {self.url} did not answer {path}: {exc}") from None
-        return r.json()
 
     def _feed_now(self) -> float:
         """The workload's own clock: seconds of sending so far, pauses left out."""
