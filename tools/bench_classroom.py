@@ -9,7 +9,9 @@ in alternating rounds:
   viewers   N Playwright contexts in one Chromium, each with /classroom open (default 10)
 
 Steps are counted from the server's step records (/lab/steps, t_start_s) within a window that
-starts a warm-up after the viewers' pages show the board. Each round also prints the CPU
+starts a warm-up after the viewers' pages show the board (the load pauses while they open).
+Chromium runs in Linux's idle scheduling class by default: the students' browsers are not on the
+server, so here they get only what it leaves (`--browser normal` lets them compete as equals). Each round also prints the CPU
 (cores: CPU seconds per second) of the engine server, the app and Chromium, from /proc.
 Goal: with 10 viewers the step rate stays >= 70% of its rate with none. Needs Debian's
 Chromium. On two CPU cores the default run takes about 12 minutes, most of it the ten pages
@@ -31,7 +33,8 @@ import urllib.request
 from pathlib import Path
 
 OMP_BEFORE = os.environ.get("OMP_WAIT_POLICY")     # bench_ui_overhead sets it on import; `make classroom` does not
-from tools.bench_ui_overhead import ARGS, CHROMIUM, ROOT, browser_pids, cpu_s, free_port  # noqa: E402
+from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pids, cpu_s,  # noqa: E402
+                                     free_port, launch_browser)
 
 GOAL = 0.70
 BOARD = ".st-key-cr_membership .js-plotly-plot"      # the shared batch chart: the board is shown
@@ -96,6 +99,9 @@ def main(argv=None):
     ap.add_argument("--warm", type=float, default=5.0, help="seconds after the pages show the board")
     ap.add_argument("--window", type=float, default=20.0, help="seconds of steps counted")
     ap.add_argument("--rate", type=float, default=LOAD["rate"], help="background load, requests/s")
+    ap.add_argument("--browser", choices=BROWSER_CLASSES, default="idle",
+                    help="Chromium's scheduling class: idle (default: the students' browsers are not on "
+                         "the server, so they get what it leaves) or normal (they compete as equals)")
     args = ap.parse_args(argv)
     if not os.path.exists(CHROMIUM):
         sys.exit(f"needs Debian's Chromium at {CHROMIUM}")
@@ -122,12 +128,18 @@ def main(argv=None):
         call(engine_url + "/lab/policy", "PUT", {"max_waiting": MAX_WAITING}, token)
         call(engine_url + "/lab/load", "PUT", {"running": True, **LOAD, "rate": args.rate}, token)
         print(f"{args.model}: background load {args.rate:g} req/s, max_waiting {MAX_WAITING}; "
-              f"window {args.window:g} s after {args.warm:g} s warm-up", flush=True)
+              f"window {args.window:g} s after {args.warm:g} s warm-up; Chromium in the {args.browser} scheduling class",
+              flush=True)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            browser = launch_browser(p, args.browser)
             for i in range(2 * args.rounds):
                 n, t_open = args.viewers if i % 2 else 0, time.monotonic()
+                if n:       # the pages load while the engine rests (in the idle class they would wait
+                            # for the engine's leftovers for many minutes), then the load comes back
+                    call(engine_url + "/lab/load", "PUT", {"running": False}, token)
                 contexts = open_viewers(browser, f"{app_url}/classroom", n)
+                if n:
+                    call(engine_url + "/lab/load", "PUT", {"running": True, **LOAD, "rate": args.rate}, token)
                 t_open = time.monotonic() - t_open
                 time.sleep(args.warm)
                 rate, cores, waiting = measure(engine_url, pids, args.window)
