@@ -12,13 +12,15 @@ step to time, not a 1,024-token prefill first.
 
 Each row count runs once untimed (first calls pay for kernel set-up), then the whole grid is
 timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
-time is the fastest of its passes. Other programs on a shared machine only ever add time to a
-step, so the fastest run is the closest to the step's own cost, and the shuffled order spreads
-their interference over all shapes. How busy the machine was is stored with the profile.
+time is the median of its passes. The simulator predicts runs, and a run's steps meet the
+machine as it usually is: on a shared machine the fastest pass was 5-15% quicker than the
+median for prefill steps, and a profile built on the fastest passes predicted every run too
+fast. The shuffled order spreads other programs' interference over all shapes, and the median
+ignores a pass that one of them interrupted. How busy the machine was is stored with the profile.
 
 The fit: least squares on relative error (a 15 ms decode step matters as much as a 400 ms
 prefill), coefficients held at zero or above (no cost can be negative), refitted once without
-the steps far slower than the fit (interrupted even in their fastest pass). Every `HOLDOUT_EVERY`-th
+the steps far slower than the fit (interrupted in most of their passes). Every `HOLDOUT_EVERY`-th
 shape is held out; each candidate form (`Grid.knot_candidates`: one straight line in rows, or
 piecewise in rows with knots where the linear layers change speed) is fitted on the rest and
 scored on the held-out shapes, and the form with the smallest held-out error is kept. Its fit and errors are
@@ -98,7 +100,7 @@ def plan_for(chunks: list[Chunk], pool=None) -> StepPlan:
 
 def time_steps(executor, clock, pool, steps: list[list[Chunk]], budget_s: float, progress=None,
                passes: int = FULL.passes) -> list[float]:
-    """The fastest time in ms of each step over up to `passes` timed passes in random order,
+    """The median time in ms of each step over up to `passes` timed passes in random order,
     stopping early when a pass as long as the longest so far would end past `budget_s` (one pass
     at least). Each row
     count runs once untimed before: first calls at a new size pay for kernel set-up."""
@@ -121,7 +123,7 @@ def time_steps(executor, clock, pool, steps: list[list[Chunk]], budget_s: float,
             progress(min(1.0, spent / budget_s), f"pass {p + 1}: {len(steps)} step shapes timed, {spent:.0f} s")
         if spent + longest > budget_s:
             break
-    return [min(t) for t in times]
+    return [statistics.median(t) for t in times]
 
 
 # All at once, so the run never waits for an arrival: its span is steps and the loop between them.
@@ -132,8 +134,8 @@ LOOP_POLICY = SchedulerPolicy(max_num_seqs=8)
 
 def loop_ms(model, step_model) -> float:
     """What a real run adds to each step beyond the step timed alone: the engine loop's own work
-    (scheduling, appending tokens, recording the step) and a step's usual time on a busy machine
-    rather than its fastest. One small workload (not one validate-sim uses) runs on the real
+    (scheduling, appending tokens, recording the step) and what else a step costs inside a run
+    that it does not cost timed alone. One small workload (not one validate-sim uses) runs on the real
     engine and on the fitted model; the difference of their spans, per step, at least 0."""
     config = EngineConfig(model=model.name, kv_pool_tokens=8192)
     requests = build_requests(LOOP_SPEC, PromptMaker(model.tokenizer))

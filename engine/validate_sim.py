@@ -9,10 +9,12 @@ preemptions, and bursty arrivals. Each is small (a few seconds on a CPU with Smo
 Both runs get the very same requests (same prompts, lengths and arrival times), so a
 difference can only come from the predicted step times, and from what the simulator leaves
 out: the real engine's own time between steps (scheduling, bookkeeping), and noise from other
-work on the machine.
+work on the machine. The real side runs REPEATS times and each metric is the median: on a
+shared two-core machine, one run's TTFT p95 moved by 20 points between two runs of the same code.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 
 from .arrivals import build_requests
@@ -26,6 +28,7 @@ from .simulate import SimProfile, fresh_copy, simulate
 from .workload import PromptMaker, WorkloadSpec
 
 TOLERANCE = 0.10     # the goal: every metric within 10% of the real engine
+REPEATS = 3          # real runs of each workload; each metric is their median
 
 # (column label, summary key, percentile or None)
 METRICS = [("TTFT p50", "ttft_s", "p50"), ("TTFT p95", "ttft_s", "p95"),
@@ -87,17 +90,34 @@ def run_real(config: EngineConfig, policy: SchedulerPolicy, model, requests) -> 
     return engine
 
 
-def compare(case: Case, run_one_real, run_one_sim, requests) -> dict:
-    """Run `requests` through both (callables: policy, requests -> finished Engine) and compare."""
-    real = run_one_real(case.policy, [fresh_copy(r) for r in requests])
+def median_summary(summaries: list[dict]) -> dict:
+    """The first summary with every metric in METRICS replaced by its median over all of them."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in summaries[0].items()}
+    for _, key, pct in METRICS:
+        value = statistics.median(metric_value(s, key, pct) for s in summaries)
+        if pct:
+            out[key][pct] = value
+        else:
+            out[key] = value
+    return out
+
+
+def compare(case: Case, run_one_real, run_one_sim, requests, repeats: int = 1) -> dict:
+    """Run `requests` through both (callables: policy, requests -> finished Engine) and compare;
+    the real engine `repeats` times, each metric the median of its runs (one real run on a shared
+    machine is itself noisy; the simulator's runs are all the same)."""
+    reals = [run_one_real(case.policy, [fresh_copy(r) for r in requests]) for _ in range(repeats)]
     sim = run_one_sim(case.policy, [fresh_copy(r) for r in requests])
-    sums = [summarize(e.all_requests(), e.steps) for e in (real, sim)]
-    return {"case": case.name, "real": sums[0], "sim": sums[1], "errors": relative_errors(*sums)}
+    real = median_summary([summarize(e.all_requests(), e.steps) for e in reals])
+    simulated = summarize(sim.all_requests(), sim.steps)
+    return {"case": case.name, "real": real, "sim": simulated, "errors": relative_errors(real, simulated),
+            "real_runs": repeats}
 
 
 def validate(model, profile: SimProfile, cases=CASES, config: EngineConfig | None = None,
-             progress=None) -> list[dict]:
-    """Every case on the real engine (`model`, a LoadedModel) and on the simulator (`profile`)."""
+             progress=None, repeats: int = REPEATS) -> list[dict]:
+    """Every case on the real engine (`model`, a LoadedModel; `repeats` runs, the median taken)
+    and on the simulator (`profile`)."""
     config = config or EngineConfig(model=model.name, kv_pool_tokens=8192)
     prompts = PromptMaker(model.tokenizer)
     run_real(config, SchedulerPolicy(), model, build_requests(WorkloadSpec(num_requests=2, rate=0), prompts))  # warm-up
@@ -106,7 +126,7 @@ def validate(model, profile: SimProfile, cases=CASES, config: EngineConfig | Non
         requests = build_requests(case.spec, prompts)
         sized = replace(config, kv_pool_tokens=max(config.kv_pool_tokens, case.policy.kv_capacity_tokens))
         results.append(compare(case, lambda p, rs: run_real(sized, p, model, rs),
-                               lambda p, rs: simulate(sized, p, profile, rs), requests))
+                               lambda p, rs: simulate(sized, p, profile, rs), requests, repeats))
         if progress is not None:
             progress(results[-1])
     return results

@@ -170,3 +170,17 @@ def test_the_calibrated_profile_is_found_by_default_or_by_its_file(tmp_path, mon
 def test_an_unknown_profile_says_what_to_use():
     with pytest.raises(ValueError, match="calibrate.*h100-sxm.*hand-set"):
         resolve_profile("no-such-profile.json")
+
+
+def test_the_real_side_is_the_median_of_its_repeats():
+    """Three real runs, 1x, 1.25x and 3x as slow: each metric is the middle one's, so a simulator
+    1.25x as slow is exact (the first run alone would give +25%, the mean of the three about -29%)."""
+    base = resolve_profile("a100-80gb:smollm2-135m")
+    case = CASES[1]
+    requests = build_requests(case.spec.changed(rate=0))
+    speeds = iter([1.0, 3.0, 1.25])
+    real = lambda policy, rs: simulate(CONFIG, policy, SimProfile("r", "r", Scaled(base.step_model, next(speeds))), rs)
+    sim = lambda policy, rs: simulate(CONFIG, policy, SimProfile("s", "s", Scaled(base.step_model, 1.25)), rs)
+    result = compare(case, real, sim, requests, repeats=3)
+    assert result["real_runs"] == 3
+    assert all(e == pytest.approx(0, abs=1e-9) for e in result["errors"].values()), result["errors"]

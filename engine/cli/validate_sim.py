@@ -1,7 +1,7 @@
 """`python -m engine validate-sim`: the simulator against the real engine, workload by workload.
 
 Each validation workload (engine/validate_sim.py) runs on the real model and on the simulator
-with the same requests; the table gives the relative error of p50/p95 TTFT, p50/p95 TPOT,
+with the same requests (the real engine --repeats times, each metric the median); the table gives the relative error of p50/p95 TTFT, p50/p95 TPOT,
 output throughput and makespan. Exit status 0 when every error is within --tolerance, 1 when not.
 
 With a calibrated profile of SmolLM2 on the CPU, a second table checks the roofline model of
@@ -15,7 +15,7 @@ import sys
 
 from ..roofline import CPU_DEVICE, roofline_profile
 from ..simulate import resolve_profile
-from ..validate_sim import CASES, TOLERANCE, error_table, gap_table, roofline_gap, validate
+from ..validate_sim import CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, validate
 from .flags import add_model_flags
 
 
@@ -26,6 +26,13 @@ def add_validate_sim_parser(sub) -> None:
                         "default: this machine's calibrated profile of --model")
     p.add_argument("--tolerance", type=_fraction, default=TOLERANCE,
                    help=f"the largest relative error that passes (default {TOLERANCE:g}, that is {TOLERANCE * 100:g} percent)")
+    p.add_argument("--repeats", type=int, default=REPEATS,
+                   help=f"real runs of each workload, the median of each metric taken (1-20, default {REPEATS})")
+    p.add_argument("--calibrate", action="store_true",
+                   help="calibrate this machine first (about two minutes) and validate against that fresh "
+                        "profile, which is also saved: a shared machine's speed drifts by 10%% and more "
+                        "over hours, and a profile measured minutes before the real runs sees the machine "
+                        "they see")
     add_model_flags(p)
 
 
@@ -38,19 +45,30 @@ def _fraction(text: str) -> float:
 
 def validate_sim_command(args) -> int:
     from ..model import load_model
-    profile = resolve_profile(args.profile, args.model, args.dtype, args.device)   # no profile: say so before loading
+    if not 1 <= args.repeats <= 20:
+        raise ValueError(f"--repeats {args.repeats} is not allowed (1 to 20)")
+    if args.calibrate and args.profile:
+        raise ValueError("--calibrate measures this machine's profile: give it or --profile, not both")
+    if not args.calibrate:      # no profile: say so before loading
+        profile = resolve_profile(args.profile, args.model, args.dtype, args.device)
     print(f"loading {args.model} ...", file=sys.stderr)
     model = load_model(args.model, args.device, args.dtype)
+    if args.calibrate:
+        from ..calibrate import calibrate
+        from ..profile import save_profile
+        save_profile(calibrate(model, progress=lambda f, text: print(f"  calibrating: {text}", file=sys.stderr)))
+        profile = resolve_profile(None, args.model, args.dtype, args.device)
     print(f"simulator: {profile.label}", file=sys.stderr)
 
     def report(result: dict) -> None:
         real, sim = result["real"], result["sim"]
-        print(f"  {result['case']}: real {real['duration_s']:.2f} s, {real['steps']} steps, "
+        print(f"  {result['case']}: real (median of {result['real_runs']}) {real['duration_s']:.2f} s, "
+              f"{real['steps']} steps, "
               f"{real['preemptions']} preemptions; simulated {sim['duration_s']:.2f} s, {sim['steps']} steps, "
               f"{sim['preemptions']} preemptions", file=sys.stderr)
 
     load = os.getloadavg()[0]
-    results = validate(model, profile, CASES, progress=report)
+    results = validate(model, profile, CASES, progress=report, repeats=args.repeats)
     print(error_table(results, args.tolerance))
     load, cores = max(load, os.getloadavg()[0]), os.cpu_count()
     print(f"machine load while validating: {load:.1f} runnable tasks on {cores} cores"
