@@ -14,6 +14,7 @@ from playground.checks import check
 from playground.review import step_end, tables_at
 from playground.run import TERMINAL
 from ui import session, widgets
+from ui.instant_feedback import instant_feedback
 
 REFRESH_S = 0.4             # status, headline and batch chart: 2.5 times a second while running
 TIME_CHARTS_EVERY_S = 0.8   # time charts and texts are rebuilt this often, and reused in between
@@ -124,6 +125,8 @@ cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step",
                     "server's engine steps on its own, for everyone.)")
 cols[4].button("Reset", key="reset", on_click=_reported, args=("Cannot reset", _reset), width="stretch",
                disabled=lab is None or starting, help="Stop and forget this run.")
+with st.container(key="pg_instant"):        # hidden: says "starting" in the browser at the click
+    instant_feedback("start", "Engine:", "Engine: starting", "· loading the model / warming up…")
 
 if presenter:
     controls.presenter_strip()

@@ -47,6 +47,8 @@ PAGE_STYLE = """<style>
 /* An element waiting for its next refresh is faded by Streamlit: on a page that refreshes
    twice a second that reads as flicker. Keep it as it is until its new data comes. */
 [data-testid='stElementContainer'][data-stale='true'] { opacity: 1 !important; transition: none !important; }
+/* The instant feedback on Start (ui/instant_feedback.py) is a script: nothing to see or lay out. */
+.st-key-pg_instant { display: none; }
 /* Headline numbers shrink with the window rather than being cut off. */
 [data-testid='stMetricValue'] { font-size: clamp(1.4rem, 2.3vw, 2.25rem); }
 </style>"""
