@@ -30,6 +30,7 @@ from .build import build_engine
 from .clock import VirtualClock
 from .config import EngineConfig, SchedulerPolicy
 from .engine import PolicyMark, StepRecord
+from .threads import name_os_thread
 from .metrics import SLO, Retired, request_row, summarize
 from .workload import PromptMaker, WorkloadSpec
 
@@ -178,6 +179,7 @@ class LiveRun:
     def _loop(self) -> None:
         """Step while running (or once per step_once); otherwise wait. A finished or failed run
         keeps its thread, so that it still notices when its page is gone and frees its memory."""
+        name_os_thread()        # before its first matmul, so its OpenMP workers carry the name too
         while not self._stop:
             if not self.is_alive() or time.monotonic() - self.last_seen > self.idle_timeout_s:
                 self.state = "stopped"

@@ -34,7 +34,7 @@ from pathlib import Path
 
 OMP_BEFORE = os.environ.get("OMP_WAIT_POLICY")     # bench_ui_overhead sets it on import; `make classroom` does not
 from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pids, cpu_s,  # noqa: E402
-                                     free_port, launch_browser)
+                                     engine_cpu_s, free_port, launch_browser)
 
 GOAL = 0.70
 BOARD = ".st-key-cr_membership .js-plotly-plot"      # the shared batch chart: the board is shown
@@ -69,10 +69,12 @@ def measure(engine_url: str, pids: dict[str, list[int]], window_s: float) -> tup
     the fewest requests waiting at any of those steps (above 0: the engine never ran short of work)."""
     first = call(f"{engine_url}/lab/steps?stream=false")["next"]
     pids = {**pids, "Chromium": browser_pids()}
-    cpu0, t0 = {k: sum(map(cpu_s, v)) for k, v in pids.items()}, time.monotonic()
+    server = pids["engine"][0]
+    cpu0, e0, t0 = {k: sum(map(cpu_s, v)) for k, v in pids.items()}, engine_cpu_s(server), time.monotonic()
     time.sleep(window_s)
     dt = time.monotonic() - t0
     cores = {k: (sum(map(cpu_s, v)) - cpu0[k]) / dt for k, v in pids.items()}
+    cores["engine threads of it"] = (engine_cpu_s(server) - e0) / dt
     steps = call(f"{engine_url}/lab/steps?stream=false&since={first}")["steps"]
     steps = [s for s in steps if s["t_start_s"] <= steps[0]["t_start_s"] + window_s] if steps else []
     starts = [s["t_start_s"] for s in steps]

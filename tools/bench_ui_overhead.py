@@ -5,7 +5,8 @@ Measures the engine's steps/s on the same policy and workload two ways, in alter
   headless  a PlaygroundRun (LiveRun on the real model) in a process with no UI
   page      `streamlit run app.py` with the Playground open in Chromium, live views refreshing
 
-and prints each round and the median ratio page/headless. Steps are counted from the step
+and prints each round and the median ratio page/headless, and the app's own CPU: the server
+process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
 page, the records come from the page's own steps.csv download. Both run with app.py's process
 setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is the UI's cost alone. Needs Debian's Chromium.
@@ -29,6 +30,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
+from engine.threads import OS_THREAD_NAME
 from playground.setup import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +107,20 @@ def cpu_s(pid: int) -> float:
         return 0.0
 
 
+def engine_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's live engine threads: those the operating system knows by the
+    engine's name (engine/threads.py), the engine's thread and its OpenMP workers."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if (task / "comm").read_text().strip() == OS_THREAD_NAME:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / HZ
+
+
 def descendants(root: int) -> list[int]:
     parent = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -168,11 +184,12 @@ def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int
     page.get_by_text("Engine: running").first.wait_for()
     time.sleep(warm_s)
     chrome = browser_pids()
-    s0, c0, t0 = cpu_s(server_pid), sum(map(cpu_s, chrome)), time.monotonic()
+    s0, e0, c0, t0 = cpu_s(server_pid), engine_cpu_s(server_pid), sum(map(cpu_s, chrome)), time.monotonic()
     time.sleep(window_s + 0.5)
     if cpu is not None and window_s:
         dt = time.monotonic() - t0
         cpu["server"] = (cpu_s(server_pid) - s0) / dt
+        cpu["engine"] = (engine_cpu_s(server_pid) - e0) / dt     # its threads; the rest is the app's
         cpu["browser"] = (sum(map(cpu_s, chrome)) - c0) / dt
     steps = download_steps(page) if window_s else None
     context.close()       # the session ends and its engine stops
@@ -198,7 +215,7 @@ def main(argv=None):
     model = load_model("smollm2")     # the model the server runs too (start_server drops BATCHING_LAB_MODEL)
     port = free_port()
     server = start_server(port)
-    rows = []
+    rows, apps = [], []
     try:
         with sync_playwright() as p:
             browser = launch_browser(p, args.browser)
@@ -214,7 +231,9 @@ def main(argv=None):
                 rows.append((a, b))
                 print(f"round {i + 1}: headless {a:5.2f} steps/s   page open {b:5.2f} steps/s   "
                       f"ratio {b / a:.2f}   (CPU, cores: headless engine {engine_cpu:.2f}, "
-                      f"server {cpu['server']:.2f}, Chromium {cpu['browser']:.2f})", flush=True)
+                      f"server {cpu['server']:.2f} = engine threads {cpu['engine']:.2f} + app "
+                      f"{cpu['server'] - cpu['engine']:.2f}, Chromium {cpu['browser']:.2f})", flush=True)
+                apps.append(cpu["server"] - cpu["engine"])
             browser.close()
     finally:
         server.terminate()
@@ -223,6 +242,8 @@ def main(argv=None):
     print(f"median ratio page/headless: {statistics.median(ratios):.2f} "
           f"(headless median {statistics.median(a for a, _ in rows):.2f} steps/s, "
           f"page median {statistics.median(b for _, b in rows):.2f} steps/s)")
+    print(f"the app's own CPU for one viewer (the server process less its engine threads): median "
+          f"{statistics.median(apps):.0%} of a core (goal < 15%)")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ..engine import Engine, PolicyMark
 from ..request import Request, Status
+from ..threads import name_os_thread
 from .background import BackgroundLoad
 from .openai_schema import ApiError, Sampling
 from .prom import ServerMetrics
@@ -127,6 +128,7 @@ class EngineService:
     # ----- the engine thread -----
 
     def _run(self) -> None:
+        name_os_thread()        # its OpenMP workers inherit the name: the engine's CPU is told apart
         while not self._stop:
             try:
                 self._take_inbox(block=not self.engine.has_work())
