@@ -1,0 +1,40 @@
+"""engine/threads.py: set-up on a passing thread, and the engine's threads named for the OS."""
+import sys
+import threading
+
+import pytest
+
+from engine.threads import OS_THREAD_NAME, in_passing_thread, name_os_thread
+
+
+def comm(tid: int) -> str:
+    with open(f"/proc/self/task/{tid}/comm") as f:
+        return f.read().strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
+def test_a_named_thread_and_the_threads_it_starts_carry_the_engine_name():
+    seen = {}
+
+    def child():
+        seen["child"] = comm(threading.get_native_id())
+
+    def engine_thread():
+        name_os_thread()
+        seen["engine"] = comm(threading.get_native_id())
+        t = threading.Thread(target=child)
+        t.start()
+        t.join()
+
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join()
+    assert seen == {"engine": OS_THREAD_NAME, "child": OS_THREAD_NAME}
+    assert comm(threading.get_native_id()) != OS_THREAD_NAME       # the caller's own name is untouched
+
+
+def test_set_up_on_a_passing_thread_returns_its_value_or_raises_its_error():
+    assert in_passing_thread(lambda a, b=0: a + b, 2, b=3) == 5
+    with pytest.raises(ZeroDivisionError):
+        in_passing_thread(lambda: 1 / 0)
+    assert in_passing_thread(threading.get_native_id) != threading.get_native_id()
