@@ -106,27 +106,39 @@ def compare(case: Case, run_one_real, run_one_sim, requests, repeats: int = 1) -
     """Run `requests` through both (callables: policy, requests -> finished Engine) and compare;
     the real engine `repeats` times, each metric the median of its runs (one real run on a shared
     machine is itself noisy; the simulator's runs are all the same)."""
-    reals = [run_one_real(case.policy, [fresh_copy(r) for r in requests]) for _ in range(repeats)]
-    sim = run_one_sim(case.policy, [fresh_copy(r) for r in requests])
-    real = median_summary([summarize(e.all_requests(), e.steps) for e in reals])
-    simulated = summarize(sim.all_requests(), sim.steps)
+    reals = [summary_of(run_one_real(case.policy, [fresh_copy(r) for r in requests])) for _ in range(repeats)]
+    return compared(case, reals, run_one_sim(case.policy, [fresh_copy(r) for r in requests]))
+
+
+def summary_of(engine: Engine) -> dict:
+    return summarize(engine.all_requests(), engine.steps)
+
+
+def compared(case: Case, real_summaries: list[dict], sim: Engine) -> dict:
+    real, simulated = median_summary(real_summaries), summary_of(sim)
     return {"case": case.name, "real": real, "sim": simulated, "errors": relative_errors(real, simulated),
-            "real_runs": repeats}
+            "real_runs": len(real_summaries)}
 
 
 def validate(model, profile: SimProfile, cases=CASES, config: EngineConfig | None = None,
              progress=None, repeats: int = REPEATS) -> list[dict]:
     """Every case on the real engine (`model`, a LoadedModel; `repeats` runs, the median taken)
-    and on the simulator (`profile`)."""
+    and on the simulator (`profile`). The real runs go in rounds, every case once per round, so a
+    slow spell of a shared machine (its speed moved by 15% within minutes here) touches one run
+    of several cases rather than every run of one."""
     config = config or EngineConfig(model=model.name, kv_pool_tokens=8192)
     prompts = PromptMaker(model.tokenizer)
     run_real(config, SchedulerPolicy(), model, build_requests(WorkloadSpec(num_requests=2, rate=0), prompts))  # warm-up
+    prepared = [(case, build_requests(case.spec, prompts),
+                 replace(config, kv_pool_tokens=max(config.kv_pool_tokens, case.policy.kv_capacity_tokens)))
+                for case in cases]
+    reals: list[list[dict]] = [[] for _ in prepared]
+    for _ in range(repeats):
+        for (case, requests, sized), runs in zip(prepared, reals):
+            runs.append(summary_of(run_real(sized, case.policy, model, [fresh_copy(r) for r in requests])))
     results = []
-    for case in cases:
-        requests = build_requests(case.spec, prompts)
-        sized = replace(config, kv_pool_tokens=max(config.kv_pool_tokens, case.policy.kv_capacity_tokens))
-        results.append(compare(case, lambda p, rs: run_real(sized, p, model, rs),
-                               lambda p, rs: simulate(sized, p, profile, rs), requests, repeats))
+    for (case, requests, sized), runs in zip(prepared, reals):
+        results.append(compared(case, runs, simulate(sized, case.policy, profile, [fresh_copy(r) for r in requests])))
         if progress is not None:
             progress(results[-1])
     return results

@@ -184,3 +184,28 @@ def test_the_real_side_is_the_median_of_its_repeats():
     result = compare(case, real, sim, requests, repeats=3)
     assert result["real_runs"] == 3
     assert all(e == pytest.approx(0, abs=1e-9) for e in result["errors"].values()), result["errors"]
+
+
+def test_validate_runs_every_case_in_rounds_on_the_real_engine(lab_env):
+    """validate() on the tiny model: each case's real side is the median of `repeats` runs, made
+    in rounds (every case once, then again), and each case is also simulated."""
+    from engine import validate_sim
+    from engine.model import load_model
+    model = load_model("tiny")
+    order = []
+    real_run = validate_sim.run_real
+
+    def counted(config, policy, model, requests):
+        order.append(policy)
+        return real_run(config, policy, model, requests)
+
+    cases = [validate_sim._case("a", dict(num_requests=3, rate=0.0, output_lo=2, output_hi=4), max_num_seqs=2),
+             validate_sim._case("b", dict(num_requests=3, rate=0.0, output_lo=2, output_hi=4), mode="static",
+                                max_num_seqs=2)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate_sim, "run_real", counted)
+        results = validate_sim.validate(model, resolve_profile("a100-80gb:smollm2-135m"), cases, repeats=2)
+    assert [r["case"] for r in results] == ["a", "b"] and all(r["real_runs"] == 2 for r in results)
+    # the warm-up, then rounds: a, b, a, b
+    assert [p.mode for p in order[1:]] == ["continuous", "static", "continuous", "static"]
+    assert all(r["sim"]["steps"] > 0 and r["real"]["steps"] > 0 for r in results)
