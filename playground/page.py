@@ -1,7 +1,7 @@
 """Playground: run the real engine live, move any knob while it runs, watch what changes.
 
 The page is a fixed skeleton (see playground/view.py): one fragment holds the live part and,
-while the engine runs, refreshes every REFRESH_S, giving each element new data.
+while the engine runs, refreshes every view.REFRESH_S, giving each element new data.
 """
 import time
 
@@ -16,8 +16,6 @@ from playground.run import TERMINAL
 from ui import session, widgets
 from ui.instant_feedback import instant_feedback
 
-REFRESH_S = 0.4             # status, headline and batch chart: 2.5 times a second while running
-TIME_CHARTS_EVERY_S = 0.8   # time charts and texts are rebuilt this often, and reused in between
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
 STARTING = "pg_starting"    # Start was pressed: the page says so first, then builds the run
 IN_FULL_RUN = "pg_in_full_run"
@@ -138,8 +136,8 @@ for problem in link_problems:
 
 # ----- the live part
 # One fragment, the same elements in every state. While the engine runs (or a slider change
-# waits to be applied) it refreshes every REFRESH_S; the time charts and texts are rebuilt
-# every TIME_CHARTS_EVERY_S and reused in between. Paused or finished, the review bar picks a
+# waits to be applied) it refreshes every view.REFRESH_S; the time charts and texts are rebuilt
+# every view.TIME_CHARTS_EVERY_S and reused in between. Paused or finished, the review bar picks a
 # step and every view shows the run as it was at the end of that step.
 
 def _read(lab):
@@ -197,10 +195,10 @@ def live_view():
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")
         figures = _every("pg_time_figures", lambda: {k: b() for k, b in builders.items()},
-                         TIME_CHARTS_EVERY_S, fresh=not running)
+                         view.TIME_CHARTS_EVERY_S, fresh=not running)
         view.time_charts(figures, presenter)
         if not presenter:
-            texts = _every("pg_texts", lambda: view.latest_texts(tables), TIME_CHARTS_EVERY_S,
+            texts = _every("pg_texts", lambda: view.latest_texts(tables), view.TIME_CHARTS_EVERY_S,
                            fresh=not running)
             view.generated_texts(texts, simulated=bool(lab and lab.simulated))
             view.rejected_table(view.rejected(tables))
@@ -224,7 +222,7 @@ st.session_state["pg_drawn_as"] = (state == "running", busy)
 # live part alone reruns the page (its next tick, if the run changed state meanwhile).
 st.session_state[IN_FULL_RUN] = True
 try:
-    st.fragment(live_view, run_every=REFRESH_S if busy else None)()
+    st.fragment(live_view, run_every=view.REFRESH_S if busy else None)()
 finally:
     st.session_state[IN_FULL_RUN] = False
 if lab is not None and not busy:

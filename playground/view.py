@@ -21,6 +21,8 @@ from playground.setup import Setup
 from ui import widgets
 from ui.live_chart import live_chart
 
+REFRESH_S = 0.4               # status, headline and batch chart: 2.5 times a second while running
+TIME_CHARTS_EVERY_S = 0.8     # time charts and texts are rebuilt this often, and reused in between
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
 TEXTS_SHOWN = 4
