@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -77,8 +78,11 @@ def test_folder_holds_the_component_and_the_packaged_plotly(tmp_path):
     assert not (folder / "plotly.min.js").is_symlink()
     html = (folder / "index.html").read_text()
     scripts = re.findall(r'<script[^>]*src="([^"]+)"', html)
-    assert scripts == ["plotly.min.js", "live_chart.js"]
+    assert scripts == ["plotly.min.js", lc.TEMPLATE_JS, "live_chart.js"]
     assert all((folder / s).exists() for s in scripts)
+    # plotly's default template, as the browser applies it to figures sent without one
+    template = json.loads((folder / lc.TEMPLATE_JS).read_text().split("=", 1)[1].rstrip().rstrip(";"))
+    assert template["layout"]["colorway"] == list(pio.templates["plotly"].layout.colorway)
     assert lc.prepare_folder(tmp_path) == folder                       # made once, then reused
 
 
@@ -116,3 +120,13 @@ def test_a_keyed_chart_keeps_its_element_while_its_data_changes(tmp_path, monkey
     assert second.id == first.id                        # same element: the plot is updated, not redrawn
     assert len(at.get("component_instance")) == 1
     lc._component.cache_clear()
+
+
+def test_figures_go_to_the_browser_without_plotlys_default_template():
+    """The template is the same for every figure and is most of a small one: the browser holds
+    it once (template.js) instead of receiving it with every refresh."""
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(title=dict(text="t")))
+    assert "template" in fig.to_plotly_json()["layout"]          # plotly put it there
+    out = lc.figure_dict(fig)
+    assert "template" not in out["layout"] and out["layout"]["title"]["text"] == "t"
+    assert len(json.dumps(out)) < len(json.dumps(lc.json_safe(fig.to_plotly_json()))) / 2

@@ -13,18 +13,21 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import json
 import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import plotly
+import plotly.io as pio
 import streamlit.components.v1 as components
 
 from engine.results import cache_dir
 
 FRONTEND = Path(__file__).with_name("live_chart")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+TEMPLATE_JS = "template.js"     # plotly's default template, applied in the browser
 DEFAULT_HEIGHT = 380        # plotly's own default is 450; the analysis builders set 380
 MIN_FONT_PX = 12
 CONFIG = {"displayModeBar": False, "displaylogo": False, "responsive": True}
@@ -79,7 +82,10 @@ def figure_dict(fig, font_px: int | None = None) -> dict:
     """A plotly Figure (or a figure dict) as JSON-safe {"data": [...], "layout": {...}}.
     font_px is the smallest text size (presenter mode); it never goes below MIN_FONT_PX."""
     raw = fig if isinstance(fig, dict) else fig.to_plotly_json()
-    out = json_safe({"data": raw.get("data", []), "layout": raw.get("layout", {})})
+    # plotly's default template is ~60% of a small figure's JSON, the same every time: the
+    # browser side holds it once (template.js) and applies it to a figure that has none.
+    layout = {k: v for k, v in raw.get("layout", {}).items() if k != "template"}
+    out = json_safe({"data": raw.get("data", []), "layout": layout})
     least = max(font_px or MIN_FONT_PX, MIN_FONT_PX)
     out["layout"].setdefault("font", {}).setdefault("size", least)
     _raise_fonts(out["layout"], least)
@@ -103,7 +109,8 @@ def _digest(paths) -> str:
 
 
 def prepare_folder(root: str | Path | None = None) -> Path:
-    """The folder the component is served from: ui/live_chart/'s files plus plotly.min.js.
+    """The folder the component is served from: ui/live_chart/'s files, plotly.min.js, and
+    plotly's default template as TEMPLATE_JS.
     Named by a digest of those files, so a changed file or plotly version makes a new folder."""
     sources = sorted(FRONTEND.iterdir())
     folder = Path(root or cache_dir()) / f"live_chart-{plotly.__version__}-{_digest(sources)}"
@@ -113,6 +120,8 @@ def prepare_folder(root: str | Path | None = None) -> Path:
         partial.mkdir(parents=True)
         for src in sources:
             shutil.copy(src, partial / src.name)
+        template = json.dumps(json_safe(pio.templates["plotly"].to_plotly_json()))
+        (partial / TEMPLATE_JS).write_text(f"window.PLOTLY_TEMPLATE = {template};\n")
         shutil.copy(PLOTLY_JS, partial / PLOTLY_JS.name)     # a copy: the file server refuses links out
         try:
             partial.rename(folder)

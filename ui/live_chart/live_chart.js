@@ -50,6 +50,7 @@
     last = args;
     var figure = JSON.parse(JSON.stringify(args.figure || {}));   // wrapped on a copy
     var layout = figure.layout || {};
+    if (!layout.template && window.PLOTLY_TEMPLATE) layout.template = window.PLOTLY_TEMPLATE;   // one object, kept
     var height = args.height + fitSubtitle(layout, chart.clientWidth || window.innerWidth);
     layout.height = height;
     if (height !== frameHeight) {
