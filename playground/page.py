@@ -40,8 +40,7 @@ try:
 except Exception as exc:
     st.error(widgets.error_message("Cannot load the model", exc))
     st.stop()
-# The sidebar's widgets are drawn last (the setup they hold is read from the session first), so a
-# press on a button is answered on the page before anything else is redrawn.
+# The setup is read from the session (and the page address) before any widget is drawn.
 link_problems = controls.init_from_link(step_model)
 
 
@@ -106,6 +105,11 @@ _apply_changes(lab)
 if lab is not None:
     lab.set_speed(controls.current_engine()[1])      # a simulation's speed applies at once
 starting = st.session_state.get(STARTING, False)
+# The sidebar is drawn before the buttons. On a page's first load, a button pressed before the
+# sidebar's widgets had reached the browser sent a rerun without their values, and Streamlit set
+# them to their first choices and minimums (static mode, max_num_seqs 1) under the learner's run.
+setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
+controls.write_link(setup, slot.token(), *controls.current_engine())
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",
@@ -244,9 +248,6 @@ if not presenter:
                        file_name="steps.csv", mime="text/csv", disabled=lab is None,
                        on_click="ignore", key="dl_steps")
     view.definitions()
-
-setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
-controls.write_link(setup, slot.token(), *controls.current_engine())
 
 # ----- Start: the page above already says "starting"; now build the run and draw it running.
 if starting:

@@ -7,6 +7,7 @@ and the headline; the "c" key opens nothing and there is no Deploy button; the P
 click away from every page; two sessions run their own engines. Each test resets its run, so the
 server holds none afterwards (a page closed without Reset keeps its run for the reload grace).
 """
+import contextlib
 import os
 import re
 import socket
@@ -20,6 +21,7 @@ from urllib.parse import urlencode
 import pytest
 
 from playground.run import REST_S
+from playground.setup import Setup
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -46,15 +48,24 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server():
     """`streamlit run app.py` on a free port with the default model; stopped afterwards."""
+    with app_server() as running:
+        yield running
+
+
+@contextlib.contextmanager
+def app_server(watch_files: bool = False):
+    """`streamlit run app.py` on a free port with the default model; stopped afterwards.
+    watch_files: Streamlit's file watcher on, as `make run` has it (it slows a first page)."""
     port = free_port()
     OUT.mkdir(exist_ok=True)
-    log_path = OUT / "streamlit-server.log"
+    log_path = OUT / ("streamlit-server-watching.log" if watch_files else "streamlit-server.log")
     env = {k: v for k, v in os.environ.items() if k != "BATCHING_LAB_MODEL"}   # the default model
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1",
-             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+             *([] if watch_files else ["--server.fileWatcherType", "none"]),
+             "--browser.gatherUsageStats", "false"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -205,6 +216,41 @@ def test_arrow_presses_on_a_slider_make_one_change_mark(server, browser, left):
     else:
         assert marks and marks[-1].endswith(f"→{slots}"), (marks, keys)
     reset_and_close(page, context)
+
+
+def test_start_pressed_the_moment_it_shows_runs_the_sidebars_setup(browser):
+    """A new learner opens the Playground of a freshly started app and presses Start at once. The
+    sidebar's widgets used to reach the browser after the buttons; a press before them reset them
+    to their first choices and minimums (static mode, max_num_seqs 1), which then showed as a
+    change nobody made. A fresh server started as `make run` starts it: with its file watcher
+    on, its first page takes seconds to draw what follows the buttons, which is when the press
+    came."""
+    with app_server(watch_files=True) as (url, _):
+        context = browser.new_context(viewport={"width": 1280, "height": 720})
+        page = context.new_page()
+        page.set_default_timeout(90_000)
+        try:
+            started_at_once(page, url)
+        finally:
+            context.close()
+
+
+def started_at_once(page, url: str) -> None:
+    page.goto(f"{url}/playground")
+    page.get_by_role("button", name="Start").click()      # as soon as it can be pressed
+    toasts = set()
+
+    def two_steps():
+        toasts.update(page.locator("[data-testid=stToast]").all_inner_texts())
+        return status(page)["steps"] >= 2
+    wait_until(two_steps, what="two steps")
+    for _ in range(8):                                     # a change is applied at the next step
+        toasts.update(page.locator("[data-testid=stToast]").all_inner_texts())
+        page.wait_for_timeout(250)
+    assert not [t for t in toasts if "Applied" in t], toasts
+    assert status(page)["slots"] == Setup().max_num_seqs
+    page.get_by_role("button", name="Reset", exact=True).click()
+    wait_until(lambda: status(page)["state"] == "idle", timeout=20, what="the reset")
 
 
 def test_reload_mid_run_continues_the_same_run(server, browser, left):
