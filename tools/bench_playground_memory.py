@@ -18,6 +18,7 @@ import argparse
 import ctypes
 import sys
 import time
+from pathlib import Path
 
 from analysis import frame_metrics
 from engine.live import KEEP_STEPS
@@ -29,6 +30,20 @@ from tools.bench_memory import rss_mb
 
 READ_EVERY_S = 0.5          # the page's live refresh
 MOVE_SLIDER_EVERY_S = 30.0
+
+
+def rss_by_kind() -> dict[str, float]:
+    """Resident MB by kind of mapping (/proc/self/smaps): the main heap ([heap]), anonymous
+    mappings (glibc's per-thread arenas, large mallocs, the KV pool), and files (code, weights)."""
+    kinds, kind = {"heap": 0.0, "anon": 0.0, "file": 0.0}, "anon"
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else ""
+            kind = "heap" if name == "[heap]" else "file" if name.startswith("/") else "anon"
+        elif line.startswith("Rss:"):
+            kinds[kind] += int(head[1]) / 1024
+    return kinds
 
 
 def trimmed_rss() -> float:
@@ -62,7 +77,7 @@ def main() -> None:
           f"RSS before the run: {rss_mb():.0f} MB")
     print(f"{'min':>5} {'steps':>8} {'steps/s':>8} {'arrived':>8} {'waiting':>8} {'kept steps':>10} "
           f"{'requests':>9} {'marks':>6} {'KV used':>8} {'read ms':>8} {'py kblocks':>10} {'RSS MB':>8}"
-          + (f" {'trimmed':>8}" if args.trim else ""))
+          + (f" {'trimmed':>8}" if args.trim else "") + "  heap / anon / file MB")
     lab.start()
     start = time.monotonic()
     end, next_report, next_move = start + args.minutes * 60, start + 60, start + MOVE_SLIDER_EVERY_S
@@ -89,7 +104,8 @@ def main() -> None:
                   f"{len(eng.scheduler.waiting):>8,} {len(eng.steps):>10,} {len(eng.requests):>9,} "
                   f"{len(tables.marks):>6} {eng.pool.used_blocks / eng.pool.num_blocks:>8.0%} "
                   f"{sum(read_ms) / len(read_ms):>8.1f} {sys.getallocatedblocks() / 1000:>10,.0f} {rss:>8.1f}"
-                  + (f" {trimmed_rss():>8.1f}" if args.trim else ""), flush=True)
+                  + (f" {trimmed_rss():>8.1f}" if args.trim else "")
+                  + "  " + " / ".join(f"{v:.0f}" for v in rss_by_kind().values()), flush=True)
             rows.append((minute, rss))
             last_steps, read_ms = steps, []
             if warm_rss is None and minute >= args.warmup_minutes:
