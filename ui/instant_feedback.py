@@ -2,10 +2,10 @@
 
 A click on a Streamlit button runs the page script again, and the page can only say what the
 click did once that run's new elements reach the browser: about half a second on a small machine
-with the browser on it, which reads as "nothing happened". This component (a zero-height
-iframe of the app's own origin) listens for clicks on one button in the page itself. On a click
-it lays a line of text over the status line at once, in the status line's own place and font,
-and takes it away as soon as the page has redrawn that line (or after `MAX_S`). It never
+with the browser on it, which reads as "nothing happened". This script, in an iframe of the
+app's own origin (hidden by the page's style), listens for clicks on one button in the page
+itself. On a click it lays a line of text over the status line at once, in the status line's
+own place and font, and takes it away as soon as the page has redrawn that line (or after `MAX_S`). It never
 changes Streamlit's own elements, so nothing the server draws is lost or fought over.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 
-import streamlit.components.v1 as components
+import streamlit as st
 
 MAX_S = 20          # the overlay goes after this long even if the status line never changes
 
@@ -59,4 +59,4 @@ def instant_feedback(button_key: str, status_prefix: str, markdown_bold: str, re
     paragraph that starts with `status_prefix` until the page redraws it."""
     cfg = {"button": button_key, "prefix": status_prefix, "maxMs": MAX_S * 1000,
            "html": f"<strong>{html.escape(markdown_bold)}</strong> {html.escape(rest)}"}
-    components.html(SCRIPT % {"cfg": json.dumps(cfg)}, height=0)
+    st.iframe(SCRIPT % {"cfg": json.dumps(cfg)}, height=1)    # the page style hides its container
