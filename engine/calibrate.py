@@ -13,9 +13,9 @@ step to time, not a 1,024-token prefill first.
 Each row count runs once untimed (first calls pay for kernel set-up), then the whole grid is
 timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
 time is the median of its passes. The simulator predicts runs, and a run's steps meet the
-machine as it usually is: on a shared machine the fastest pass was 5-15% quicker than the
-median for prefill steps, and a profile built on the fastest passes predicted every run too
-fast. The shuffled order spreads other programs' interference over all shapes, and the median
+machine as it usually is: on a shared two-core machine the fastest of 9 passes was 2-19%
+quicker than their median for prefill steps, and a profile built on the fastest passes made
+every validation run's TTFT and TPOT too short. The shuffled order spreads other programs' interference over all shapes, and the median
 ignores a pass that one of them interrupted. How busy the machine was is stored with the profile.
 
 The fit: least squares on relative error (a 15 ms decode step matters as much as a 400 ms
