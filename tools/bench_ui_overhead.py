@@ -98,27 +98,31 @@ def start_server(port: int) -> subprocess.Popen:
 HZ = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds a process has used (all its threads, finished ones included)."""
+def stat_cpu_s(stat: Path) -> float:
+    """CPU seconds (user + system) in a /proc .../stat file; 0 once the process or thread is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / HZ
     except OSError:
         return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (all its threads, finished ones included)."""
+    return stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
 def engine_cpu_s(pid: int) -> float:
     """CPU seconds of the process's live engine threads: those the operating system knows by the
     engine's name (engine/threads.py), the engine's thread and its OpenMP workers."""
-    total = 0
+    total = 0.0
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             if (task / "comm").read_text().strip() == OS_THREAD_NAME:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
-        except OSError:
+                total += stat_cpu_s(task / "stat")
+        except OSError:            # the thread ended
             pass
-    return total / HZ
+    return total
 
 
 def descendants(root: int) -> list[int]:
