@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
-from analysis.style import COLORS, downsample_max, empty_figure, is_empty, layout, mark_legend, num, time_marks
+from analysis.style import (COLORS, downsample_max, empty_figure, figure, is_empty, layout, mark_legend, num,
+                            time_marks)
 
 
 def kv_usage(steps: pd.DataFrame, marks: pd.DataFrame | None = None, presenter: bool = False,
-             x_range=None) -> go.Figure:
+             x_range=None) -> dict:
     """KV-cache blocks in use as a share of all blocks, with preemptions marked.
     x_range: (lo, hi) seconds to hold the x-axis still."""
     texts = ("KV cache use",
@@ -27,17 +27,17 @@ def kv_usage(steps: pd.DataFrame, marks: pd.DataFrame | None = None, presenter: 
     pre = num(steps, "preempted") if "preempted" in steps.columns else np.zeros(len(steps))
     hit = np.nan_to_num(pre) > 0
     shapes, notes = time_marks(marks, t, x_range, presenter)
-    return go.Figure(
+    return figure(
         data=[
-            go.Scatter(name="KV used", x=x, y=y, mode="lines", line_shape="hv",
-                       line=dict(color=COLORS["kv"], width=2), fill="tozeroy",
-                       customdata=used_ds,
-                       hovertemplate="%{y:.1f}% (%{customdata:.0f} blocks) at %{x:.2f} s"
-                                     "<extra></extra>"),
-            go.Scatter(name="preemption", x=t[hit], y=pct[hit], mode="markers", showlegend=bool(hit.any()),
-                       marker=dict(symbol="x", size=9, color=COLORS["bad"]),
-                       customdata=pre[hit],
-                       hovertemplate="%{customdata:.0f} preempted at %{x:.2f} s<extra></extra>"),
+            dict(type="scatter", name="KV used", x=x, y=y, mode="lines", line_shape="hv",
+                 line=dict(color=COLORS["kv"], width=2), fill="tozeroy",
+                 customdata=used_ds,
+                 hovertemplate="%{y:.1f}% (%{customdata:.0f} blocks) at %{x:.2f} s"
+                               "<extra></extra>"),
+            dict(type="scatter", name="preemption", x=t[hit], y=pct[hit], mode="markers", showlegend=bool(hit.any()),
+                 marker=dict(symbol="x", size=9, color=COLORS["bad"]),
+                 customdata=pre[hit],
+                 hovertemplate="%{customdata:.0f} preempted at %{x:.2f} s<extra></extra>"),
             *mark_legend(shapes),
         ],
         layout=layout(*texts, yaxis=dict(range=[0, 105]), shapes=shapes, annotations=notes,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from engine.metrics import UNSERVED
-from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, font_px, ghost_line, is_empty, layout,
+from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, figure, font_px, ghost_line, is_empty, layout,
                             mark_legend, num, slo_line, stride, time_marks)
 from analysis.tables import Tables
 
@@ -15,7 +14,7 @@ PREFILL_PATTERN = "/"   # prefill bars are hatched, so they differ from decode w
 
 
 def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
-                     limit: int = 200, presenter: bool = False, x_range=None) -> go.Figure:
+                     limit: int = 200, presenter: bool = False, x_range=None) -> dict:
     """Gantt chart, one row per request: queued -> prefill -> decode.
 
     Shows the `limit` most recent arrivals up to now_s (default: the latest time in the
@@ -52,8 +51,8 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     def bar(name, start, end, color, pattern=""):
         length = np.where(bad, np.nan, end - start)
         length[length <= 0] = np.nan
-        return go.Bar(
-            name=name, orientation="h", y=ids, x=length, base=start,
+        return dict(
+            type="bar", name=name, orientation="h", y=ids, x=length, base=start,
             marker=dict(color=color, pattern=dict(shape=pattern, fgcolor="white")),
             customdata=np.stack([status, np.nan_to_num(preempt)], axis=-1),
             hovertemplate=(f"<b>%{{y}}</b> {name}<br>from %{{base:.2f}} s for %{{x:.3f}} s"
@@ -62,8 +61,9 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
 
     errors = (df["error"].fillna("").astype(str).to_numpy() if "error" in df.columns
               else np.full(len(df), ""))
-    rejected = go.Scatter(
-        name="rejected / failed", x=arrival[bad], y=ids[bad], mode="markers", showlegend=bool(bad.any()),
+    rejected = dict(
+        type="scatter", name="rejected / failed", x=arrival[bad], y=ids[bad], mode="markers",
+        showlegend=bool(bad.any()),
         marker=dict(symbol="x", size=9, color=COLORS["bad"]),
         customdata=np.stack([status[bad], errors[bad]], axis=-1),
         hovertemplate="<b>%{y}</b> %{customdata[0]} at %{x:.2f} s<br>%{customdata[1]}<extra></extra>",
@@ -75,7 +75,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
                  yaxis=dict(type="category", autorange="reversed",
                             showticklabels=plot_px / len(df) >= row_px))   # ids only where they fit
     out["height"] = plot_px + out["margin"]["t"] + out["margin"]["b"]
-    return go.Figure(
+    return figure(
         data=[bar("queued", arrival, sched, COLORS["queued"]),
               bar("prefill", sched, first, COLORS["prefill"], PREFILL_PATTERN),
               bar("decode", first, finish, COLORS["decode"]), rejected],
@@ -99,7 +99,7 @@ def _rolling_p95(requests: pd.DataFrame, metric: str, window: int):
 def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float | None = None,
                       marks: pd.DataFrame | None = None, window: int = 50, presenter: bool = False,
                       x_range=None, ghost: Tables | None = None,
-                      ghost_name: str = "previous run") -> go.Figure:
+                      ghost_name: str = "previous run") -> dict:
     """One point per request (TTFT at its first token, TPOT at its finish), with rolling
     p50 and p95 over the last `window` requests, the SLO line and policy-change marks.
 
@@ -133,18 +133,18 @@ def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float
         notes.append(note)
     gx, gy = _rolling_p95(ghost.requests, metric, window) if ghost is not None else ((), ())
     behind = [ghost_line(gx, gy, f"{ghost_name} (p95)")] if len(gx) else []
-    return go.Figure(
+    return figure(
         data=[
             *behind,
-            go.Scattergl(name="each request", x=t[pts], y=y[pts], mode="markers",
-                         marker=dict(size=5, color=COLORS["points"], opacity=0.45),
-                         text=None if ids is None else ids[pts],
-                         hovertemplate=f"%{{text}}<br>{label} %{{y:.3f}} {unit} at %{{x:.2f}} s"
-                                       "<extra></extra>"),
-            go.Scatter(name=f"p50 (last {window})", x=t[line], y=p50[line], mode="lines",
-                       line=dict(color=COLORS["p50"], width=2, dash="dot")),
-            go.Scatter(name=f"p95 (last {window})", x=t[line], y=p95[line], mode="lines",
-                       line=dict(color=COLORS["p95"], width=2)),
+            dict(type="scattergl", name="each request", x=t[pts], y=y[pts], mode="markers",
+                 marker=dict(size=5, color=COLORS["points"], opacity=0.45),
+                 text=None if ids is None else ids[pts],
+                 hovertemplate=f"%{{text}}<br>{label} %{{y:.3f}} {unit} at %{{x:.2f}} s"
+                               "<extra></extra>"),
+            dict(type="scatter", name=f"p50 (last {window})", x=t[line], y=p50[line], mode="lines",
+                 line=dict(color=COLORS["p50"], width=2, dash="dot")),
+            dict(type="scatter", name=f"p95 (last {window})", x=t[line], y=p95[line], mode="lines",
+                 line=dict(color=COLORS["p95"], width=2)),
             *legend,
         ],
         layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
@@ -163,7 +163,7 @@ def _buckets(values: pd.Series, n: int = 4) -> pd.Series:
 
 
 def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
-        slo: float | None = None, presenter: bool = False) -> go.Figure:
+        slo: float | None = None, presenter: bool = False) -> dict:
     """Empirical CDF of a per-request metric, one curve per group.
 
     by: None, a column name (e.g. "tenant"), or a Series aligned with requests. A numeric
@@ -191,8 +191,8 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
         if len(v) == 0:
             continue
         idx = stride(len(v), 400)
-        traces.append(go.Scatter(
-            name=f"{name} (n={len(v)})", x=v[idx], y=(idx + 1) / len(v), mode="lines",
+        traces.append(dict(
+            type="scatter", name=f"{name} (n={len(v)})", x=v[idx], y=(idx + 1) / len(v), mode="lines",
             line_shape="hv", line=dict(dash=dashes[len(traces) % len(dashes)]),
             hovertemplate=f"{name}: %{{y:.0%}} of requests ≤ %{{x:.3f}} {unit}<extra></extra>"))
     if not traces:
@@ -202,6 +202,6 @@ def cdf(requests: pd.DataFrame, metric: str = "ttft_s", by=None,
         shape, note = slo_line(slo * scale, f"SLO {slo * scale:g} {unit}", vertical=True,
                                presenter=presenter)
         shapes, notes = [shape], [note]
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         title, good, xlabel, ylabel, yaxis=dict(range=[0, 1.02], tickformat=".0%"),
         shapes=shapes, annotations=notes, presenter=presenter))

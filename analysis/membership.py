@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
-from analysis.style import (EMPTY_COLOR, REQUEST_COLORS, empty_figure, font_px, ink_on, is_empty, layout,
+from analysis.style import (EMPTY_COLOR, REQUEST_COLORS, empty_figure, figure, font_px, ink_on, is_empty, layout,
                             mark_legend, mark_lines, num)
 
 MAX_GRID_STEPS = 600  # most step columns the batch-membership heatmap draws
@@ -184,13 +183,13 @@ def _legend(phase: np.ndarray, shapes: list) -> list:
                                                           line=dict(color="#555", width=1))),
         ("empty slot", (phase == 0).any(), dict(symbol="square", size=12, color=EMPTY_COLOR)),
     ]
-    return [go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=marker, hoverinfo="skip")
+    return [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, marker=marker, hoverinfo="skip")
             for name, drawn, marker in entries if drawn] + mark_legend(shapes)
 
 
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
-                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False) -> go.Figure:
+                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False) -> dict:
     """Who shares each engine step: x = step, y = batch slot, one colour per request.
 
     window: show the last N steps (live scrolling); upto_step: replay position. The x-axis
@@ -233,8 +232,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     labels = np.array([f"{name} {p}" for name in grid.names for p in ("prefill", "decode")]
                       + ["empty slot"])
     label = labels[np.where(phase == 0, -1, 2 * code + phase - 1)]
-    heat = go.Heatmap(
-        z=z.T, x=x, y=np.arange(grid.n_slots), text=label.T, customdata=tokens.T,
+    heat = dict(
+        type="heatmap", z=z.T, x=x, y=np.arange(grid.n_slots), text=label.T, customdata=tokens.T,
         colorscale=_SLOT_SCALE, zmin=-0.5, zmax=len(REQUEST_COLORS) + 0.5, showscale=False,
         xgap=1 if columns <= 200 else 0, ygap=1, name="batch", showlegend=False,
         hovertemplate="step %{x} · slot %{y}<br><b>%{text}</b> · %{customdata} tokens"
@@ -248,9 +247,9 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     pre_step, pre_slot = np.nonzero(phase == 1)
     ink = INKS[hue[pre_step, pre_slot]]
     mark_px = max(6.0, min(cell_w, cell_h, 16.0))
-    prefill = [go.Scatter(x=x[pre_step[ink == c]], y=pre_slot[ink == c], mode="markers",
-                          hoverinfo="skip", showlegend=False,
-                          marker=dict(symbol="line-ne", size=mark_px, line=dict(color=c, width=2)))
+    prefill = [dict(type="scatter", x=x[pre_step[ink == c]], y=pre_slot[ink == c], mode="markers",
+                    hoverinfo="skip", showlegend=False,
+                    marker=dict(symbol="line-ne", size=mark_px, line=dict(color=c, width=2)))
                for c in INK_COLORS]
     # A request's id on each stretch of decode cells wide and tall enough to hold it.
     slot, col, length = _runs(np.where(phase == 2, code, -1).T)
@@ -258,8 +257,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     fits = (length * cell_w >= np.char.str_len(name) * 0.62 * px + 4) & (cell_h >= px + 2)
     slot, col, length, name = slot[fits], col[fits], length[fits], name[fits]
     ink, mid = INKS[hue.T[slot, col]], x[col] + (length - 1) / 2
-    ids = [go.Scatter(x=mid[ink == c], y=slot[ink == c], text=name[ink == c], mode="text",
-                      hoverinfo="skip", showlegend=False, textfont=dict(size=px, color=c))
+    ids = [dict(type="scatter", x=mid[ink == c], y=slot[ink == c], text=name[ink == c], mode="text",
+                hoverinfo="skip", showlegend=False, textfont=dict(size=px, color=c))
            for c in INK_COLORS]
     note = good if hi <= columns else f"Showing the last {len(x)} steps. " + good
     x_first = int(x[0])
@@ -272,4 +271,4 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))
     out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
-    return go.Figure(data=[heat, *prefill, *ids, *_legend(phase, shapes)], layout=out)
+    return figure(data=[heat, *prefill, *ids, *_legend(phase, shapes)], layout=out)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished, meets_slo
-from analysis.style import (COLORS, MAX_POINTS, downsample_max, empty_figure, font_px, ghost_line, is_empty,
+from analysis.style import (COLORS, MAX_POINTS, downsample_max, empty_figure, figure, font_px, ghost_line, is_empty,
                             layout, mark_legend, num, time_marks)
 from analysis.tables import Tables
 
 
 def queue_over_time(steps: pd.DataFrame, marks: pd.DataFrame | None = None, presenter: bool = False,
                     x_range=None, ghost: Tables | None = None,
-                    ghost_name: str = "previous run") -> go.Figure:
+                    ghost_name: str = "previous run") -> dict:
     """Waiting vs running requests at the end of each step.
 
     x_range: (lo, hi) seconds to hold the x-axis still. ghost: another run's tables (the
@@ -32,13 +31,13 @@ def queue_over_time(steps: pd.DataFrame, marks: pd.DataFrame | None = None, pres
     if ghost is not None and not is_empty(ghost.steps, "t_end_s", "waiting"):
         gx, (gy,) = downsample_max(num(ghost.steps, "t_end_s"), [num(ghost.steps, "waiting")])
         behind = [ghost_line(gx, gy, f"{ghost_name} (waiting)", line_shape="hv")]
-    return go.Figure(
+    return figure(
         data=[
             *behind,
-            go.Scatter(name="waiting", x=x, y=waiting, mode="lines", line_shape="hv",
-                       line=dict(color=COLORS["waiting"], width=2)),
-            go.Scatter(name="running", x=x, y=running, mode="lines", line_shape="hv",
-                       line=dict(color=COLORS["running"], width=2, dash="dot")),
+            dict(type="scatter", name="waiting", x=x, y=waiting, mode="lines", line_shape="hv",
+                 line=dict(color=COLORS["waiting"], width=2)),
+            dict(type="scatter", name="running", x=x, y=running, mode="lines", line_shape="hv",
+                 line=dict(color=COLORS["running"], width=2, dash="dot")),
             *mark_legend(shapes),
         ],
         layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
@@ -73,7 +72,7 @@ def throughput_over_time(steps: pd.DataFrame, requests: pd.DataFrame,
                          slo_ttft: float | None = None, slo_tpot: float | None = None,
                          marks: pd.DataFrame | None = None, bin_s: float = 1.0,
                          presenter: bool = False, x_range=None, ghost: Tables | None = None,
-                         ghost_name: str = "previous run") -> go.Figure:
+                         ghost_name: str = "previous run") -> dict:
     """Output tokens/s (left axis) and finished vs goodput requests/s (right axis) per bin.
 
     Tokens made in a step = its decode tokens + the first tokens of prefills that completed
@@ -121,17 +120,17 @@ def throughput_over_time(steps: pd.DataFrame, requests: pd.DataFrame,
                  yaxis2=dict(title=dict(text="requests / s", font=text), overlaying="y", side="right",
                              rangemode="tozero", showgrid=False, tickmode="auto"))
     out["margin"]["r"] = out["margin"]["l"]   # room for the right axis
-    return go.Figure(
+    return figure(
         data=[
             *behind,
-            go.Scatter(name="output tokens/s", x=centers, y=tokens, mode="lines",
-                       line=dict(color=COLORS["tokens"], width=2)),
-            go.Scatter(name="finished req/s", x=centers, y=_per_second(t_fin, t0, bin_s, n_bins),
-                       mode="lines", yaxis="y2",
-                       line=dict(color=COLORS["finished"], width=1.5, dash="dot")),
-            go.Scatter(name=f"goodput req/s ({slo_text})", x=centers,
-                       y=_per_second(t_good, t0, bin_s, n_bins), mode="lines", yaxis="y2",
-                       line=dict(color=COLORS["goodput"], width=2, dash="dash")),
+            dict(type="scatter", name="output tokens/s", x=centers, y=tokens, mode="lines",
+                 line=dict(color=COLORS["tokens"], width=2)),
+            dict(type="scatter", name="finished req/s", x=centers, y=_per_second(t_fin, t0, bin_s, n_bins),
+                 mode="lines", yaxis="y2",
+                 line=dict(color=COLORS["finished"], width=1.5, dash="dot")),
+            dict(type="scatter", name=f"goodput req/s ({slo_text})", x=centers,
+                 y=_per_second(t_good, t0, bin_s, n_bins), mode="lines", yaxis="y2",
+                 line=dict(color=COLORS["goodput"], width=2, dash="dash")),
             *mark_legend(shapes),
         ],
         layout=out,

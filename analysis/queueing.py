@@ -66,7 +66,7 @@ def mm1_p99_chart(lam: float, mu: float) -> go.Figure:
              f"A model, not a measurement, for μ = {mu:g} req/s. Good: stay left of where the curve turns steep.",
              "utilization ρ = λ / μ", "time in system (s)")
     if not mu > 0 or not lam >= 0:
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     now = lam / mu
     rho = np.linspace(0, 0.99, 199)
     p99 = mm1_time_in_system_quantile(rho * mu, mu)

@@ -1,6 +1,12 @@
 """Shared look of every chart: palette, layout, the "no data yet" figure, SLO and policy-change lines,
 and the small array helpers the builders use. No Streamlit.
 
+A chart of a run (membership, latency, queue, kv) is plotly's own JSON kept as plain dicts:
+{"data": [traces], "layout": {...}}, each trace a dict with its "type". Plotly's graph objects
+(go.Figure, go.Scatter) check every property as they are built, which was three quarters of a
+live page's chart time; plotly.js draws the dicts as they are. st.plotly_chart and
+ui.live_chart take them as they are, and go.Figure(fig) checks one (the tests do).
+
 Speed: a live page redraws charts several times a second, so builders work on numpy arrays, draw
 many cells with one trace, and downsample long series to at most MAX_POINTS points.
 
@@ -16,7 +22,6 @@ import textwrap
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 MAX_POINTS = 1500  # most points a line trace gets; longer series are downsampled
 NO_DATA = "no data yet"
@@ -127,14 +132,20 @@ def live_x_range(now_s: float, span_s: float) -> tuple[float, float]:
     return hi - span_s, hi
 
 
+def figure(data, layout: dict) -> dict:
+    """A chart as plotly's JSON: its traces (dicts with a "type") and its layout."""
+    return {"data": list(data), "layout": layout}
+
+
 def empty_figure(title: str, subtitle: str, xlabel: str, ylabel: str,
-                 presenter: bool = False) -> go.Figure:
-    """A valid figure with no traces and a centred "no data yet" note."""
+                 presenter: bool = False) -> dict:
+    """A valid figure with no traces and a centred "no data yet" note (a lab chart built with
+    plotly's graph objects returns go.Figure(empty_figure(...)), so it keeps one type)."""
     hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
     note = dict(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                 font=dict(size=font_px(presenter) + 4, color="#666"))
-    return go.Figure(layout=layout(title, subtitle, xlabel, ylabel, xaxis=hidden,
-                                   yaxis=hidden, annotations=[note], presenter=presenter))
+    return figure([], layout(title, subtitle, xlabel, ylabel, xaxis=hidden,
+                             yaxis=hidden, annotations=[note], presenter=presenter))
 
 
 def is_empty(df: pd.DataFrame | None, *columns: str) -> bool:
@@ -231,14 +242,14 @@ def time_marks(marks: pd.DataFrame | None, x: np.ndarray, x_range=None,
 def mark_legend(shapes: list) -> list:
     """A legend entry for the change marks when there are any dashed mark lines drawn."""
     drawn = any(s.get("line", {}).get("dash") == "dash" for s in shapes)
-    return [go.Scatter(x=[None], y=[None], mode="lines", name=MARK_NAME, hoverinfo="skip",
-                       line=dict(color="#444", width=1, dash="dash"))] if drawn else []
+    return [dict(type="scatter", x=[None], y=[None], mode="lines", name=MARK_NAME, hoverinfo="skip",
+                 line=dict(color="#444", width=1, dash="dash"))] if drawn else []
 
 
-def ghost_line(x, y, name: str, **kw) -> go.Scatter:
+def ghost_line(x, y, name: str, **kw) -> dict:
     """A previous or pinned run as a faint grey line behind this run's lines."""
-    return go.Scatter(name=name, x=x, y=y, mode="lines", line=dict(color=GHOST_COLOR, width=3),
-                      hoverinfo="skip", **kw)
+    return dict(type="scatter", name=name, x=x, y=y, mode="lines", line=dict(color=GHOST_COLOR, width=3),
+                hoverinfo="skip", **kw)
 
 
 def slo_line(value: float, label: str, vertical: bool = False,

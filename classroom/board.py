@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from analysis import kv, membership, queue
 from analysis.tables import Tables
@@ -54,21 +55,21 @@ def build(version: int, tables: Tables, policy: dict, load: dict) -> Board:
     return Board(version, tables, policy, load, figures, tenant_table(requests), tenant_cells(shared, requests))
 
 
-def figure_dict(fig) -> dict:
+def figure_dict(fig: dict) -> dict:
     """The figure as plain JSON types, built once and shown by every session."""
-    return json.loads(fig.to_json())
+    return json.loads(pio.to_json(fig, validate=False))
 
 
 def tenant_cells(fig, requests: pd.DataFrame) -> dict:
     """tenant -> (step numbers, slots) of the cells its requests fill in the batch chart."""
-    heat = next((t for t in fig.data if t.type == "heatmap"), None)
+    heat = next((t for t in fig["data"] if t["type"] == "heatmap"), None)
     if heat is None or not len(requests):
         return {}
     tenant_of = dict(zip(requests["id"].astype(str), requests["tenant"].astype(str)))
-    labels = np.asarray(heat.text)                       # (slots, steps): "id phase" or "empty slot"
+    labels = np.asarray(heat["text"])                      # (slots, steps): "id phase" or "empty slot"
     ids = np.char.rpartition(labels.astype(str), " ")[..., 0]
     slots, cols = np.nonzero(ids != "")
-    x = np.asarray(heat.x)
+    x = np.asarray(heat["x"])
     out: dict[str, tuple[list, list]] = {}
     for s, c in zip(slots.tolist(), cols.tolist()):
         tenant = tenant_of.get(ids[s, c])

@@ -59,6 +59,13 @@ EXPECTED_IDS = [
 ]
 
 
+def drawn(fig: dict) -> go.Figure:
+    """A builder's figure (plotly's JSON as dicts) as plotly checks it: go.Figure raises on any
+    property plotly.js does not know, and its attributes keep the assertions short."""
+    assert isinstance(fig, dict) and set(fig) == {"data", "layout"}, type(fig)
+    return go.Figure(fig)
+
+
 def assert_empty_figure(fig):
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 0
@@ -117,7 +124,7 @@ def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
 
 def test_batch_membership_figure():
     steps = make_steps(MEMBERS)
-    fig = membership.batch_membership(steps, 3)
+    fig = drawn(membership.batch_membership(steps, 3))
     heat = fig.data[0]
     assert isinstance(heat, go.Heatmap)
     # heatmap, prefill marks and id labels (each in two inks) + legend entries (no change marks)
@@ -137,22 +144,22 @@ def test_batch_membership_figure():
 
 def test_batch_membership_window_and_scrub_keep_true_rows():
     steps = make_steps(MEMBERS)
-    fig = membership.batch_membership(steps, 3, window=2, upto_step=4)
+    fig = drawn(membership.batch_membership(steps, 3, window=2, upto_step=4))
     heat = fig.data[0]
     assert list(heat.x) == [3, 4]
     # history before the window is replayed, so d is still in row 2
     assert np.asarray(heat.text)[:, 1].tolist() == ["empty slot", "empty slot", "d decode"]
     marks = pd.DataFrame({"step": [1, 3], "t_s": [0.2, 0.4], "label": ["x", "max_num_seqs 8→2"]})
-    fig = membership.batch_membership(steps, 3, window=3, marks=marks)
+    fig = drawn(membership.batch_membership(steps, 3, window=3, marks=marks))
     assert [a.text for a in fig.layout.annotations] == []  # steps 1 and 3 are outside 4..6
-    fig = membership.batch_membership(steps, 3, marks=marks)
+    fig = drawn(membership.batch_membership(steps, 3, marks=marks))
     assert [a.text for a in fig.layout.annotations] == ["x", "max_num_seqs 8→2"]
     assert len(fig.layout.shapes) == 2
 
 
 def test_batch_membership_caps_columns():
     steps = make_steps([(("a", D, 1),)] * 50)
-    fig = membership.batch_membership(steps, 2, max_steps=20)
+    fig = drawn(membership.batch_membership(steps, 2, max_steps=20))
     assert list(fig.data[0].x) == list(range(30, 50))
     assert "last 20 steps" in fig.layout.title.subtitle.text
 
@@ -216,7 +223,7 @@ def test_meets_slo():
 
 def test_request_timeline():
     req = make_requests()
-    fig = latency.request_timeline(req, now_s=7.0)
+    fig = drawn(latency.request_timeline(req, now_s=7.0))
     assert [t.name for t in fig.data] == ["queued", "prefill", "decode", "rejected / failed"]
     queued, prefill, decode, rejected = fig.data
     assert len(queued.y) == 7
@@ -233,19 +240,19 @@ def test_request_timeline():
 
 def test_request_timeline_scrub_and_limit():
     req = make_requests()
-    fig = latency.request_timeline(req, now_s=4.5)
+    fig = drawn(latency.request_timeline(req, now_s=4.5))
     queued, prefill, decode, _ = fig.data
     assert list(queued.y) == ["r1", "r2", "r3", "r4", "r5"]  # r6, r7 not arrived yet
     assert decode.x[0] == pytest.approx(1.9)  # r1 decodes 0.1 -> 2.0
     assert queued.x[4] == pytest.approx(0.5) and math.isnan(prefill.x[4])
-    fig = latency.request_timeline(req, limit=3)
+    fig = drawn(latency.request_timeline(req, limit=3))
     assert list(fig.data[0].y) == ["r5", "r6", "r7"]
 
 
 def test_latency_over_time():
     req = make_requests()
     marks = pd.DataFrame({"step": [3], "t_s": [2.2], "label": ["max_num_seqs 8→2"]})
-    fig = latency.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2)
+    fig = drawn(latency.latency_over_time(req, "ttft_s", slo=0.5, marks=marks, window=2))
     points, p50, p95, mark_key = fig.data
     assert mark_key.name == style.MARK_NAME  # a legend entry for the drawn change mark
     assert len(points.x) == 5  # every request with a first token
@@ -253,7 +260,7 @@ def test_latency_over_time():
     assert list(p50.y) == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.7])
     assert len(fig.layout.shapes) == 2  # SLO line + one policy mark
     assert "max_num_seqs 8→2" in [a.text for a in fig.layout.annotations]
-    fig = latency.latency_over_time(req, "tpot_s", slo=0.035)
+    fig = drawn(latency.latency_over_time(req, "tpot_s", slo=0.035))
     assert len(fig.data[0].x) == 4  # r2 has no TPOT
     assert max(fig.data[0].y) == pytest.approx(40)  # milliseconds
     assert fig.layout.yaxis.title.text == "TPOT (ms)"
@@ -266,13 +273,13 @@ def test_latency_over_time():
 
 def test_queue_over_time_and_downsampling_keeps_peaks():
     steps = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0])
-    fig = queue.queue_over_time(steps)
+    fig = drawn(queue.queue_over_time(steps))
     assert [t.name for t in fig.data] == ["waiting", "running"]
     assert list(fig.data[0].y) == [0, 1, 2, 3, 2, 1, 0]
     n = 5 * style.MAX_POINTS
     long = make_steps([(("a", D, 1),)] * n, waiting=[0] * (n - 1) + [99])
     long.loc[1234, "waiting"] = 42
-    fig = queue.queue_over_time(long)
+    fig = drawn(queue.queue_over_time(long))
     assert len(fig.data[0].y) <= style.MAX_POINTS
     assert 42 in fig.data[0].y and 99 in fig.data[0].y
 
@@ -284,7 +291,7 @@ def test_throughput_over_time():
         "finish_s": [0.9, 1.5, 1.9], "ttft_s": [0.05, 0.05, 1.5], "tpot_s": [0.1, 0.1, 0.1],
         "output_tokens": [9, 15, 3], "status": ["finished"] * 3,
     })
-    fig = queue.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0)
+    fig = drawn(queue.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0))
     tokens, finished, goodput = fig.data
     assert len(fig.data) == 3
     # bins [0.05, 1.05) and [1.05, 2.05): steps ending in each x 2 tokens + first tokens
@@ -297,12 +304,12 @@ def test_throughput_over_time():
 
 def test_kv_usage_marks_preemptions():
     steps = make_steps(MEMBERS, preempted=[0, 0, 1, 0, 2, 0, 0])
-    fig = kv.kv_usage(steps)
+    fig = drawn(kv.kv_usage(steps))
     usage, preempt = fig.data
     assert list(usage.y) == pytest.approx([40, 40, 40, 60, 20, 0, 20])
     assert list(preempt.x) == pytest.approx([0.3, 0.5])
     assert list(preempt.customdata) == [1, 2]
-    fig = kv.kv_usage(make_steps(MEMBERS))  # no preempted column: no markers
+    fig = drawn(kv.kv_usage(make_steps(MEMBERS)))  # no preempted column: no markers
     assert len(fig.data[1].x) == 0
 
 
@@ -311,15 +318,15 @@ def test_kv_usage_marks_preemptions():
 
 def test_cdf():
     req = make_requests()
-    fig = latency.cdf(req, "ttft_s")
+    fig = drawn(latency.cdf(req, "ttft_s"))
     assert len(fig.data) == 1
     assert list(fig.data[0].x) == [0.1, 0.2, 0.3, 0.4, 1.0]
     assert list(fig.data[0].y) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
-    fig = latency.cdf(req, "ttft_s", by="tenant", slo=0.5)
+    fig = drawn(latency.cdf(req, "ttft_s", by="tenant", slo=0.5))
     assert [t.name for t in fig.data] == ["a (n=3)", "b (n=2)"]
     assert len(fig.layout.shapes) == 1
     big = pd.DataFrame({"ttft_s": np.linspace(0.1, 2, 100), "prompt_tokens": np.arange(100)})
-    fig = latency.cdf(big, "ttft_s", by="prompt_tokens")
+    fig = drawn(latency.cdf(big, "ttft_s", by="prompt_tokens"))
     assert len(fig.data) == 4  # quantile buckets of a numeric column
     assert sum(int(t.name.split("n=")[1][:-1]) for t in fig.data) == 100
 
@@ -332,15 +339,15 @@ EMPTY_REQUESTS = make_requests().iloc[0:0]
 
 
 @pytest.mark.parametrize("build", [
-    lambda s, r: membership.batch_membership(s, 4),
-    lambda s, r: membership.batch_membership(s, 4, window=10, upto_step=3),
-    lambda s, r: latency.request_timeline(r),
-    lambda s, r: latency.latency_over_time(r, "ttft_s", slo=1.0),
-    lambda s, r: latency.latency_over_time(r, "tpot_s"),
-    lambda s, r: queue.queue_over_time(s),
-    lambda s, r: queue.throughput_over_time(s, r, 1.0, 0.1),
-    lambda s, r: kv.kv_usage(s),
-    lambda s, r: latency.cdf(r, "ttft_s", by="tenant"),
+    lambda s, r: drawn(membership.batch_membership(s, 4)),
+    lambda s, r: drawn(membership.batch_membership(s, 4, window=10, upto_step=3)),
+    lambda s, r: drawn(latency.request_timeline(r)),
+    lambda s, r: drawn(latency.latency_over_time(r, "ttft_s", slo=1.0)),
+    lambda s, r: drawn(latency.latency_over_time(r, "tpot_s")),
+    lambda s, r: drawn(queue.queue_over_time(s)),
+    lambda s, r: drawn(queue.throughput_over_time(s, r, 1.0, 0.1)),
+    lambda s, r: drawn(kv.kv_usage(s)),
+    lambda s, r: drawn(latency.cdf(r, "ttft_s", by="tenant")),
 ])
 @pytest.mark.parametrize("tables", ["no columns", "no rows"])
 def test_empty_input_gives_an_empty_valid_figure(build, tables):
@@ -352,8 +359,8 @@ def test_empty_input_gives_an_empty_valid_figure(build, tables):
 
 def test_requests_not_yet_measured_give_empty_figures():
     waiting = make_requests().iloc[5:7]  # rejected + running: no first token, no finish
-    assert_empty_figure(latency.latency_over_time(waiting, "ttft_s"))
-    assert_empty_figure(latency.cdf(waiting, "tpot_s"))
+    assert_empty_figure(drawn(latency.latency_over_time(waiting, "ttft_s")))
+    assert_empty_figure(drawn(latency.cdf(waiting, "tpot_s")))
 
 
 def test_empty_headline():
@@ -376,17 +383,19 @@ def test_bench_trace_and_every_builder_run():
     assert steps["decode_tokens"].sum() + len(requests) == requests["output_tokens"].sum()
     for name, build in builders(steps, requests, marks, 4).items():
         out = build()
-        assert isinstance(out, (go.Figure, dict)), name
-        if isinstance(out, go.Figure):
-            assert out.layout.title.text and out.layout.title.subtitle.text, name
-            out.to_json()
+        if name == "headline":
+            assert isinstance(out, dict) and out, name
+            continue
+        fig = drawn(out)
+        assert fig.layout.title.text and fig.layout.title.subtitle.text, name
+        fig.to_json()
 
 
 # ------------------------------------------------------------------------- readable without colour
 
 
 def test_membership_hover_names_the_request_in_every_cell():
-    heat = membership.batch_membership(make_steps(MEMBERS), 3).data[0]
+    heat = drawn(membership.batch_membership(make_steps(MEMBERS), 3)).data[0]
     text = np.asarray(heat.text).T   # steps x slots, like EXPECTED_IDS
     for row, ids in zip(text, EXPECTED_IDS):
         for cell, rid in zip(row, ids):
@@ -394,7 +403,7 @@ def test_membership_hover_names_the_request_in_every_cell():
 
 
 def test_membership_marks_prefill_cells_not_only_by_shade():
-    fig = membership.batch_membership(make_steps(MEMBERS), 3)
+    fig = drawn(membership.batch_membership(make_steps(MEMBERS), 3))
     heat, on_light, on_dark = fig.data[:3]      # prefill marks in black ink, then in white
     assert on_light.marker.symbol == on_dark.marker.symbol == "line-ne"
     marked = {(int(x), int(y)) for t in (on_light, on_dark) for x, y in zip(t.x, t.y)}
@@ -415,19 +424,19 @@ def test_membership_colours_never_repeat_in_a_window_of_at_most_palette_size():
     # ids 0, 9, 18 ... all prefer hue 0 (id mod 9); 9 requests in the window need 9 hues
     n = len(style.REQUEST_COLORS)
     members = [tuple((f"r{9 * i}", D, 1) for i in range(n))] * 3
-    z = np.asarray(membership.batch_membership(make_steps(members), n).data[0].z)
+    z = np.asarray(drawn(membership.batch_membership(make_steps(members), n)).data[0].z)
     assert sorted(z[:, 0].tolist()) == list(range(1, n + 1))
     assert (z == z[:, :1]).all()    # each request keeps its colour
     # more requests than hues: those in the batch together still differ
     waves = [tuple((f"r{9 * (i + 4 * w)}", D, 1) for i in range(4)) for w in range(6)]
-    z = np.asarray(membership.batch_membership(make_steps(waves), 4).data[0].z)
+    z = np.asarray(drawn(membership.batch_membership(make_steps(waves), 4)).data[0].z)
     for step in z.T:
         assert len(set(step.tolist())) == len(step)
 
 
 def test_membership_labels_long_stretches_only():
     steps = make_steps([(("long", D, 1), ("s", D, 1))] + [(("long", D, 1),)] * 29)
-    black, white = membership.batch_membership(steps, 2, window=120).data[3:5]
+    black, white = drawn(membership.batch_membership(steps, 2, window=120)).data[3:5]
     labels = [*black.text, *white.text]
     assert labels == ["long"]                       # a 1-step stretch has no room for "s"
     assert [*black.x, *white.x][0] == pytest.approx(14.5)   # centred on its 30 cells
@@ -435,19 +444,19 @@ def test_membership_labels_long_stretches_only():
 
 def test_membership_x_axis_spans_the_window_from_the_first_step():
     steps = make_steps([(("a", D, 1),)] * 150)
-    ranges = {tuple(membership.batch_membership(steps.iloc[:k], 1, window=120).layout.xaxis.range)
+    ranges = {tuple(drawn(membership.batch_membership(steps.iloc[:k], 1, window=120)).layout.xaxis.range)
               for k in range(1, 121)}
     assert ranges == {(-0.5, 119.5)}
-    later = membership.batch_membership(steps, 1, window=120).layout.xaxis.range
+    later = drawn(membership.batch_membership(steps, 1, window=120)).layout.xaxis.range
     assert tuple(later) == (29.5, 149.5)
 
 
 def test_membership_legend_lists_what_is_drawn():
     steps = make_steps([(("a", D, 1), ("b", D, 1))] * 4)       # no prefill, no empty slot
-    names = [t.name for t in membership.batch_membership(steps, 2).data if t.showlegend is not False]
+    names = [t.name for t in drawn(membership.batch_membership(steps, 2)).data if t.showlegend is not False]
     assert names == ["decode step (plain)"]
     marks = pd.DataFrame({"step": [2], "t_s": [0.3], "label": ["max_num_seqs 2→4"]})
-    names = [t.name for t in membership.batch_membership(steps, 3, marks=marks).data
+    names = [t.name for t in drawn(membership.batch_membership(steps, 3, marks=marks)).data
              if t.showlegend is not False]
     assert names == ["decode step (plain)", "empty slot", style.MARK_NAME]
 
@@ -457,14 +466,14 @@ def test_change_marks_get_one_short_label_and_the_full_one_on_hover():
     marks = pd.DataFrame({"step": [1, 3], "t_s": [0.2, 0.4],
                           "label": ["max_num_seqs 8→2, order fcfs→sjf, rate 4.0→5.0",
                                     "max_num_batched_tokens 512→2048 +2 more"]})
-    notes = membership.batch_membership(steps, 1, marks=marks).layout.annotations
+    notes = drawn(membership.batch_membership(steps, 1, marks=marks)).layout.annotations
     assert notes[0].text == "3 changes"
     assert notes[1].text.startswith("max_num_batch") and notes[1].text.endswith("… +2 more")
     assert len(notes[1].text) <= style.MARK_LABEL_CHARS
     assert notes[0].hovertext == marks["label"][0]
     assert notes[1].yshift < notes[0].yshift == 0     # close marks step down a row
     marks["detail"] = ["a", "every change of the second mark"]
-    notes = queue.queue_over_time(steps, marks).layout.annotations
+    notes = drawn(queue.queue_over_time(steps, marks)).layout.annotations
     assert notes[1].hovertext == "every change of the second mark"
 
 
@@ -487,14 +496,14 @@ def every_builder(presenter):
     marks = pd.DataFrame({"step": [3], "t_s": [0.35], "label": ["max_num_seqs 8→2, order fcfs→sjf"]})
     ghost = Tables(steps, req, marks)
     return [
-        membership.batch_membership(steps, 3, marks=marks, presenter=presenter),
-        membership.batch_membership(EMPTY_STEPS, 3, presenter=presenter),
-        latency.request_timeline(req, presenter=presenter),
-        latency.latency_over_time(req, "ttft_s", 0.5, marks, presenter=presenter, ghost=ghost),
-        latency.cdf(req, "ttft_s", by="tenant", slo=0.5, presenter=presenter),
-        queue.queue_over_time(steps, marks, presenter=presenter, ghost=ghost),
-        queue.throughput_over_time(steps, req, 0.5, 0.1, marks, presenter=presenter, ghost=ghost),
-        kv.kv_usage(steps, marks, presenter=presenter),
+        drawn(membership.batch_membership(steps, 3, marks=marks, presenter=presenter)),
+        drawn(membership.batch_membership(EMPTY_STEPS, 3, presenter=presenter)),
+        drawn(latency.request_timeline(req, presenter=presenter)),
+        drawn(latency.latency_over_time(req, "ttft_s", 0.5, marks, presenter=presenter, ghost=ghost)),
+        drawn(latency.cdf(req, "ttft_s", by="tenant", slo=0.5, presenter=presenter)),
+        drawn(queue.queue_over_time(steps, marks, presenter=presenter, ghost=ghost)),
+        drawn(queue.throughput_over_time(steps, req, 0.5, 0.1, marks, presenter=presenter, ghost=ghost)),
+        drawn(kv.kv_usage(steps, marks, presenter=presenter)),
     ]
 
 
@@ -511,9 +520,9 @@ def test_time_charts_hold_a_given_x_range():
     assert style.live_x_range(3.0, 60.0) == (0.0, 60.0)
     assert style.live_x_range(100.0, 60.0) == (40.0, 100.0)
     steps, req = make_steps(MEMBERS), make_requests()
-    for fig in [latency.latency_over_time(req, x_range=(0, 60)), queue.queue_over_time(steps, x_range=(0, 60)),
-                queue.throughput_over_time(steps, req, x_range=(0, 60)), kv.kv_usage(steps, x_range=(0, 60)),
-                latency.request_timeline(req, x_range=(0, 60))]:
+    for fig in [drawn(latency.latency_over_time(req, x_range=(0, 60))), drawn(queue.queue_over_time(steps, x_range=(0, 60))),
+                drawn(queue.throughput_over_time(steps, req, x_range=(0, 60))), drawn(kv.kv_usage(steps, x_range=(0, 60))),
+                drawn(latency.request_timeline(req, x_range=(0, 60)))]:
         assert tuple(fig.layout.xaxis.range) == (0, 60)
 
 
@@ -522,10 +531,10 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
     earlier = Tables(steps.assign(waiting=steps["waiting"] * 2),
                      req.assign(ttft_s=req["ttft_s"] * 3, tpot_s=req["tpot_s"] * 3), pd.DataFrame())
     figs = {
-        "ttft": latency.latency_over_time(req, "ttft_s", ghost=earlier),
-        "tpot": latency.latency_over_time(req, "tpot_s", ghost=earlier),
-        "queue": queue.queue_over_time(steps, ghost=earlier),
-        "throughput": queue.throughput_over_time(steps, req, ghost=earlier, ghost_name="pinned run"),
+        "ttft": drawn(latency.latency_over_time(req, "ttft_s", ghost=earlier)),
+        "tpot": drawn(latency.latency_over_time(req, "tpot_s", ghost=earlier)),
+        "queue": drawn(queue.queue_over_time(steps, ghost=earlier)),
+        "throughput": drawn(queue.throughput_over_time(steps, req, ghost=earlier, ghost_name="pinned run")),
     }
     for name, fig in figs.items():
         first = fig.data[0]
@@ -536,4 +545,4 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
     assert list(figs["queue"].data[0].y) == [0, 2, 4, 6, 4, 2, 0]
     assert max(figs["ttft"].data[0].y) == pytest.approx(3 * max(figs["ttft"].data[3].y))
     # without a ghost: no such trace
-    assert not any("previous run" in (t.name or "") for t in queue.queue_over_time(steps).data)
+    assert not any("previous run" in (t.name or "") for t in drawn(queue.queue_over_time(steps)).data)

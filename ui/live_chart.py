@@ -44,7 +44,7 @@ def json_safe(value):
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     if isinstance(value, np.ndarray):
-        if value.dtype.kind in "iub":
+        if value.dtype.kind in "iubU":      # integers, booleans and text are JSON as they are
             return value.tolist()
         if value.dtype.kind == "f":
             clean = value.astype(object)

@@ -147,7 +147,7 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
                                    text=df["id"],
                                    hovertemplate="%{text}: %{y:.0f} ms gap at %{x:.2f} s<extra></extra>"))
     if not traces:
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     marks = [vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
              for k, t in enumerate(arrivals or [])]
     return go.Figure(data=traces, layout=wrapped_layout(*texts, shapes=[s for s, _ in marks],

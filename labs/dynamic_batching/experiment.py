@@ -103,7 +103,7 @@ def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
              "that gives the throughput you need.",
              "max_wait_ms (how long the oldest request may wait for the batch to fill)", "p50 TTFT (s)")
     if is_empty(table) and is_empty(sim):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     traces = []
     if not is_empty(sim):
         traces += [

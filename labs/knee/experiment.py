@@ -106,7 +106,7 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
              xlabel, "output tokens / s")   # title, what good looks like, x and y axis
     has_sim = not is_empty(simulated)
     if is_empty(table) and not has_sim:
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     traces = []
     if has_sim:
         sim = simulated.sort_values("max_num_seqs")

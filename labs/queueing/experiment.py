@@ -125,7 +125,7 @@ def time_in_system(points: pd.DataFrame, mu: float, source: str = "measured") ->
              f"model for this μ — a model, not a measurement. Good: stay left of where the curves turn steep.",
              "utilization ρ = λ / μ", "mean time in system W (s)")   # title, what good looks like, x and y axis
     if is_empty(points) or not (mu > 0):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     rho = np.linspace(0.01, 0.99, 200)
     model_w = mm1_time_in_system(rho * mu, mu)
     measured_max = float(np.nanmax(points["W_s"]))

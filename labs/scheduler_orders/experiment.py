@@ -161,7 +161,7 @@ def tenant_bars(table: pd.DataFrame, metric: str = "ttft_p95_s") -> go.Figure:
              f"what each tenant gains or loses against {BASELINE}.",
              "admission order", f"{what} (s)")   # title, what good looks like, x and y axis
     if is_empty(table):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     traces = [go.Bar(name=str(tenant), x=g["order"], y=g[metric],
                      hovertemplate=f"{tenant} under %{{x}}: %{{y:.2f}} s<extra></extra>")
               for tenant, g in table.groupby("tenant", sort=True)]
@@ -178,5 +178,5 @@ def oldest_waiting(series: dict[str, pd.DataFrame]) -> go.Figure:
     traces = [go.Scatter(name=name, x=df["t_s"], y=df["age_s"], mode="lines", line_shape="hv")
               for name, df in series.items() if df is not None and len(df)]
     if not traces:
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     return go.Figure(data=traces, layout=wrapped_layout(*texts, yaxis=dict(rangemode="tozero")))

@@ -106,7 +106,7 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None, simulate
              "arrival rate (requests / s)", "output tokens / s")   # title, what good looks like, x and y axis
     has_sim = not is_empty(simulated)
     if is_empty(table) and not has_sim:
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     lines = (("output_tok_s", "all output tokens/s", COLORS["tokens"]),
              ("useful_tok_s", "tokens/s within the SLO (useful)", COLORS["goodput"]))
     traces = []
@@ -133,7 +133,7 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
              "Good: dots inside the box (lower left of both dotted lines) — those requests count toward goodput.",
              "TTFT (s)", "TPOT (ms)")   # title, what good looks like, x and y axis
     if is_empty(verdicts):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     traces = []
     # met / missed told apart by shape (● / ×) and by name as well as by colour
     for ok, name, color, symbol in ((True, "● met the SLO", COLORS["goodput"], "circle"),

@@ -125,7 +125,7 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
     `source`: "measured", or "predicted" (the step model's)."""
     texts = FIGURE_TEXTS["amortization"]
     if is_empty(table, "batch", "tokens_per_s", "ms_per_token"):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     b = table["batch"].to_numpy(float)
     traces = [
         go.Scatter(name=f"tokens/s ({source}{', mean' if source == 'measured' else ''})", x=b, y=table["tokens_per_s"], mode="lines+markers",
@@ -157,7 +157,7 @@ def step_time(table: pd.DataFrame, fit: dict | None = None, source: str = "measu
     straight-line fit drawn as a model."""
     texts = FIGURE_TEXTS["step_time"]
     if is_empty(table, "batch", "step_ms"):
-        return empty_figure(*texts)
+        return go.Figure(empty_figure(*texts))
     b = table["batch"].to_numpy(float)
     traces = [go.Scatter(name=f"{source}{' (mean)' if source == 'measured' else ''}", x=b, y=table["step_ms"], mode="lines+markers",
                          line=dict(color=COLORS["running"], width=2.5), error_y=error_bars(table, "step_ms"),
