@@ -18,6 +18,7 @@ import argparse
 import ctypes
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 from analysis import frame_metrics
@@ -46,6 +47,21 @@ def rss_by_kind() -> dict[str, float]:
     return kinds
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+
+
+def malloc_mb() -> tuple[float, float, float]:
+    """glibc's own count (mallinfo2), in MB: (in use, free but kept in the arenas, mmapped chunks).
+    In use growing is memory something still holds; free growing is the allocator's fragmentation."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return info.uordblks / 2**20, info.fordblks / 2**20, info.hblkhd / 2**20
+
+
 def trimmed_rss() -> float:
     """RSS after glibc's malloc_trim(0) returns the free pages of every arena to the system."""
     ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -65,7 +81,13 @@ def main() -> None:
                     help="each minute, hand the C allocator's free memory back to the system (malloc_trim) "
                          "after reading RSS, and also print RSS after that: what is garbage kept by the "
                          "allocator, not memory in use")
+    ap.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                    help="trace Python's allocations (numpy's too) with this many frames each, and at the "
+                         "end print the sites that grew most since the warm-up (slows the run)")
     args = ap.parse_args()
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
+    warm_snapshot = None
 
     model = load_model(args.model)
     setup = Setup(rate=args.rate)
@@ -77,7 +99,7 @@ def main() -> None:
           f"RSS before the run: {rss_mb():.0f} MB")
     print(f"{'min':>5} {'steps':>8} {'steps/s':>8} {'arrived':>8} {'waiting':>8} {'kept steps':>10} "
           f"{'requests':>9} {'marks':>6} {'KV used':>8} {'read ms':>8} {'py kblocks':>10} {'RSS MB':>8}"
-          + (f" {'trimmed':>8}" if args.trim else "") + "  heap / anon / file MB")
+          + (f" {'trimmed':>8}" if args.trim else "") + "  heap / anon / file MB  malloc: in use / free / mmapped MB")
     lab.start()
     start = time.monotonic()
     end, next_report, next_move = start + args.minutes * 60, start + 60, start + MOVE_SLIDER_EVERY_S
@@ -105,11 +127,13 @@ def main() -> None:
                   f"{len(tables.marks):>6} {eng.pool.used_blocks / eng.pool.num_blocks:>8.0%} "
                   f"{sum(read_ms) / len(read_ms):>8.1f} {sys.getallocatedblocks() / 1000:>10,.0f} {rss:>8.1f}"
                   + (f" {trimmed_rss():>8.1f}" if args.trim else "")
-                  + "  " + " / ".join(f"{v:.0f}" for v in rss_by_kind().values()), flush=True)
+                  + "  " + " / ".join(f"{v:.0f}" for v in rss_by_kind().values())
+                  + "  " + " / ".join(f"{v:.0f}" for v in malloc_mb()), flush=True)
             rows.append((minute, rss))
             last_steps, read_ms = steps, []
             if warm_rss is None and minute >= args.warmup_minutes:
                 warm_rss = rss
+                warm_snapshot = tracemalloc.take_snapshot() if args.tracemalloc else None
         time.sleep(max(0.0, READ_EVERY_S - (time.monotonic() - now)))
     state, message = lab.state, lab.live.message
     lab.close()
@@ -118,6 +142,11 @@ def main() -> None:
     if warm_rss is None or len(rows) < 2:
         print("too short to judge growth after warm-up (run longer than --warmup-minutes)")
         return
+    if warm_snapshot is not None:
+        print("Python allocations that grew most since the warm-up (tracemalloc):")
+        for stat in tracemalloc.take_snapshot().compare_to(warm_snapshot, "traceback")[:12]:
+            print(f"  {stat.size_diff / 2**20:+8.1f} MB {stat.count_diff:+8,} blocks  "
+                  + " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in stat.traceback))
     growth = rows[-1][1] - warm_rss
     print(f"RSS growth after warm-up ({args.warmup_minutes:g} -> {rows[-1][0]:.1f} min): "
           f"{growth:+.1f} MB (goal < 50 MB: {'met' if growth < 50 else 'NOT met'})")
