@@ -9,7 +9,8 @@ holds its connections, and opening 64 at once is the client's cost, ~0.2 s of Py
 
 Reported:
 - output tokens/s of each, and their ratio pair by pair (goal >= 90%); both run with `engine
-  serve`'s process setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is what HTTP costs alone;
+  serve`'s process setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is what HTTP costs: the
+  server's side and, on a machine this small, the CPU its 64 clients take (printed per pair);
 - the TTFT the server adds (the client's TTFT, from the moment its request had been written
   to the socket, minus the TTFT its engine recorded, per request):
   for a lone request on an idle server (goal < 10 ms), and under the 64-stream burst, where
@@ -166,15 +167,17 @@ def main() -> int:
                 elapsed, _, engine = run_engine(model, fresh(), args)
                 del engine
                 local_tps = total_out / elapsed
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 served = await through_http(client, url, args.model, fresh(), args.concurrency)
                 span = max(s["end"] for s in served) - t0
+                client_cores = (time.process_time() - cpu0) / span
                 http_tps = sum(s["tokens"] for s in served) / span
                 burst_added = added_ms(served, get_rows(len(served)))
                 pairs.append((local_tps, http_tps, burst_added))
                 print(f"pair {i + 1}: in-process {local_tps:.1f} output tok/s; through HTTP ({args.concurrency} "
                       f"streaming clients) {http_tps:.1f} tok/s = {http_tps / local_tps * 100:.1f}%; "
-                      f"TTFT added by the server under the burst, p50 {burst_added:.1f} ms")
+                      f"TTFT added by the server under the burst, p50 {burst_added:.1f} ms; the 64 clients used "
+                      f"{client_cores:.2f} of a core on the same machine")
             return lone_added, pairs
 
     try:

@@ -5,7 +5,11 @@ Measures the engine's steps/s on the same policy and workload two ways, in alter
   headless  a PlaygroundRun (LiveRun on the real model) in a process with no UI
   page      `streamlit run app.py` with the Playground open in Chromium, live views refreshing
 
-and prints each round and the median ratio page/headless, and the app's own CPU: the server
+With --pin, the server (engine and app) and the headless engine run on CPU 0 and Chromium alone
+on CPU 1: the browser then takes nothing from the engine, as a learner's own browser on their
+own computer would not, and the ratio is the server's own cost of a viewer.
+
+It prints each round and the median ratio page/headless, and the app's own CPU: the server
 process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
 page, the records come from the page's own steps.csv download. Both run with app.py's process
@@ -153,13 +157,15 @@ def browser_pids() -> list[int]:
     return pids
 
 
-def launch_browser(playwright, sched: str = "idle"):
+def launch_browser(playwright, sched: str = "idle", cpu: int | None = None):
     """Chromium, headless; sched "idle" starts it through `chrt --idle`, so every process and thread
-    it makes inherits the idle class; "normal" lets it compete with the server as any program does."""
+    it makes inherits the idle class; "normal" lets it compete with the server as any program does.
+    cpu: run it (every process it makes) on that CPU only."""
     path = CHROMIUM
-    if sched == "idle":
-        wrapper = Path(tempfile.mkdtemp(prefix="chromium-idle-")) / "chromium"
-        wrapper.write_text(f'#!/bin/sh\nexec chrt --idle 0 {CHROMIUM} "$@"\n')
+    prefix = ("chrt --idle 0 " if sched == "idle" else "") + (f"taskset -c {cpu} " if cpu is not None else "")
+    if prefix:
+        wrapper = Path(tempfile.mkdtemp(prefix="chromium-wrapped-")) / "chromium"
+        wrapper.write_text(f'#!/bin/sh\nexec {prefix}{CHROMIUM} "$@"\n')
         wrapper.chmod(0o755)
         path = str(wrapper)
     return playwright.chromium.launch(executable_path=path, headless=True, args=ARGS)
@@ -210,9 +216,20 @@ def main(argv=None):
     ap.add_argument("--browser", choices=BROWSER_CLASSES, default="idle",
                     help="Chromium's scheduling class: idle (default: it gets what the server leaves) "
                          "or normal (it competes with the server as equals)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the server and the headless engine on CPU 0, Chromium alone on CPU 1")
     args = ap.parse_args(argv)
     if not os.path.exists(CHROMIUM):
         sys.exit(f"needs Debian's Chromium at {CHROMIUM}")
+    browser_cpu = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            sys.exit("--pin needs two CPUs")
+        import torch
+        os.sched_setaffinity(0, {cpus[0]})     # inherited by the server process, which starts below
+        torch.set_num_threads(1)               # the headless engine: one thread, as the server's
+        browser_cpu = cpus[1]
 
     from playwright.sync_api import sync_playwright
     from engine.model import load_model
@@ -222,8 +239,10 @@ def main(argv=None):
     rows, apps = [], []
     try:
         with sync_playwright() as p:
-            browser = launch_browser(p, args.browser)
-            print(f"Chromium in the {args.browser} scheduling class", flush=True)
+            browser = launch_browser(p, args.browser, browser_cpu)
+            print(f"Chromium in the {args.browser} scheduling class"
+                  + (f"; the server and the headless engine on CPU {min(os.sched_getaffinity(0))}, Chromium "
+                     f"on CPU {browser_cpu}" if args.pin else ""), flush=True)
             with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0)   # load the server's model once
             for i in range(args.rounds):
                 t = time.process_time()
