@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import cpu_kernels
-from engine.linear import Linear, onednn_available
+from engine.linear import EXACT_ROWS, Linear, onednn_available, padded_rows
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                                reason="no C compiler: the runner uses PyTorch ops instead")
@@ -86,7 +86,7 @@ def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows", [1, 2, 7, 64, 300])
+@pytest.mark.parametrize("rows", [1, 2, 7, 17, 64, 300])
 def test_linear_paths_agree(dtype, rows):
     """Every route Linear may take (kernel, packed oneDNN, F.linear) gives F.linear's answer."""
     g = torch.Generator().manual_seed(rows)
@@ -97,6 +97,13 @@ def test_linear_paths_agree(dtype, rows):
     close(Linear(w, cpu_kernels.load(), pack)(x), want, dtype)
     close(Linear(w, None, pack)(x), want, dtype)
     close(Linear(w, None, False)(x), want, dtype)
+
+
+def test_padded_rows_bound_the_row_counts_onednn_meets():
+    """oneDNN keeps a kernel per row count: padding leaves few counts, for little extra work."""
+    assert len({padded_rows(m) for m in range(1, 2049)}) <= 80      # exact counts: 2,048
+    assert all(padded_rows(m) == m for m in range(1, EXACT_ROWS + 1))
+    assert all(m <= padded_rows(m) <= m * 1.125 for m in range(1, 5000))
 
 
 def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
