@@ -21,8 +21,10 @@ from playground.setup import Setup
 from ui import widgets
 from ui.live_chart import live_chart
 
-REFRESH_S = 0.4               # status, headline and batch chart: 2.5 times a second while running
-TIME_CHARTS_EVERY_S = 0.8     # time charts and texts are rebuilt this often, and reused in between
+# Each refresh reruns the page's live part, which costs the server CPU for every viewer: the
+# rates are the ones a learner needs (the batch chart twice a second, the time charts once).
+REFRESH_S = 0.5               # status, headline and batch chart: twice a second while running
+TIME_CHARTS_EVERY_S = 0.8     # time charts and texts are rebuilt when this old: every other refresh
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
 TEXTS_SHOWN = 4

@@ -9,6 +9,9 @@ With --pin, the server (engine and app) and the headless engine run on CPU 0 and
 on CPU 1: the browser then takes nothing from the engine, as a learner's own browser on their
 own computer would not, and the ratio is the server's own cost of a viewer.
 
+Each page round ends with Reset, and the next round waits until the server's engine threads are
+idle: a closed page's run would go on for the reload grace period, beside the headless engine.
+
 It prints each round and the median ratio page/headless, and the app's own CPU: the server
 process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
@@ -183,6 +186,18 @@ def download_steps(page) -> pd.DataFrame:
             time.sleep(1)
 
 
+def wait_engine_idle(server_pid: int, timeout_s: float = 90.0) -> None:
+    """Until the server's engine threads have stopped using the CPU (a run still stepping would
+    share the cores with the next headless round)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = engine_cpu_s(server_pid)
+        time.sleep(1.0)
+        if engine_cpu_s(server_pid) - before < 0.05:
+            return
+    print(f"the server's engine was still busy after {timeout_s:.0f} s", flush=True)
+
+
 def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int = 0,
               cpu: dict | None = None) -> float | None:
     context = browser.new_context(viewport={"width": 1500, "height": 1400}, accept_downloads=True)
@@ -202,7 +217,9 @@ def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int
         cpu["engine"] = (engine_cpu_s(server_pid) - e0) / dt     # its threads; the rest is the app's
         cpu["browser"] = (sum(map(cpu_s, chrome)) - c0) / dt
     steps = download_steps(page) if window_s else None
-    context.close()       # the session ends and its engine stops
+    page.get_by_role("button", name="Reset", exact=True).click()   # a closed page's run would go on for
+    context.close()                                                  # the reload grace period (playground.reattach)
+    wait_engine_idle(server_pid)
     if steps is None:
         return None
     return rate_in_window(steps["t_start_s"], steps["t_end_s"], warm_s, window_s)
@@ -243,7 +260,7 @@ def main(argv=None):
             print(f"Chromium in the {args.browser} scheduling class"
                   + (f"; the server and the headless engine on CPU {min(os.sched_getaffinity(0))}, Chromium "
                      f"on CPU {browser_cpu}" if args.pin else ""), flush=True)
-            with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0)   # load the server's model once
+            with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0, server.pid)   # load the server's model once
             for i in range(args.rounds):
                 t = time.process_time()
                 a = headless(model, args.warm, args.window)
