@@ -137,11 +137,18 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return tokenizer.encode(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                   and 0 <= t < len(tokenizer) for t in prompt):
+    vocab = len(tokenizer)
+    # whole-list checks (type, then range): a per-token Python test was a server's main cost
+    # per request when a burst of long prompts arrived at once
+    if isinstance(prompt, list) and prompt and set(map(type, prompt)) == {int} \
+            and min(prompt) >= 0 and max(prompt) < vocab:
         return list(prompt)
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (str, list)):
+        i, bad = next((i, t) for i, t in enumerate(prompt)
+                      if type(t) is not int or not 0 <= t < vocab)
+        raise ApiError(400, f"prompt[{i}] is {bad!r:.40}; token ids are integers from 0 to {vocab - 1:,}", "prompt")
     raise ApiError(400, "prompt must be a non-empty string or a list of token ids below "
-                        f"{len(tokenizer):,} (one prompt per request)", "prompt")
+                        f"{vocab:,} (one prompt per request)", "prompt")
 
 
 def chat_prompt(body: dict, tokenizer) -> list[int]:
