@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .validation import available_memory_bytes, kv_bytes_per_token
+from .step_model import StepShape
 
 MEMORY_UTILIZATION = 0.9   # the share of device memory the engine may take (vLLM's gpu_memory_utilization default)
 TERA = 1e12
@@ -183,16 +184,37 @@ class RooflineStepModel:
     def breakdown(self, chunks) -> dict[str, float]:
         """The parts of one step's time in ms. `chunks`: (start position, tokens, samples) of each
         sequence in the step."""
+        return self._parts(tokens=sum(n for _, n, _ in chunks),
+                           sampled=sum(1 for _, _, s in chunks if s),
+                           # a query at position p meets p + 1 keys
+                           attended=sum(n * start + n * (n + 1) // 2 for start, n, _ in chunks),
+                           kv_tokens=sum(start + 2 * n for start, n, _ in chunks))   # read all, write the new
+
+    def predict(self, shape: StepShape) -> float:
+        """A step of this shape (engine.step_model's four numbers), in ms, as StepModel.predict
+        gives it, so the Playground's capacity and presets can be read off either model. A shape
+        does not say where each prompt chunk starts: the keys it reads are counted as those its
+        decodes read plus the ones the step writes (exact for prompts that start at 0)."""
+        return self._parts(tokens=shape.tokens, sampled=shape.samples,
+                           attended=shape.decode_context + shape.prefill_pairs,
+                           kv_tokens=shape.decode_context + shape.tokens)["step_ms"]
+
+    def decode_ms(self, batch: int, context: int) -> float:
+        """A decode step of `batch` sequences, each with `context` tokens before its new one."""
+        return self.breakdown([(context, 1, True)] * batch)["step_ms"]
+
+    @property
+    def fixed_ms(self) -> float:
+        return self.device.overhead_ms
+
+    def _parts(self, tokens: int, sampled: int, attended: int, kv_tokens: int) -> dict[str, float]:
         m = self.model
-        tokens = sum(n for _, n, _ in chunks)
-        sampled = sum(1 for _, _, s in chunks if s)
         # Weight GEMMs: 2 FLOPs per weight per row; the LM head only for rows that sample.
         gemm_flops = 2 * tokens * m.layers * m.layer_params + 2 * sampled * m.hidden * m.vocab
         gemm_bytes = (m.layers * m.layer_params + (m.hidden * m.vocab if sampled else 0)) * self.device.dtype_bytes
-        # Attention: a query at position p meets p + 1 keys, 4 FLOPs per head dim (QK^T and PV).
-        attended = sum(n * start + n * (n + 1) // 2 for start, n, _ in chunks)
+        # Attention: 4 FLOPs per head dim for each (query, key) pair (QK^T and PV).
         attn_flops = 4 * m.layers * m.heads * m.head_dim * attended
-        kv_bytes = self.kv_bytes_per_token * sum(start + 2 * n for start, n, _ in chunks)  # read all, write the new
+        kv_bytes = self.kv_bytes_per_token * kv_tokens
         parts = {"gemm_compute_ms": gemm_flops / self._flops * 1000,
                  "gemm_memory_ms": gemm_bytes / self._bandwidth * 1000,
                  "attention_compute_ms": attn_flops / self._flops * 1000,

@@ -28,7 +28,7 @@ from engine.profile import load_profile, save_profile
 from engine.step_model import StepModel, StepShape
 from engine.workload import LengthDist
 
-from playground.setup import Setup
+from playground.setup import KNOBS, Setup
 
 DRAWS = 2000     # lengths drawn to estimate a distribution's mean
 
@@ -96,6 +96,14 @@ def capacity(model: StepModel, setup: Setup) -> Capacity:
                     tpot_s=model.decode_ms(1, context) / 1000, full_tpot_s=decode_ms / 1000,
                     chunk_step_s=chunk_step_ms / 1000, batch_s=batch_ms / 1000,
                     batch_tpot_s=batch_ms / 1000 / output, slots=slots)
+
+
+def rate_slider_hi(model: StepModel) -> float:
+    """Where the arrival-rate slider ends for an engine whose step times `model` predicts: the
+    knob's own end, or, for an engine that serves more than half of that at the default setup (a
+    simulated GPU), twice its capacity there, in tens of req/s, so it too can be driven past capacity."""
+    twice = 2 * capacity(model, Setup()).rate
+    return max(KNOBS["rate"].hi, 10.0 * math.ceil(twice / 10))
 
 
 _measured: dict[tuple, StepModel] = {}

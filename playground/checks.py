@@ -27,8 +27,9 @@ def length_range(kind: str, lo: int, hi: int) -> tuple[int, int]:
 
 
 def check(setup: Setup, max_model_len: int | None = None,
-          rejected_so_far: int | None = None) -> list[Notice]:
-    """Notices for a setup; `rejected_so_far`: requests the run has rejected (None before a run)."""
+          rejected_so_far: int | None = None, rate_hi: float = KNOBS["rate"].hi) -> list[Notice]:
+    """Notices for a setup; `rejected_so_far`: requests the run has rejected (None before a run);
+    `rate_hi`: where the rate slider ends for the engine chosen (playground.capacity.rate_slider_hi)."""
     s, out = setup, []
     p_min, p_max = length_range(s.prompt_kind, s.prompt_lo, s.prompt_hi)
     o_min, o_max = length_range(s.output_kind, s.output_lo, s.output_hi)
@@ -63,10 +64,10 @@ def check(setup: Setup, max_model_len: int | None = None,
         out.append(Notice("info", f"Arrival rate 0: all {s.num_requests} requests arrive at once "
                                   "at the start, like an offline batch job"
                                   + (" (continuous traffic needs a rate above 0)." if s.continuous else ".")))
-    elif s.rate >= KNOBS["rate"].hi:
+    elif s.rate >= rate_hi:
         climb = (f"until {QUEUE_CAP:,} wait, after which new arrivals are turned away" if s.endless
                  else "all run long")
-        out.append(Notice("info", f"{s.rate:g} requests/s is far more than this machine can serve: "
+        out.append(Notice("info", f"{s.rate:g} requests/s is far more than this engine can serve: "
                                   f"expect the waiting line, and TTFT with it, to climb {climb}."))
     if s.max_num_seqs == 1:
         out.append(Notice("info", "max_num_seqs = 1: one request per step, no batching at all. "

@@ -17,8 +17,9 @@ from engine.config import SLO_KNOBS
 from engine.workload import LENGTH_RANGES
 
 from playground import engines
+from playground.capacity import rate_slider_hi
 from playground.reattach import TOKEN_PARAM
-from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup
+from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup, knobs_for
 from playground.presets import PRESETS, matching_preset
 
 PREFIX = "pg_"
@@ -42,11 +43,44 @@ def _key(name: str) -> str:
     return PREFIX + name
 
 
+RATE_HI = PREFIX + "rate_hi"            # where the arrival-rate slider ends for the engine chosen
+SIZED_FOR = PREFIX + "sized_for"        # the engine choice the sidebar was last sized for
+PRESET_INTACT = PREFIX + "preset_intact"  # a preset is chosen and not moved since
+
+
+def knobs() -> dict:
+    """The knobs as the sidebar offers them for the engine chosen (the rate slider's end)."""
+    return knobs_for(st.session_state.get(RATE_HI, KNOBS["rate"].hi))
+
+
+def engine_on_load() -> str:
+    """The engine choice this run of the page is for: the link's on a session's first run."""
+    if not st.session_state.get(_key("initialised")):
+        return engines.from_query(st.query_params.to_dict())[0]
+    saved = st.session_state.get(SAVED)
+    return st.session_state.get(_key("engine"), saved[1] if saved else engines.REAL)
+
+
+def size_for(choice: str, step_model) -> None:
+    """Fit the sidebar to the engine chosen, before its widgets are drawn: the rate slider's end
+    (a simulated GPU serves far more than this machine), and a preset left as it was is sized
+    again, since its rate and targets come from the engine's step times."""
+    s = st.session_state
+    s[RATE_HI] = rate_slider_hi(step_model)
+    for key in (_key("rate"), STRIP_PREFIX + "rate"):
+        if key in s and s[key] > s[RATE_HI]:
+            s[key] = s[RATE_HI]
+    before, s[SIZED_FOR] = s.get(SIZED_FOR), choice
+    if before is not None and before != choice and s.get(PRESET_INTACT):
+        _apply_preset(step_model)
+
+
 def load_setup(setup: Setup, step_model) -> None:
     """Put a setup into the widgets' state (before the widgets are drawn), each value onto its
     slider (a preset sized to a fast machine can ask for more than a slider reaches).
     `step_model`: this machine's (playground.capacity.machine_step_model), which sizes the presets."""
-    values = {name: KNOBS[name].clamp(value) for name, value in setup.to_dict().items()}
+    offered = knobs()
+    values = {name: offered[name].clamp(value) for name, value in setup.to_dict().items()}
     for name, value in values.items():
         if name not in IN_RANGE:
             st.session_state[_key(name)] = value
@@ -99,7 +133,7 @@ def init_from_link(step_model) -> list[str]:
             st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed
         return []
     params = st.query_params.to_dict()
-    setup, problems = Setup.from_query(params)
+    setup, problems = Setup.from_query(params, knobs())
     load_setup(setup, step_model)
     choice, speed, engine_problems = engines.from_query(params)
     st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed
@@ -119,7 +153,7 @@ def write_link(setup: Setup, run_token: str | None = None, engine: str = engines
 
 
 def _apply_preset(step_model) -> None:
-    """The preset sized to this machine; the learner's seed and traffic kind stay."""
+    """The preset sized to the engine chosen; the learner's seed and traffic kind stay."""
     pid, s = st.session_state[_key("preset")], st.session_state
     if pid in PRESETS:
         mine = {name: s[_key(name)] for name in ("seed", "continuous") if _key(name) in s}
@@ -134,7 +168,7 @@ def _number_format(step: float) -> str:
 
 def _widget(name: str) -> None:
     """The widget for one knob, chosen by its kind."""
-    k, key = KNOBS[name], _key(name)
+    k, key = knobs()[name], _key(name)
     disabled = name in ONLY_WHEN and not ONLY_WHEN[name](current_setup())
     if k.kind == "bool":
         st.toggle(k.label, key=key, help=k.help, disabled=disabled)
@@ -189,7 +223,7 @@ def presenter_strip() -> None:
     """max_num_seqs, rate, batching mode and chunked prefill in one row across the page."""
     cols = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
     for col, name in zip(cols, STRIP):
-        k, key = KNOBS[name], STRIP_PREFIX + name
+        k, key = knobs()[name], STRIP_PREFIX + name
         st.session_state[key] = st.session_state.get(_key(name), k.default)
         args = dict(key=key, help=k.help, on_change=_from_strip, args=(name,))
         if k.kind == "bool":
@@ -227,8 +261,8 @@ def _engine(run_engine: str | None) -> None:
 
 def sidebar(step_model, run_engine: str | None = None) -> Setup:
     """Draw every control in the sidebar, Setup first; return the setup they hold. `step_model`:
-    this machine's, which sizes the presets' rates and SLO targets; `run_engine`: the engine
-    choice of the run on the page (None: no run)."""
+    the engine choice's (engines.sizing_model), which sizes the presets' rates and SLO targets;
+    `run_engine`: the engine choice of the run on the page (None: no run)."""
     with st.sidebar:
         st.header("Setup")
         _engine(run_engine)
@@ -236,11 +270,13 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
         st.selectbox("Preset", ids, key=_key("preset"), on_change=_apply_preset, args=(step_model,),
                      format_func=lambda i: "Custom" if i == CUSTOM else PRESETS[i].title,
                      help="Workloads from lesson 6's table, and one past capacity. Each sets the "
-                          "workload, a policy to start from and SLO targets, sized to this machine; "
-                          "every slider stays yours to move.")
+                          "workload, a policy to start from and SLO targets, sized to the engine "
+                          "chosen (this machine, or the simulated one); every slider stays yours to move.")
         pid = st.session_state.get(_key("preset"), CUSTOM)
+        st.session_state[PRESET_INTACT] = False
         if pid in PRESETS:
             modified = matching_preset(current_setup(), step_model) != pid
+            st.session_state[PRESET_INTACT] = not modified
             st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else ""),
                        help=PRESETS[pid].why)
 

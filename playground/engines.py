@@ -63,6 +63,12 @@ def step_times(choice: str, model):
     raise ValueError(f"engine {choice!r} is not one of {', '.join(choices())}")
 
 
+def sizing_model(choice: str, model):
+    """The step model that sizes the presets and the arrival-rate slider for an engine choice: a
+    simulated engine's own, else this machine's (the real engine; a shared server's is not known)."""
+    return step_times(choice, model) or machine_step_model(model)
+
+
 def from_query(params: dict) -> tuple[str, int, list[str]]:
     """The engine choice and speed a link holds ('engine', 'speed'), and the problems found;
     a missing or bad value keeps the default."""

@@ -9,7 +9,6 @@ import streamlit as st
 
 from engine.live import KEEP_STEPS
 from playground import comparison, controls, engines, slot, view
-from playground.capacity import machine_step_model
 from playground.checks import check
 from playground.review import step_end, tables_at
 from playground.run import TERMINAL
@@ -33,14 +32,17 @@ if not presenter:
                "and show as one dashed line on the time charts; workload changes apply to "
                "requests arriving from then on.")
 
-# The presets are sized to this machine's step times, so the model loads before the setup is read.
+# The presets and the rate slider are sized to the chosen engine's step times (this machine's, or
+# a simulated one's), so the model loads before the setup is read.
 try:
     model = session.model()
-    step_model = machine_step_model(model)
+    sized_for = controls.engine_on_load()
+    step_model = engines.sizing_model(sized_for, model)
 except Exception as exc:
     st.error(widgets.error_message("Cannot load the model", exc))
     st.stop()
 # The setup is read from the session (and the page address) before any widget is drawn.
+controls.size_for(sized_for, step_model)
 link_problems = controls.init_from_link(step_model)
 
 
@@ -185,7 +187,8 @@ def live_view():
                          engines.server_note(lab.seat) if lab and lab.seat else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
-    for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected):
+    for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected,
+                        controls.knobs()["rate"].hi):
         (st.warning if notice.level == "warning" else st.info)(notice.text)
     chosen = view.review_bar(tables, reviewable=not running and lab is not None)
     if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):

@@ -50,6 +50,14 @@ def on_slider(k: Knob) -> Knob:
 KNOBS = {name: on_slider(k) for name, k in {**WORKLOAD_KNOBS, **POLICY_KNOBS}.items()}
 
 
+def knobs_for(rate_hi: float) -> dict[str, Knob]:
+    """KNOBS with the arrival-rate slider ending at `rate_hi` (playground.capacity.rate_slider_hi:
+    a simulated GPU serves far more requests a second than this machine)."""
+    if rate_hi == KNOBS["rate"].hi:
+        return KNOBS
+    return {**KNOBS, "rate": replace(KNOBS["rate"], hi=rate_hi)}
+
+
 class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default=k.default))
                                            for name, k in KNOBS.items()], frozen=True, slots=True)):
     """One Playground setup: a field per knob, e.g. Setup(rate=2.0, max_num_seqs=8)."""
@@ -94,20 +102,20 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
         return out
 
     @classmethod
-    def from_query(cls, params: dict) -> tuple["Setup", list[str]]:
+    def from_query(cls, params: dict, knobs: dict[str, Knob] = KNOBS) -> tuple["Setup", list[str]]:
         """A Setup from query parameters, and a list of the problems found.
 
-        Unknown keys are ignored; a value outside its slider is clamped onto it; a value that is
+        Unknown keys are ignored; a value outside its slider (in `knobs`) is clamped onto it; a value that is
         not a number, or not one of the choices, keeps the default. Each of those is reported, as
         plain text holding the value as the link had it (show it with ui.widgets.plain).
         """
         values, problems = {}, []
         for name, raw in params.items():
-            if name not in KNOBS:
+            if name not in knobs:
                 continue
             if isinstance(raw, list):
                 raw = raw[-1] if raw else ""
-            knob = KNOBS[name]
+            knob = knobs[name]
             try:
                 value = knob.clamp(raw)
             except (TypeError, ValueError):

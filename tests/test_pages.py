@@ -277,6 +277,36 @@ def test_playground_runs_a_simulated_h100(app):
     assert at.query_params["engine"] in ("sim_h100", ["sim_h100"])
 
 
+def test_a_preset_is_sized_again_for_the_engine_chosen(app):
+    """A preset left as it was follows the engine: on the simulated H100 its rate and targets are
+    the H100's (past this machine's slider end), and back on the real engine this machine's."""
+    from engine.roofline import roofline_profile
+    from playground.capacity import machine_step_model, rate_slider_hi
+    from playground.engines import H100_PROFILE
+    from ui import session
+    h100, here = roofline_profile(H100_PROFILE), machine_step_model(session._load("tiny"))
+    at = app(PLAYGROUND)
+    at.selectbox(key="pg_preset").set_value("rush_hour").run()
+    at.selectbox(key="pg_engine").set_value("sim_h100").run()
+    no_exception(at)
+    want = PRESETS["rush_hour"].setup_for(h100)
+    assert want.rate > KNOBS["rate"].hi
+    assert at.slider(key="pg_rate").max == rate_slider_hi(h100) and at.slider(key="pg_rate").value == want.rate
+    assert at.slider(key="pg_ttft_slo_s").value == want.ttft_slo_s
+    assert not any("modified since" in c.value for c in at.caption)
+    at.selectbox(key="pg_engine").set_value("real").run()
+    no_exception(at)
+    # the tiny model is fast too: this machine's slider ends where its capacity says
+    assert at.slider(key="pg_rate").max == rate_slider_hi(here) != rate_slider_hi(h100)
+    assert at.slider(key="pg_rate").value == PRESETS["rush_hour"].setup_for(here).rate
+
+
+def test_a_link_to_the_simulated_h100_keeps_its_rate(app):
+    at = app(PLAYGROUND, {"engine": "sim_h100", "rate": "64"})
+    no_exception(at)
+    assert at.slider(key="pg_rate").value == 64 and not at.warning
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -358,7 +388,7 @@ def test_choosing_a_preset_sets_workload_policy_and_link(app):
     assert at.slider(key="pg_tenants").value == want.tenants
     assert at.slider(key="pg_prompt_len").value == (want.prompt_lo, want.prompt_hi)
     assert at.query_params["order"] in ("fair", ["fair"])
-    assert at.slider(key="pg_rate").value == KNOBS["rate"].clamp(want.rate)   # on its slider
+    assert at.slider(key="pg_rate").value == want.rate <= at.slider(key="pg_rate").max   # on its slider
     assert any(PRESETS["multi_tenant_api"].caption in c.value for c in at.caption)
 
 

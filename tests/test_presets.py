@@ -6,17 +6,22 @@ from engine.arrivals import build_requests
 from engine.build import build_engine
 from engine.config import EngineConfig
 from engine.metrics import SLO, summarize
+from engine.roofline import roofline_profile
 from engine.step_model import StepModel
 
-from playground.capacity import capacity
+from playground.capacity import capacity, rate_slider_hi
+from playground.checks import check
+from playground.engines import H100_PROFILE
 from playground.presets import PRESETS, matching_preset
-from playground.setup import KV_POOL_TOKENS, Setup
+from playground.setup import KNOBS, KV_POOL_TOKENS, Setup, knobs_for
 
 # Machines given by step models with known parameters: a CPU-like one (a decode step grows with
 # the batch) and a GPU-like one (flat until large batches).
 CPU = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a CPU-like machine")
 MACHINES = {"cpu": CPU, "cpu x10": CPU.scaled(0.1, "ten times faster"),
-            "gpu": StepModel(6.0, (64, 512), (0.002, 0.01, 0.02), 0.01, 0.004, 0.0005, "a GPU-like machine")}
+            "gpu": StepModel(6.0, (64, 512), (0.002, 0.01, 0.02), 0.01, 0.004, 0.0005, "a GPU-like machine"),
+            # the Playground's simulated H100: its presets are sized by the roofline model itself
+            "h100 roofline": roofline_profile(H100_PROFILE)}
 REQUESTS = 200      # enough arrivals for a p95, for the presets with an arrival rate
 SEEDS = range(6)
 
@@ -115,3 +120,29 @@ def test_the_playground_uses_the_profile_and_measures_once_without_one(monkeypat
     assert cap.machine_step_model(model) is CPU and cap.machine_step_model(model) is CPU
     assert quick == [{"quick": True}]                 # measured once, quickly
     assert len(saved) == 1                            # and kept for the lessons and the next start
+
+
+def test_the_rate_slider_reaches_past_a_fast_engines_capacity_and_its_presets():
+    """This machine's slider ends at the knob's end; the simulated H100's further, past twice its
+    capacity, so every preset sized for it lands on the slider, rush hour included."""
+    h100 = MACHINES["h100 roofline"]
+    assert rate_slider_hi(CPU) == KNOBS["rate"].hi
+    hi = rate_slider_hi(h100)
+    assert hi >= 2 * capacity(h100, Setup()).rate > KNOBS["rate"].hi
+    rates = {pid: p.setup_for(h100).rate for pid, p in PRESETS.items()}
+    assert max(rates.values()) > KNOBS["rate"].hi          # the old slider end would have cut one off
+    assert all(rate <= hi for rate in rates.values())
+
+
+def test_a_link_keeps_a_rate_the_engines_slider_reaches():
+    setup, problems = Setup.from_query({"rate": "64"}, knobs_for(130.0))
+    assert setup.rate == 64 and not problems
+    setup, problems = Setup.from_query({"rate": "64"})
+    assert setup.rate == KNOBS["rate"].hi and "outside" in problems[0]
+
+
+def test_the_rate_at_the_sliders_end_is_called_past_what_the_engine_serves():
+    says = lambda setup, hi: any("far more than this engine can serve" in n.text for n in check(setup, rate_hi=hi))
+    assert says(Setup(rate=20.0), 20.0)
+    assert not says(Setup(rate=20.0), 130.0)
+    assert says(Setup(rate=130.0), 130.0)
