@@ -4,7 +4,9 @@ the headline numbers are compared.
 The calibration fits its step model to hand-built steps timed one at a time; none of these
 workloads, nor any whole engine run, is used for fitting. Together they cover static and
 continuous batching, chunked prefill on and off, orders other than fcfs, KV pressure with
-preemptions, and bursty arrivals. Each is small (a few seconds on a CPU with SmolLM2).
+preemptions, and bursty arrivals. Each runs for several seconds on a CPU with SmolLM2, with
+24 to 42 requests: a p95 of a dozen requests is its slowest one or two, and one request that
+missed a static batch by a few milliseconds moved it by 40%.
 
 Both runs get the very same requests (same prompts, lengths and arrival times), so a
 difference can only come from the predicted step times, and from what the simulator leaves
@@ -50,20 +52,20 @@ def _case(name: str, workload: dict, **policy) -> Case:
 
 CASES = [
     _case("static batches, fcfs",
-          dict(num_requests=12, rate=6.0, prompt_lo=32, prompt_hi=96, output_lo=8, output_hi=24),
+          dict(num_requests=36, rate=6.0, prompt_lo=32, prompt_hi=96, output_lo=8, output_hi=24),
           mode="static", max_num_seqs=4, max_wait_ms=200.0),
     _case("continuous, chunked prefill, sjf",
-          dict(num_requests=12, rate=8.0, prompt_kind="longtail", prompt_lo=48, prompt_hi=320,
+          dict(num_requests=36, rate=8.0, prompt_kind="longtail", prompt_lo=48, prompt_hi=320,
                output_lo=8, output_hi=32),
           max_num_seqs=8, max_num_batched_tokens=128, long_prefill_token_threshold=64, order="sjf"),
     _case("no chunked prefill, priority, 2 tenants",
-          dict(num_requests=12, rate=8.0, prompt_lo=48, prompt_hi=192, output_lo=8, output_hi=32, tenants=2),
+          dict(num_requests=36, rate=8.0, prompt_lo=48, prompt_hi=192, output_lo=8, output_hi=32, tenants=2),
           max_num_seqs=8, enable_chunked_prefill=False, order="priority"),
     _case("KV pressure (preemptions)",
-          dict(num_requests=10, rate=0.0, prompt_lo=64, prompt_hi=128, output_lo=24, output_hi=48),
+          dict(num_requests=24, rate=0.0, prompt_lo=64, prompt_hi=128, output_lo=24, output_hi=48),
           max_num_seqs=8, kv_capacity_tokens=512),
     _case("bursty arrivals, fair, prefill_first",
-          dict(num_requests=14, rate=6.0, burstiness=3.0, prompt_lo=32, prompt_hi=128, output_lo=8,
+          dict(num_requests=42, rate=6.0, burstiness=3.0, prompt_lo=32, prompt_hi=128, output_lo=8,
                output_hi=32, tenants=3),
           max_num_seqs=8, order="fair", step_priority="prefill_first"),
 ]
