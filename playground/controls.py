@@ -78,7 +78,7 @@ def size_for(choice: str, step_model) -> None:
 def load_setup(setup: Setup, step_model) -> None:
     """Put a setup into the widgets' state (before the widgets are drawn), each value onto its
     slider (a preset sized to a fast machine can ask for more than a slider reaches).
-    `step_model`: this machine's (playground.capacity.machine_step_model), which sizes the presets."""
+    `step_model`: the engine choice's (engines.sizing_model), which sizes the presets."""
     offered = knobs()
     values = {name: offered[name].clamp(value) for name, value in setup.to_dict().items()}
     for name, value in values.items():

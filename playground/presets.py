@@ -2,11 +2,12 @@
 from and why.
 
 A preset fixes the workload's shape and the policy (`changes`, only the knobs it moves from the
-Playground's defaults) and sizes the rest to the machine it runs on, from the machine's step
-model (a calibrated profile, engine/profile.py):
-  - the arrival rate is a fraction of this machine's capacity for that workload and policy
+Playground's defaults) and sizes the rest to the engine it runs on, from that engine's step
+model (this machine's calibrated profile, engine/profile.py, or a simulated device's roofline
+model, engine/roofline.py):
+  - the arrival rate is a fraction of the engine's capacity for that workload and policy
     (playground/capacity.py), so "60% load" is 60% load on a laptop or on a GPU;
-  - the SLO targets are multiples of what this machine does: TTFT of a lone long prompt, and the
+  - the SLO targets are multiples of what the engine does: TTFT of a lone long prompt, and the
     step a decoding request meets with a full batch and a prefill chunk (or, for a static batch,
     the whole batch's time), so each preset meets the target it is meant to meet (`meets`), or
     misses the one it is meant to miss (`misses`), on any machine.
@@ -70,7 +71,7 @@ PRESETS: dict[str, Preset] = {p.id: p for p in (
         "People watch the first token and the smoothness of the stream: continuous batching lets "
         "a new chat join the running batch at once, and small prefill chunks stop a pasted "
         "document from freezing everyone else.",
-        "Good: at {load} of this machine's capacity the waiting line stays near zero, p95 TTFT and "
+        "Good: at {load} of the engine's capacity the waiting line stays near zero, p95 TTFT and "
         "p95 TPOT stay under their targets, and goodput matches finished requests per second.",
         dict(prompt_kind="longtail", prompt_lo=48, prompt_hi=768, output_lo=32, output_hi=128,
              max_num_batched_tokens=256, long_prefill_token_threshold=128),
@@ -112,7 +113,7 @@ PRESETS: dict[str, Preset] = {p.id: p for p in (
         load=0.4, ttft=(2.5, "ttft_long_s"), tpot=(1.5, "chunk_step_s"), meets=("ttft", "tpot")),
     Preset(
         "rush_hour", "Rush hour (over capacity)",
-        "More requests arrive than this machine can serve, so no policy can keep up: the waiting "
+        "More requests arrive than the engine can serve, so no policy can keep up: the waiting "
         "line grows for as long as the rush lasts, and so does everyone's wait for a first token.",
         "Good: you see why capacity matters. At {load} of capacity batches stay full and p95 TPOT "
         "meets its target, but the waiting line climbs and p95 TTFT goes far over its target; "
@@ -123,7 +124,8 @@ PRESETS: dict[str, Preset] = {p.id: p for p in (
 
 
 def matching_preset(setup: Setup, model: StepModel) -> str | None:
-    """The id of the preset this setup equals on this machine (seed and traffic kind aside), if any."""
+    """The id of the preset this setup equals on the engine whose step times `model` predicts
+    (seed and traffic kind aside), if any."""
     for p in PRESETS.values():
         if p.setup_for(model).changed(seed=setup.seed, continuous=setup.continuous) == setup:
             return p.id
