@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from classroom.board import CLASS, Board, figure
+from classroom.board import CLASS, Board
 from classroom.feed import shared_feed
 from classroom.names import check_name
 from engine.config import SchedulerPolicy
@@ -21,6 +21,7 @@ from remote import engines
 from remote.lab_control import LabControl, LabRefused
 from remote.load import LoadGenerator, served_model
 from ui import widgets
+from ui.live_chart import live_chart
 
 INSTRUCTOR_KNOBS = ("mode", "max_num_seqs", "order", "enable_chunked_prefill", "kv_capacity_tokens")
 LOAD_KNOBS = ("rate", "num_requests")
@@ -167,12 +168,16 @@ def draw_board() -> None:
         st.info("Waiting for the engine's first answer…")
         return
     status_line(board)
-    st.plotly_chart(figure(board.membership_for(me)), width="stretch", key="cr_membership")
+    # Charts that update in place (ui/live_chart.py): each viewer's browser redraws only what
+    # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
+    live_chart(board.membership_for(me), key="cr_membership")
     if me:
         st.caption("Your requests are outlined in black.")
     left, right = st.columns(2)
-    left.plotly_chart(figure(board.figures["queue"]), width="stretch", key="cr_queue")
-    right.plotly_chart(figure(board.figures["kv"]), width="stretch", key="cr_kv")
+    with left:
+        live_chart(board.figures["queue"], key="cr_queue")
+    with right:
+        live_chart(board.figures["kv"], key="cr_kv")
     tenant_table(board)
     own_requests()
     if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import plotly.io as pio
 
 from analysis import kv, membership, queue
@@ -94,10 +93,3 @@ def _row(who: str, group: pd.DataFrame) -> list:
     done = group[group["status"] == metrics.FINISHED]
     return [who, len(group), int(group["status"].isin(("waiting", "running")).sum()), len(done),
             metrics.percentile(done["ttft_s"], 50), metrics.percentile(done["tpot_s"], 50)]
-
-
-def figure(shared: dict) -> go.Figure:
-    """A plotly Figure from one of a board's shared figure dicts. plotly briefly takes "type"
-    out of each trace dict it is given, so every session builds from copies: a session reading
-    the same dict at that moment would see a heatmap without its type and fail."""
-    return go.Figure({**shared, "data": [dict(trace) for trace in shared["data"]]})

@@ -149,21 +149,24 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
 
 
 def test_many_sessions_build_figures_from_one_shared_board_at_once(server):
-    """Every viewer builds its charts from the same board dicts, on its own thread."""
+    """Every viewer builds its charts from the same board dicts, on its own thread, and leaves
+    them as they were for the others."""
+    import copy
     import threading
 
-    from classroom.board import figure
+    from ui.live_chart import figure_dict
     for f in LoadGenerator(server[0] + "/v1", "tiny", "amy").send_prompt("hi", 8, n=2, ignore_eos=True):
         f.result(timeout=60)
     board = ClassroomFeed(server[0]).board("s")
+    before = copy.deepcopy(board.figures)
     failures = []
 
     def view():
         for _ in range(100):
-            for shared in (board.figures["membership"], board.figures["queue"], board.figures["kv"]):
+            for shared in (board.membership_for("amy"), board.figures["queue"], board.figures["kv"]):
                 try:
-                    figure(shared)
-                except ValueError as exc:
+                    figure_dict(shared)
+                except (ValueError, TypeError, KeyError) as exc:
                     failures.append(exc)
     threads = [threading.Thread(target=view) for _ in range(8)]
     for t in threads:
@@ -171,4 +174,4 @@ def test_many_sessions_build_figures_from_one_shared_board_at_once(server):
     for t in threads:
         t.join()
     assert failures == []
-    assert board.figures["membership"]["data"][0]["type"] == "heatmap"
+    assert board.figures == before and board.figures["membership"]["data"][0]["type"] == "heatmap"

@@ -37,7 +37,7 @@ from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pi
                                      engine_cpu_s, free_port, launch_browser)
 
 GOAL = 0.70
-BOARD = ".st-key-cr_membership .js-plotly-plot"      # the shared batch chart: the board is shown
+BOARD = ".st-key-cr_membership iframe"       # the shared batch chart (ui/live_chart.py): the board is shown
 MAX_WAITING = 32                                      # a bounded queue: the same engine all run long
 LOAD = {"continuous": True, "rate": 8.0, "prompt_lo": 32, "prompt_hi": 64,
         "output_lo": 64, "output_hi": 128, "seed": 0}
