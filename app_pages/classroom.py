@@ -21,7 +21,7 @@ from remote import engines
 from remote.lab_control import LabControl, LabRefused
 from remote.load import LoadGenerator, served_model
 from ui import widgets
-from ui.live_chart import live_chart
+from ui.live_chart import show_figure
 
 INSTRUCTOR_KNOBS = ("mode", "max_num_seqs", "order", "enable_chunked_prefill", "kv_capacity_tokens")
 LOAD_KNOBS = ("rate", "num_requests")
@@ -170,14 +170,15 @@ def draw_board() -> None:
     status_line(board)
     # Charts that update in place (ui/live_chart.py): each viewer's browser redraws only what
     # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
-    live_chart(board.membership_for(me), key="cr_membership")
+    # The board's figures are ready to send: built once per refresh for every session.
+    show_figure(board.membership_for(me), key="cr_membership")
     if me:
         st.caption("Your requests are outlined in black.")
     left, right = st.columns(2)
     with left:
-        live_chart(board.figures["queue"], key="cr_queue")
+        show_figure(board.figures["queue"], key="cr_queue")
     with right:
-        live_chart(board.figures["kv"], key="cr_kv")
+        show_figure(board.figures["kv"], key="cr_kv")
     tenant_table(board)
     own_requests()
     if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:

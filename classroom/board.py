@@ -3,20 +3,21 @@
 Building a figure costs far more than showing one, so the feed builds the board once and
 every session shows the same objects. What differs per student (their own cells outlined
 in the batch chart, their row marked in the table) is a small overlay added to a copy of
-the shared figure's JSON, looked up from `cells`, which is worked out once for every tenant.
+the shared figure, looked up from `cells`, which is worked out once for every tenant. The
+figures are made ready for the live chart here, once (ui.figure_json), so a session only draws
+them (ui.live_chart.show_figure).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import plotly.io as pio
 
 from analysis import kv, membership, queue
 from analysis.tables import Tables
 from engine import metrics
+from ui.figure_json import figure_dict
 
 WINDOW_STEPS = 120            # the batch chart scrolls over this many recent steps
 CLASS = "whole class"
@@ -29,7 +30,7 @@ class Board:
     tables: Tables
     policy: dict
     load: dict
-    figures: dict = field(default_factory=dict)      # name -> figure JSON (shared; copy before changing)
+    figures: dict = field(default_factory=dict)      # name -> figure ready to show (ui.figure_json; shared: copy before changing)
     tenants: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TENANT_COLUMNS))
     cells: dict = field(default_factory=dict)         # tenant -> (steps, slots) of its cells in the batch chart
 
@@ -52,11 +53,6 @@ def build(version: int, tables: Tables, policy: dict, load: dict) -> Board:
                "queue": figure_dict(queue.queue_over_time(steps, marks=marks)),
                "kv": figure_dict(kv.kv_usage(steps, marks=marks))}
     return Board(version, tables, policy, load, figures, tenant_table(requests), tenant_cells(shared, requests))
-
-
-def figure_dict(fig: dict) -> dict:
-    """The figure as plain JSON types, built once and shown by every session."""
-    return json.loads(pio.to_json(fig, validate=False))
 
 
 def tenant_cells(fig, requests: pd.DataFrame) -> dict:

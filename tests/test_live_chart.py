@@ -13,6 +13,7 @@ import plotly.io as pio
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ui import figure_json as fj
 from ui import live_chart as lc
 
 
@@ -26,7 +27,7 @@ def test_json_safe_turns_numpy_nan_and_dates_into_plain_json():
              "k": np.int64(7), "x": float("nan"), "t": (1, None),
              "d": datetime.date(2024, 1, 2), "ts": pd.Timestamp("2024-01-02 03:04:05"),
              "nested": [{"z": np.array([[1.0, np.nan], [3.0, 4.0]])}]}
-    safe = lc.json_safe(value)
+    safe = fj.json_safe(value)
     strict(safe)
     assert safe["f"] == [1.5, None, None, None]
     assert safe["i"] == [0, 1, 2] and safe["b"] == [True, False] and safe["s"] == ["a", "b"]
@@ -37,13 +38,13 @@ def test_json_safe_turns_numpy_nan_and_dates_into_plain_json():
 
 def test_json_safe_refuses_what_it_cannot_write():
     with pytest.raises(TypeError, match="object has no JSON form"):
-        lc.json_safe({"bad": object()})
+        fj.json_safe({"bad": object()})
 
 
 def test_a_real_figure_with_gaps_becomes_strict_json():
     fig = go.Figure(go.Heatmap(z=np.array([[1.0, np.nan], [np.nan, 2.0]]), x=np.arange(2)),
                     layout=dict(height=420, annotations=[dict(text="mark", font=dict(size=10))]))
-    d = lc.figure_dict(fig)
+    d = fj.figure_dict(fig)
     text = strict(d)
     assert "NaN" not in text and d["data"][0]["type"] == "heatmap"
     z = d["data"][0]["z"]                  # plotly sends numbers as typed arrays, which keep NaN
@@ -51,15 +52,15 @@ def test_a_real_figure_with_gaps_becomes_strict_json():
         z = np.frombuffer(base64.b64decode(z["bdata"]), z["dtype"]).reshape(
             [int(n) for n in z["shape"].split(",")])
     np.testing.assert_array_equal(np.asarray(z, dtype=float), [[1.0, np.nan], [np.nan, 2.0]])
-    assert lc.figure_height(d) == 420
-    assert d["layout"]["font"]["size"] == lc.MIN_FONT_PX                # never below 12 px
-    assert d["layout"]["annotations"][0]["font"]["size"] == lc.MIN_FONT_PX
+    assert fj.figure_height(d) == 420
+    assert d["layout"]["font"]["size"] == fj.MIN_FONT_PX                # never below 12 px
+    assert d["layout"]["annotations"][0]["font"]["size"] == fj.MIN_FONT_PX
 
 
 def test_presenter_font_raises_every_text_size():
     fig = {"data": [], "layout": {"title": {"text": "t", "font": {"size": 14}},
                                   "annotations": [{"text": "a", "font": {"size": 10}}]}}
-    d = lc.figure_dict(fig, font_px=18)
+    d = fj.figure_dict(fig, font_px=18)
     assert d["layout"]["font"]["size"] == 18
     assert d["layout"]["title"]["font"]["size"] == 18
     assert d["layout"]["annotations"][0]["font"]["size"] == 18
@@ -67,7 +68,7 @@ def test_presenter_font_raises_every_text_size():
 
 
 def test_height_defaults_when_the_layout_has_none():
-    assert lc.figure_height({"layout": {}}) == lc.DEFAULT_HEIGHT
+    assert fj.figure_height({"layout": {}}) == fj.DEFAULT_HEIGHT
 
 
 def test_folder_holds_the_component_and_the_packaged_plotly(tmp_path):
@@ -127,6 +128,6 @@ def test_figures_go_to_the_browser_without_plotlys_default_template():
     it once (template.js) instead of receiving it with every refresh."""
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(title=dict(text="t")))
     assert "template" in fig.to_plotly_json()["layout"]          # plotly put it there
-    out = lc.figure_dict(fig)
+    out = fj.figure_dict(fig)
     assert "template" not in out["layout"] and out["layout"]["title"]["text"] == "t"
-    assert len(json.dumps(out)) < len(json.dumps(lc.json_safe(fig.to_plotly_json()))) / 2
+    assert len(json.dumps(out)) < len(json.dumps(fj.json_safe(fig.to_plotly_json()))) / 2
