@@ -238,7 +238,7 @@ class RooflineStepModel:
 
     def decode_tokens_per_s(self, batch: int, context: int) -> float:
         """Output tokens a second for `batch` sequences decoding at `context` tokens each."""
-        return batch * 1000 / self.breakdown([(context, 1, True)] * batch)["step_ms"]
+        return batch * 1000 / self.decode_ms(batch, context)
 
     def describe(self) -> dict:
         d, m = self.device, self.model
