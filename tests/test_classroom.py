@@ -59,6 +59,16 @@ def test_one_poll_per_refresh_for_every_viewer(server, monkeypatch):
     assert feed.board("session-0").version == 2 and len(polls) == 2
 
 
+def test_a_refresh_that_comes_a_little_early_still_gets_a_new_board(server):
+    """Each session's timer fires about one interval after its last refresh; one that fires a
+    little early must not find the old board (the charts then moved every other refresh)."""
+    feed = ClassroomFeed(server[0])
+    first = feed.board("s")
+    feed._built_at -= 0.9 * feed.interval_s()
+    assert feed.board("s").version == first.version + 1
+    assert feed.board("s").version == first.version + 1     # just built: not again
+
+
 def test_the_board_outlines_each_tenants_own_cells(server):
     url, _ = server
     amy, bob = (LoadGenerator(url + "/v1", "tiny", name) for name in ("amy", "bob"))
