@@ -4,7 +4,7 @@ Building a figure costs far more than showing one, so the feed builds the board 
 every session shows the same objects. What differs per student (their own cells outlined
 in the batch chart, their row marked in the table) is a small overlay added to a copy of
 the shared figure, looked up from `cells`, which is worked out once for every tenant. The
-figures are made ready for the live chart here, once (ui.figure_json), so a session only draws
+figures are made ready for the live chart here, once (analysis.figure_json), so a session only draws
 them (ui.live_chart.show_figure).
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import kv, membership, queue
+from analysis.figure_json import figure_dict
 from analysis.tables import Tables
 from engine import metrics
-from ui.figure_json import figure_dict
 
 WINDOW_STEPS = 120            # the batch chart scrolls over this many recent steps
 CLASS = "whole class"
@@ -30,7 +30,7 @@ class Board:
     tables: Tables
     policy: dict
     load: dict
-    figures: dict = field(default_factory=dict)      # name -> figure ready to show (ui.figure_json; shared: copy before changing)
+    figures: dict = field(default_factory=dict)      # name -> figure ready to show (analysis.figure_json; shared: copy before changing)
     tenants: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TENANT_COLUMNS))
     cells: dict = field(default_factory=dict)         # tenant -> (steps, slots) of its cells in the batch chart
 

@@ -164,7 +164,7 @@ def test_many_sessions_build_figures_from_one_shared_board_at_once(server):
     import copy
     import threading
 
-    from ui.figure_json import figure_dict
+    from analysis.figure_json import figure_dict
     for f in LoadGenerator(server[0] + "/v1", "tiny", "amy").send_prompt("hi", 8, n=2, ignore_eos=True):
         f.result(timeout=60)
     board = ClassroomFeed(server[0]).board("s")

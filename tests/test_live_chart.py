@@ -13,7 +13,7 @@ import plotly.io as pio
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui import figure_json as fj
+from analysis import figure_json as fj
 from ui import live_chart as lc
 
 

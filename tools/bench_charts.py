@@ -3,7 +3,7 @@
 Builds every chart from a long continuous-batching run of the engine's own scheduler on the
 cost model (2,000 requests, 20,000 engine steps, 16 batch slots) and prints the median of
 5 builds per chart, plus the time to turn the figure into the JSON a live chart sends to the
-browser (ui.figure_json.figure_dict, then json.dumps). This is a measurement, not a test: nothing here fails on a slow machine.
+browser (analysis.figure_json.figure_dict, then json.dumps). This is a measurement, not a test: nothing here fails on a slow machine.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from engine.config import EngineConfig, SchedulerPolicy
 from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
 from engine.request import Request
 from engine.workload import WorkloadSpec
-from ui.figure_json import figure_dict
+from analysis.figure_json import figure_dict
 
 STEP_S_GUESS = 0.05  # rough mean step time on the cost model, to spread arrivals over the run's start
 ARRIVALS_SHARE = 0.35  # of the run over which requests arrive (bursty arrivals overshoot it)

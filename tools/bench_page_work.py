@@ -23,7 +23,7 @@ import time  # noqa: E402
 from playground import view  # noqa: E402
 from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S  # noqa: E402
 from tools.bench_ui_overhead import SETUP  # noqa: E402
-from ui.figure_json import figure_dict  # noqa: E402
+from analysis.figure_json import figure_dict  # noqa: E402
 
 
 def read_like_the_page(lab, stop: threading.Event, out: dict) -> None:

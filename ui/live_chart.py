@@ -21,7 +21,7 @@ import plotly.io as pio
 import streamlit.components.v1 as components
 
 from engine.results import cache_dir
-from ui.figure_json import figure_dict, figure_height, json_safe
+from analysis.figure_json import figure_dict, figure_height, json_safe
 
 FRONTEND = Path(__file__).with_name("live_chart")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
