@@ -57,6 +57,13 @@ def parse_args():
     return p.parse_args()
 
 
+def server_stack() -> str:
+    """What uvicorn picks by itself in this environment (its "auto" choices)."""
+    from importlib.util import find_spec
+    parser = "httptools" if find_spec("httptools") else "h11"
+    return f"{parser}, {'uvloop' if find_spec('uvloop') else 'asyncio'}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,7 +152,8 @@ def main() -> int:
     total_out = sum(r.max_new_tokens for r in requests)
     kv_tokens = sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024
     print(f"workload: {len(requests)} requests, {total_out} output tokens; {model.name} on {model.device}, "
-          f"{str(model.dtype).replace('torch.', '')}; {args.pairs} pairs")
+          f"{str(model.dtype).replace('torch.', '')}; {args.pairs} pairs; the server's HTTP parser and event "
+          f"loop: {server_stack()}")
 
     port = free_port()
     server = start_server(args, kv_tokens, port)
