@@ -13,6 +13,14 @@ difference can only come from the predicted step times, and from what the simula
 out: the real engine's own time between steps (scheduling, bookkeeping), and noise from other
 work on the machine. The real side runs REPEATS times and each metric is the median: on a
 shared two-core machine, one run's TTFT p95 moved by 20 points between two runs of the same code.
+
+The machine's speed now, against when it was calibrated: a shared machine's speed drifts
+(3-11% within an hour here), and near capacity the wait in the queue turns a few percent of
+step time into tens of percent of TTFT. So before each round of real runs a few reference
+steps from the calibration grid (ANCHOR_STEPS) are timed again, alone, as the calibration
+timed them, and the simulator's step times are scaled by the median of (now / at calibration).
+That is one number about the machine, measured on hand-built steps, never on a validation
+workload; the errors of the profile as it was stored are reported beside it.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from .metrics import summarize
 from .request import Request
 from .scheduler import ScheduledChunk, StepPlan
 from .simulate import SimProfile, fresh_copy, simulate
+from .step_model import step_shape
 from .workload import PromptMaker, WorkloadSpec
 
 TOLERANCE = 0.10     # the goal: every metric within 10% of the real engine
@@ -122,25 +131,73 @@ def compared(case: Case, real_summaries: list[dict], sim: Engine) -> dict:
             "real_runs": len(real_summaries)}
 
 
+# Steps of the calibration grid (engine/calibrate.py FULL), each a list of (start, tokens, samples):
+# 8 and 32 decodes at context 256, prompts of 128 and 512 tokens, 8 decodes beside a 128-token chunk.
+ANCHOR_STEPS = [[(256, 1, True)] * 8, [(256, 1, True)] * 32, [(0, 128, True)], [(0, 512, True)],
+                [(256, 1, True)] * 8 + [(0, 128, False)]]
+ANCHOR_PASSES = 3
+
+
+def calibrated_times(profile: SimProfile) -> dict | None:
+    """{step shape: ms} of the ANCHOR_STEPS as the calibration measured them; None when `profile`
+    was not calibrated on this machine or did not time them all (a quick estimate)."""
+    if not profile.calibrated:
+        return None
+    from .calibrate import plan_for
+    from .profile import read_profile
+    measured = {tuple(m[:4]): m[4] for m in read_profile(profile.name).measurements}
+    shapes = [tuple(step_shape(plan_for(chunks))) for chunks in ANCHOR_STEPS]
+    return {s: measured[s] for s in shapes} if all(s in measured for s in shapes) else None
+
+
+def speed_factor(engine: Engine, calibrated: dict, steps=ANCHOR_STEPS, passes: int = ANCHOR_PASSES) -> float:
+    """How much longer `steps` take on `engine` now than `calibrated` ({shape: ms}) says: the
+    median over steps of (now / calibrated), each step's time the median of `passes` timings."""
+    from .calibrate import plan_for, time_steps
+    now = time_steps(engine.executor, engine.clock, engine.pool, steps, budget_s=float("inf"), passes=passes)
+    return statistics.median(ms / calibrated[tuple(step_shape(plan_for(chunks)))] for chunks, ms in zip(steps, now))
+
+
+def retimed(profile: SimProfile, factor: float) -> SimProfile:
+    return replace(profile, step_model=profile.step_model.scaled(
+        factor, f"{profile.step_model.label}, step times x{factor:.3f} for the machine's speed now"))
+
+
 def validate(model, profile: SimProfile, cases=CASES, config: EngineConfig | None = None,
-             progress=None, repeats: int = REPEATS) -> list[dict]:
+             progress=None, repeats: int = REPEATS, retime: bool = True) -> list[dict]:
     """Every case on the real engine (`model`, a LoadedModel; `repeats` runs, the median taken)
     and on the simulator (`profile`). The real runs go in rounds, every case once per round, so a
     slow spell of a shared machine (its speed moved by 15% within minutes here) touches one run
-    of several cases rather than every run of one."""
+    of several cases rather than every run of one.
+
+    `retime` (a calibrated profile only): the reference steps are timed before each round and
+    the simulator's step times scaled by the median factor (see the module's docstring); each
+    result then also holds "speed_factors" and "errors_as_stored" (the profile unscaled)."""
     config = config or EngineConfig(model=model.name, kv_pool_tokens=8192)
+    anchors = calibrated_times(profile) if retime else None
+    anchor_engine = None if anchors is None else build_engine(
+        EngineConfig(model=model.name, kv_pool_tokens=16384), SchedulerPolicy(kv_capacity_tokens=16384), model)
     prompts = PromptMaker(model.tokenizer)
     run_real(config, SchedulerPolicy(), model, build_requests(WorkloadSpec(num_requests=2, rate=0), prompts))  # warm-up
     prepared = [(case, build_requests(case.spec, prompts),
                  replace(config, kv_pool_tokens=max(config.kv_pool_tokens, case.policy.kv_capacity_tokens)))
                 for case in cases]
     reals: list[list[dict]] = [[] for _ in prepared]
+    factors = []
     for _ in range(repeats):
+        if anchor_engine is not None:
+            factors.append(speed_factor(anchor_engine, anchors))
         for (case, requests, sized), runs in zip(prepared, reals):
             runs.append(summary_of(run_real(sized, case.policy, model, [fresh_copy(r) for r in requests])))
+    del anchor_engine
+    sim_profile = retimed(profile, statistics.median(factors)) if factors else profile
     results = []
     for (case, requests, sized), runs in zip(prepared, reals):
-        results.append(compared(case, runs, simulate(sized, case.policy, profile, [fresh_copy(r) for r in requests])))
+        results.append(compared(case, runs, simulate(sized, case.policy, sim_profile,
+                                                     [fresh_copy(r) for r in requests])))
+        if factors:
+            as_stored = summary_of(simulate(sized, case.policy, profile, [fresh_copy(r) for r in requests]))
+            results[-1].update(speed_factors=factors, errors_as_stored=relative_errors(results[-1]["real"], as_stored))
         if progress is not None:
             progress(results[-1])
     return results
@@ -159,10 +216,16 @@ def error_table(results: list[dict], tolerance: float = TOLERANCE) -> str:
     return "\n".join(lines)
 
 
-def worst(results: list[dict]) -> tuple[str, str, float]:
-    """(case, metric, error) of the largest error in size."""
-    return max(((r["case"], label, e) for r in results for label, e in r["errors"].items() if e == e),
+def worst(results: list[dict], errors: str = "errors") -> tuple[str, str, float]:
+    """(case, metric, error) of the largest error in size (`errors`: which errors of each result)."""
+    return max(((r["case"], label, e) for r in results for label, e in r[errors].items() if e == e),
                key=lambda t: abs(t[2]), default=("", "", 0.0))
+
+
+def within(results: list[dict], tolerance: float = TOLERANCE, errors: str = "errors") -> tuple[int, int]:
+    """(metrics within `tolerance`, metrics compared)."""
+    values = [e for r in results for e in r[errors].values() if e == e]
+    return sum(abs(e) <= tolerance for e in values), len(values)
 
 
 # Step shapes on which the roofline model of this CPU is checked against the calibrated profile:

@@ -209,3 +209,33 @@ def test_validate_runs_every_case_in_rounds_on_the_real_engine(lab_env):
     # the warm-up, then rounds: a, b, a, b
     assert [p.mode for p in order[1:]] == ["continuous", "static", "continuous", "static"]
     assert all(r["sim"]["steps"] > 0 and r["real"]["steps"] > 0 for r in results)
+
+
+def test_the_machine_speed_factor_recovers_a_known_slow_down(monkeypatch):
+    """validate-sim times the reference steps again and compares them with their calibrated
+    times. On the virtual clock a step takes what its cost model says, so an engine whose costs
+    are 1.25 times the calibrated ones must give 1.25, and the same costs 1.0."""
+    from engine import profile as profiles
+    from engine.calibrate import plan_for
+    from engine.step_model import StepModel, step_shape
+    from engine.validate_sim import ANCHOR_STEPS, calibrated_times, retimed, speed_factor
+    now = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "the machine now")
+    then = now.scaled(1 / 1.25, "the machine when calibrated")
+    stored = [[*step_shape(plan_for(chunks)), then.step_ms(plan_for(chunks))] for chunks in ANCHOR_STEPS]
+    monkeypatch.setattr(profiles, "read_profile", lambda path: SimpleNamespace(measurements=[[1, 1, 0, 1, 5.0], *stored]))
+    profile = SimProfile("calibrated.json", "calibrated", then, calibrated=True)
+    calibrated = calibrated_times(profile)
+    assert calibrated is not None and len(calibrated) == len(ANCHOR_STEPS)
+
+    big = EngineConfig(kv_pool_tokens=16384)
+    engine = build_simulation(big, SchedulerPolicy(kv_capacity_tokens=16384), SimProfile("now", "now", now))
+    assert speed_factor(engine, calibrated) == pytest.approx(1.25, rel=1e-6)
+    same = build_simulation(big, SchedulerPolicy(kv_capacity_tokens=16384), SimProfile("then", "then", then))
+    assert speed_factor(same, calibrated) == pytest.approx(1.0, rel=1e-6)
+    assert retimed(profile, 1.25).step_model.step_ms(plan_for(ANCHOR_STEPS[0])) == pytest.approx(
+        now.step_ms(plan_for(ANCHOR_STEPS[0])), rel=1e-9)
+
+    # Nothing to compare with: a profile that is not calibrated, or one that did not time every reference step
+    assert calibrated_times(SimProfile("h100", "roofline", now)) is None
+    monkeypatch.setattr(profiles, "read_profile", lambda path: SimpleNamespace(measurements=stored[1:]))
+    assert calibrated_times(profile) is None

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 
 from ..roofline import CPU_DEVICE, roofline_profile
 from ..simulate import resolve_profile
-from ..validate_sim import CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, validate
+from ..validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, validate, within,
+                            worst)
 from .flags import add_model_flags
 
 
@@ -33,6 +35,10 @@ def add_validate_sim_parser(sub) -> None:
                         "profile, which is also saved: a shared machine's speed drifts by 10%% and more "
                         "over hours, and a profile measured minutes before the real runs sees the machine "
                         "they see")
+    p.add_argument("--no-retime", dest="retime", action="store_false",
+                   help="simulate with the calibrated step times as stored; by default a few reference "
+                        "steps are timed again before each round of real runs and the simulator's step "
+                        "times scaled by how much faster or slower the machine is now")
     add_model_flags(p)
 
 
@@ -68,8 +74,18 @@ def validate_sim_command(args) -> int:
               f"{sim['preemptions']} preemptions", file=sys.stderr)
 
     load = os.getloadavg()[0]
-    results = validate(model, profile, CASES, progress=report, repeats=args.repeats)
+    results = validate(model, profile, CASES, progress=report, repeats=args.repeats, retime=args.retime)
+    factors = results[0].get("speed_factors") if results else None
+    if factors:
+        print(f"the machine's speed now: reference steps take x{statistics.median(factors):.3f} their "
+              f"calibrated time (median of the rounds: {', '.join(f'x{f:.3f}' for f in factors)}); the "
+              f"simulator's step times are scaled by it")
     print(error_table(results, args.tolerance))
+    if factors:
+        name, label, err = worst(results, "errors_as_stored")
+        ok, n = within(results, args.tolerance, "errors_as_stored")
+        print(f"with the profile's step times as stored (not scaled): {ok} of {n} within {args.tolerance:.0%}; "
+              f"worst {label} of '{name}', {err:+.1%}")
     load, cores = max(load, os.getloadavg()[0]), os.cpu_count()
     print(f"machine load while validating: {load:.1f} runnable tasks on {cores} cores"
           + (" (other programs were running: the real runs are slower and noisier than on an idle machine)"
