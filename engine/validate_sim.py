@@ -128,7 +128,18 @@ def summary_of(engine: Engine) -> dict:
 def compared(case: Case, real_summaries: list[dict], sim: Engine) -> dict:
     real, simulated = median_summary(real_summaries), summary_of(sim)
     return {"case": case.name, "real": real, "sim": simulated, "errors": relative_errors(real, simulated),
-            "real_runs": len(real_summaries)}
+            "real_runs": len(real_summaries), "real_spread": spread(real_summaries)}
+
+
+def spread(summaries: list[dict]) -> dict[str, float]:
+    """The real engine against itself: (largest - smallest) / median of each metric over its runs,
+    the most a prediction of one run could miss by on that metric from noise alone."""
+    out = {}
+    for label, key, pct in METRICS:
+        values = [metric_value(s, key, pct) for s in summaries]
+        mid = statistics.median(values)
+        out[label] = (max(values) - min(values)) / mid if mid == mid and mid != 0 else float("nan")
+    return out
 
 
 # Steps of the calibration grid (engine/calibrate.py FULL), each a list of (start, tokens, samples):
@@ -213,6 +224,14 @@ def error_table(results: list[dict], tolerance: float = TOLERANCE) -> str:
     name, label, err = worst(results)
     lines.append(f"relative error = (simulated - real) / real; * beyond {tolerance:.0%}. "
                  f"Worst: {label} of '{name}', {err:+.1%}")
+    return "\n".join(lines)
+
+
+def spread_table(results: list[dict]) -> str:
+    """How far the real runs of each workload were from one another, metric by metric."""
+    width = max([len(r["case"]) for r in results] + [8])
+    lines = [f"{'workload':<{width}}" + "".join(f"{label:>12}" for label, _, _ in METRICS)]
+    lines += [f"{r['case']:<{width}}" + "".join(f"{e:>11.1%} " for e in r["real_spread"].values()) for r in results]
     return "\n".join(lines)
 
 

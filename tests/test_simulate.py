@@ -239,3 +239,14 @@ def test_the_machine_speed_factor_recovers_a_known_slow_down(monkeypatch):
     assert calibrated_times(SimProfile("h100", "roofline", now)) is None
     monkeypatch.setattr(profiles, "read_profile", lambda path: SimpleNamespace(measurements=stored[1:]))
     assert calibrated_times(profile) is None
+
+
+def test_the_spread_of_the_real_runs_is_largest_minus_smallest_over_the_median():
+    from engine.validate_sim import METRICS, spread
+    def summary(ttft_p50):
+        return {"ttft_s": {"p50": ttft_p50, "p95": 2.0}, "tpot_s": {"p50": 0.05, "p95": 0.06},
+                "output_throughput_tok_s": 100.0, "duration_s": 0.0}
+    out = spread([summary(1.0), summary(1.2), summary(0.9)])
+    assert list(out) == [label for label, _, _ in METRICS]
+    assert out["TTFT p50"] == pytest.approx(0.3) and out["TTFT p95"] == 0 and out["throughput"] == 0
+    assert math.isnan(out["makespan"])          # a median of 0: no spread to speak of

@@ -16,8 +16,8 @@ import sys
 
 from ..roofline import CPU_DEVICE, roofline_profile
 from ..simulate import resolve_profile
-from ..validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, validate, within,
-                            worst)
+from ..validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, spread_table,
+                            validate, within, worst)
 from .flags import add_model_flags
 
 
@@ -86,6 +86,11 @@ def validate_sim_command(args) -> int:
         ok, n = within(results, args.tolerance, "errors_as_stored")
         print(f"with the profile's step times as stored (not scaled): {ok} of {n} within {args.tolerance:.0%}; "
               f"worst {label} of '{name}', {err:+.1%}")
+    if args.repeats > 1:
+        print(f"\nThe real engine against itself: (largest - smallest) / median of its {args.repeats} runs "
+              f"of each workload. Where the real runs spread wider than the tolerance, a miss says as much about "
+              f"the machine as about the simulator:")
+        print(spread_table(results))
     load, cores = max(load, os.getloadavg()[0]), os.cpu_count()
     print(f"machine load while validating: {load:.1f} runnable tasks on {cores} cores"
           + (" (other programs were running: the real runs are slower and noisier than on an idle machine)"
