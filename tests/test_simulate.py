@@ -250,3 +250,22 @@ def test_the_spread_of_the_real_runs_is_largest_minus_smallest_over_the_median()
     assert list(out) == [label for label, _, _ in METRICS]
     assert out["TTFT p50"] == pytest.approx(0.3) and out["TTFT p95"] == 0 and out["throughput"] == 0
     assert math.isnan(out["makespan"])          # a median of 0: no spread to speak of
+
+
+def test_a_case_arrives_at_its_share_of_the_capacity_the_profile_gives():
+    """validate-sim sizes each arrival-driven workload to LOAD of what the machine serves: the
+    capacity is the requests per second of the same requests all arriving at once, on the simulator.
+    Twice as slow a machine gets half the rate; a case with no load keeps its own rate."""
+    from dataclasses import replace
+    from engine.validate_sim import CASES, sized
+    from engine.step_model import StepModel
+    fast = StepModel(9.0, (), (0.5,), 0.4, 1.5, 0.7, "fast")
+    case = replace(CASES[2], load=0.5)
+    on_fast = sized(case, SimProfile("fast", "fast", fast), None, CONFIG)
+    at_once = simulate(CONFIG, case.policy, SimProfile("fast", "fast", fast),
+                       build_requests(replace(case.spec, rate=0.0)))
+    capacity = case.spec.num_requests / max(r.finish_s for r in at_once.all_requests())
+    assert on_fast.spec.rate == pytest.approx(0.5 * capacity, abs=0.01) and on_fast.spec.rate != case.spec.rate
+    on_slow = sized(case, SimProfile("slow", "slow", fast.scaled(2.0, "slow")), None, CONFIG)
+    assert on_slow.spec.rate == pytest.approx(on_fast.spec.rate / 2, abs=0.01)
+    assert sized(replace(case, load=0.0), SimProfile("fast", "fast", fast), None, CONFIG) == replace(case, load=0.0)

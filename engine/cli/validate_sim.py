@@ -68,7 +68,9 @@ def validate_sim_command(args) -> int:
 
     def report(result: dict) -> None:
         real, sim = result["real"], result["sim"]
-        print(f"  {result['case']}: real (median of {result['real_runs']}) {real['duration_s']:.2f} s, "
+        rate = (f"{result['rate']:g} req/s, {result['load']:.0%} of its capacity here" if result["load"]
+                else "all at once" if not result["rate"] else f"{result['rate']:g} req/s")
+        print(f"  {result['case']} ({rate}): real (median of {result['real_runs']}) {real['duration_s']:.2f} s, "
               f"{real['steps']} steps, "
               f"{real['preemptions']} preemptions; simulated {sim['duration_s']:.2f} s, {sim['steps']} steps, "
               f"{sim['preemptions']} preemptions", file=sys.stderr)
