@@ -99,8 +99,7 @@ def sized(case: Case, profile: SimProfile, prompts, config: EngineConfig) -> Cas
     if not case.load:
         return case
     at_once = build_requests(replace(case.spec, rate=0.0, burstiness=1.0), prompts)
-    engine = simulate(config, case.policy, profile, at_once)
-    capacity = len(at_once) / max(r.finish_s for r in engine.all_requests())
+    capacity = summary_of(simulate(config, case.policy, profile, at_once))["request_throughput_req_s"]
     return replace(case, spec=replace(case.spec, rate=round(case.load * capacity, 2)).validate())
 
 
@@ -174,8 +173,8 @@ ANCHOR_STEPS = [[(256, 1, True)] * 8, [(256, 1, True)] * 32, [(0, 128, True)], [
 ANCHOR_PASSES = 3
 
 
-def calibrated_times(profile: SimProfile) -> dict | None:
-    """{step shape: ms} of the ANCHOR_STEPS as the calibration measured them; None when `profile`
+def calibrated_times(profile: SimProfile) -> list[float] | None:
+    """The ms of each of the ANCHOR_STEPS as the calibration measured them; None when `profile`
     was not calibrated on this machine or did not time them all (a quick estimate)."""
     if not profile.calibrated:
         return None
@@ -183,15 +182,15 @@ def calibrated_times(profile: SimProfile) -> dict | None:
     from .profile import read_profile
     measured = {tuple(m[:4]): m[4] for m in read_profile(profile.name).measurements}
     shapes = [tuple(step_shape(plan_for(chunks))) for chunks in ANCHOR_STEPS]
-    return {s: measured[s] for s in shapes} if all(s in measured for s in shapes) else None
+    return [measured[s] for s in shapes] if all(s in measured for s in shapes) else None
 
 
-def speed_factor(engine: Engine, calibrated: dict, steps=ANCHOR_STEPS, passes: int = ANCHOR_PASSES) -> float:
-    """How much longer `steps` take on `engine` now than `calibrated` ({shape: ms}) says: the
-    median over steps of (now / calibrated), each step's time the median of `passes` timings."""
-    from .calibrate import plan_for, time_steps
-    now = time_steps(engine.executor, engine.clock, engine.pool, steps, budget_s=float("inf"), passes=passes)
-    return statistics.median(ms / calibrated[tuple(step_shape(plan_for(chunks)))] for chunks, ms in zip(steps, now))
+def speed_factor(engine: Engine, calibrated: list[float], passes: int = ANCHOR_PASSES) -> float:
+    """How much longer the ANCHOR_STEPS take on `engine` now than `calibrated` (their ms, in
+    order) says: the median over steps of (now / calibrated), each now the median of `passes` timings."""
+    from .calibrate import time_steps
+    now = time_steps(engine.executor, engine.clock, engine.pool, ANCHOR_STEPS, budget_s=float("inf"), passes=passes)
+    return statistics.median(ms / then for ms, then in zip(now, calibrated))
 
 
 def retimed(profile: SimProfile, factor: float) -> SimProfile:

@@ -101,4 +101,5 @@ def validate_sim_command(args) -> int:
         roofline = roofline_profile(f"{CPU_DEVICE}:smollm2-135m", profile.dtype)
         print(f"\nThe {roofline.label} against the calibrated profile (a model, not a measurement):")
         print(gap_table(roofline_gap(profile.step_model, roofline)))
-    return 0 if all(abs(e) <= args.tolerance for r in results for e in r["errors"].values() if e == e) else 1
+    ok, n = within(results, args.tolerance)
+    return 0 if ok == n else 1
