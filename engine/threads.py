@@ -47,3 +47,14 @@ def name_os_thread(name: str = OS_THREAD_NAME) -> None:
         libc.prctl(15, name.encode()[:15], 0, 0, 0)      # 15: PR_SET_NAME
     except (OSError, AttributeError):
         pass
+
+
+def lower_os_priority(nice: int) -> None:
+    """Make the calling thread, and the threads it starts from now on (its OpenMP workers), yield
+    the CPU to the rest of the process: `nice` is added to its Linux nice value (0 = normal, 19 =
+    lowest). Any process may lower its own priority; where it cannot (another OS), nothing happens."""
+    try:
+        import os
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    except (OSError, AttributeError):
+        pass

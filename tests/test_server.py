@@ -5,7 +5,9 @@ Each server runs uvicorn in a thread of the test process, on a port the OS picks
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import sys
 import threading
 import time
 
@@ -20,7 +22,7 @@ from engine.cli import main as cli_main
 from engine.config import EngineConfig, SchedulerPolicy
 from engine.model import load_model
 from engine.server.app import create_app
-from engine.server.service import EngineService
+from engine.server.service import ENGINE_NICE, THREAD_NAME, EngineService
 
 TOKEN = "teacher-secret"
 TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -153,6 +155,16 @@ def test_greedy_text_equals_the_engine_in_process(server, tiny):
     engine.run()
     r = client(url).completions.create(model="tiny", prompt=ids, max_tokens=20, extra_body={"ignore_eos": True})
     assert r.choices[0].text == engine.requests["a"].output_text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_the_engine_thread_yields_the_cpu_to_the_event_loop(server):
+    """The engine thread runs ENGINE_NICE below the rest of the process, so taking in a burst of
+    requests does not wait behind a step."""
+    _, service = server
+    engine_thread = next(t for t in threading.enumerate() if t.name == THREAD_NAME)
+    nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
+    assert nice(engine_thread.native_id) == min(19, nice(threading.get_native_id()) + ENGINE_NICE)
 
 
 def test_32_concurrent_streams_all_complete(server):

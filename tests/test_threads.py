@@ -1,10 +1,10 @@
-"""engine/threads.py: set-up on a passing thread, and the engine's threads named for the OS."""
+"""engine/threads.py: set-up on a passing thread, and the engine's threads named and deprioritised for the OS."""
 import sys
 import threading
 
 import pytest
 
-from engine.threads import OS_THREAD_NAME, in_passing_thread, name_os_thread
+from engine.threads import OS_THREAD_NAME, in_passing_thread, lower_os_priority, name_os_thread
 
 
 def comm(tid: int) -> str:
@@ -38,3 +38,26 @@ def test_set_up_on_a_passing_thread_returns_its_value_or_raises_its_error():
     with pytest.raises(ZeroDivisionError):
         in_passing_thread(lambda: 1 / 0)
     assert in_passing_thread(threading.get_native_id) != threading.get_native_id()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_thread_that_lowers_its_priority_passes_it_to_its_threads_and_not_to_its_caller():
+    import os
+    nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
+    base, seen = nice(threading.get_native_id()), {}
+
+    def child():
+        seen["child"] = nice(threading.get_native_id())
+
+    def engine_thread():
+        lower_os_priority(5)
+        seen["engine"] = nice(threading.get_native_id())
+        t = threading.Thread(target=child)
+        t.start()
+        t.join()
+
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join()
+    assert seen == {"engine": min(19, base + 5), "child": min(19, base + 5)}
+    assert nice(threading.get_native_id()) == base
