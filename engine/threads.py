@@ -12,6 +12,7 @@ once, taking its team with it, so the engine's thread is the only one left with 
 """
 from __future__ import annotations
 
+import os
 import threading
 
 
@@ -54,7 +55,7 @@ def lower_os_priority(nice: int) -> None:
     the CPU to the rest of the process: `nice` is added to its Linux nice value (0 = normal, 19 =
     lowest). Any process may lower its own priority; where it cannot (another OS), nothing happens."""
     try:
-        import os
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+        me = threading.get_native_id()      # on Linux a thread id names one thread, not its process
+        os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + nice)
     except (OSError, AttributeError):
         pass

@@ -161,7 +161,6 @@ def test_greedy_text_equals_the_engine_in_process(server, tiny):
 def test_the_engine_thread_yields_the_cpu_to_the_event_loop(server):
     """The engine thread runs ENGINE_NICE below the rest of the process, so taking in a burst of
     requests does not wait behind a step."""
-    _, service = server
     engine_thread = next(t for t in threading.enumerate() if t.name == THREAD_NAME)
     nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
     assert nice(engine_thread.native_id) == min(19, nice(threading.get_native_id()) + ENGINE_NICE)

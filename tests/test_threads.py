@@ -1,4 +1,5 @@
 """engine/threads.py: set-up on a passing thread, and the engine's threads named and deprioritised for the OS."""
+import os
 import sys
 import threading
 
@@ -12,16 +13,17 @@ def comm(tid: int) -> str:
         return f.read().strip()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
-def test_a_named_thread_and_the_threads_it_starts_carry_the_engine_name():
+def on_a_thread_and_its_child(set_up, read) -> dict:
+    """On a new thread ("engine"): set_up(), then start a thread of its own ("child"). What
+    read(native thread id) gives on each."""
     seen = {}
 
     def child():
-        seen["child"] = comm(threading.get_native_id())
+        seen["child"] = read(threading.get_native_id())
 
     def engine_thread():
-        name_os_thread()
-        seen["engine"] = comm(threading.get_native_id())
+        set_up()
+        seen["engine"] = read(threading.get_native_id())
         t = threading.Thread(target=child)
         t.start()
         t.join()
@@ -29,6 +31,12 @@ def test_a_named_thread_and_the_threads_it_starts_carry_the_engine_name():
     t = threading.Thread(target=engine_thread)
     t.start()
     t.join()
+    return seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
+def test_a_named_thread_and_the_threads_it_starts_carry_the_engine_name():
+    seen = on_a_thread_and_its_child(name_os_thread, comm)
     assert seen == {"engine": OS_THREAD_NAME, "child": OS_THREAD_NAME}
     assert comm(threading.get_native_id()) != OS_THREAD_NAME       # the caller's own name is untouched
 
@@ -42,22 +50,8 @@ def test_set_up_on_a_passing_thread_returns_its_value_or_raises_its_error():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_a_thread_that_lowers_its_priority_passes_it_to_its_threads_and_not_to_its_caller():
-    import os
     nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
-    base, seen = nice(threading.get_native_id()), {}
-
-    def child():
-        seen["child"] = nice(threading.get_native_id())
-
-    def engine_thread():
-        lower_os_priority(5)
-        seen["engine"] = nice(threading.get_native_id())
-        t = threading.Thread(target=child)
-        t.start()
-        t.join()
-
-    t = threading.Thread(target=engine_thread)
-    t.start()
-    t.join()
+    base = nice(threading.get_native_id())
+    seen = on_a_thread_and_its_child(lambda: lower_os_priority(5), nice)
     assert seen == {"engine": min(19, base + 5), "child": min(19, base + 5)}
     assert nice(threading.get_native_id()) == base
