@@ -18,7 +18,8 @@ few rows a step is bound by reading the weights once (adding a row costs little)
 few dozen rows it is bound by arithmetic (each row costs its FLOPs); on a CPU a hand-written
 kernel takes one or two rows and oneDNN the rest (engine/linear.py), each with its own speed.
 One straight line cannot follow all of that; `python -m engine calibrate` prints the held-out
-error of each form it tried (one line, or piecewise with few or more knots). Attention
+error of each form it tried (one line, or piecewise with few or more knots; knots at 2 and 3
+let the switch from one kernel to the other be a jump, since rows are whole numbers). Attention
 is apart because its cost grows with context, not rows: a decode token streams its whole
 context from memory, a prefill chunk computes a triangle of pairs, and the two run at very
 different speeds, so each has its own coefficient. A fixed cost covers what every step pays

@@ -189,14 +189,19 @@ def test_steps_interrupted_by_other_programs_are_left_out_of_the_fit():
         assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
 
 
-def test_the_engine_loop_term_is_what_a_real_run_adds_per_step():
-    """loop_ms runs one workload on the real engine (tiny model) and on the fitted model: a model
-    that predicts nothing leaves the whole real step time to the loop term; one that predicts
-    far too much leaves none (the term is never negative)."""
+def test_the_engine_loop_term_is_the_mean_gap_between_steps():
+    """Steps at 0-1 s, 1.5-2.5 s and 3.25-4 s leave gaps of 0.5 and 0.75 s: 625 ms a step."""
+    from engine.engine import StepRecord
+    steps = [StepRecord(step=i, t_start_s=a, t_end_s=b, waiting=0, running=1, prefill_tokens=0,
+                        decode_tokens=1, kv_used_blocks=0, kv_total_blocks=1, members=())
+             for i, (a, b) in enumerate([(0, 1), (1.5, 2.5), (3.25, 4)])]
+    assert cal.mean_gap_ms(steps) == pytest.approx(625.0)
+    assert cal.mean_gap_ms(steps[:1]) == 0.0
+
+
+def test_the_engine_loop_term_of_a_real_run_is_its_time_between_steps():
+    """On the real engine (tiny model) the loop takes some time between steps, and less than a step."""
     from engine.model import load_model
     model = load_model("tiny", "cpu", "fp32")
-    nothing = StepModel(0.0, (), (0.0,), 0.0, 0.0, 0.0, "predicts 0 ms")
-    too_slow = StepModel(10_000.0, (), (0.0,), 0.0, 0.0, 0.0, "predicts 10 s")
-    per_step = cal.loop_ms(model, nothing)
-    assert 0 < per_step < 1000
-    assert cal.loop_ms(model, too_slow) == 0.0
+    per_step = cal.loop_ms(model)
+    assert 0 < per_step < 50
