@@ -54,8 +54,8 @@ def report(profile) -> str:
         f"  step_ms = {m.fixed_ms:.2f} + body(tokens) + {m.sample_ms:.3f}·samples "
         f"+ {m.decode_read_ms:.3f}·decode_context/1000 + {m.prefill_pair_ms:.3f}·prefill_pairs/1000",
         f"  body, ms per token: {segments}",
-        *([f"  of the fixed term, {fit['loop_ms']:.2f} ms is the engine loop: what a real run adds to each "
-           "step timed alone"] if "loop_ms" in fit else []),
+        *([f"  of the fixed term, {fit['loop_ms']:.2f} ms is the engine loop: the mean time between one "
+           "step and the next in a real run"] if "loop_ms" in fit else []),
         f"  held-out error ({fit['heldout_shapes']} shapes not fitted on) by form: {forms}",
         f"  kept form, held-out median error: {100 * fit['heldout_median_error']:.1f}%",
         f"  kept: knots {fit['knots'] or 'none'}",
