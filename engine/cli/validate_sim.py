@@ -35,10 +35,11 @@ def add_validate_sim_parser(sub) -> None:
                         "profile, which is also saved: a shared machine's speed drifts by 10%% and more "
                         "over hours, and a profile measured minutes before the real runs sees the machine "
                         "they see")
-    p.add_argument("--no-retime", dest="retime", action="store_false",
-                   help="simulate with the calibrated step times as stored; by default a few reference "
-                        "steps are timed again before each round of real runs and the simulator's step "
-                        "times scaled by how much faster or slower the machine is now")
+    p.add_argument("--retime", action="store_true",
+                   help="time a few reference steps again before each round of real runs and scale the "
+                        "simulator's step times by how much faster or slower the machine is now than when "
+                        "it was calibrated: for a profile measured hours ago (off by default: a few seconds "
+                        "of timing can fall in a slow or fast spell that the real runs do not share)")
     add_model_flags(p)
 
 
