@@ -275,6 +275,14 @@ def within(results: list[dict], tolerance: float = TOLERANCE, errors: str = "err
     return sum(abs(e) <= tolerance for e in values), len(values)
 
 
+def within_noise(results: list[dict], tolerance: float = TOLERANCE) -> tuple[int, int]:
+    """(metrics within `tolerance` or within the real engine's own spread on that metric, metrics
+    compared): a miss smaller than the gap between two real runs of the same requests says
+    nothing against the simulator."""
+    pairs = [(e, r["real_spread"][label]) for r in results for label, e in r["errors"].items() if e == e]
+    return sum(abs(e) <= max(tolerance, spread) for e, spread in pairs), len(pairs)
+
+
 # Step shapes on which the roofline model of this CPU is checked against the calibrated profile:
 # (name, [(start position, tokens) of each sequence]).
 GAP_SHAPES = [("decode, 1 seq at 256", [(256, 1)]), ("decode, 8 seqs at 256", [(256, 1)] * 8),

@@ -128,6 +128,18 @@ def test_the_comparison_reports_a_known_difference_in_step_times():
     assert worst([same, result])[2] == pytest.approx(0.25)
 
 
+def test_a_miss_counts_as_noise_only_within_the_real_engines_own_spread():
+    """An error of 15% on a metric whose real runs spread by 20% is within the noise; 15% where
+    they spread by 5%, or 25% where they spread by 20%, is not; 8% passes the 10% tolerance anyway."""
+    from engine.validate_sim import within, within_noise
+    result = {"errors": {"TTFT p50": 0.15, "TTFT p95": -0.15, "TPOT p50": 0.25, "TPOT p95": 0.08,
+                         "throughput": math.nan},
+              "real_spread": {"TTFT p50": 0.20, "TTFT p95": 0.05, "TPOT p50": 0.20, "TPOT p95": 0.0,
+                              "throughput": 0.0}}
+    assert within_noise([result]) == (2, 4)
+    assert within([result]) == (1, 4)
+
+
 def test_a_missing_real_value_gives_no_error_rather_than_a_wrong_one():
     real = {"ttft_s": {"p50": 0.0, "p95": math.nan}, "tpot_s": {"p50": 0.1, "p95": 0.2},
             "output_throughput_tok_s": 10.0, "duration_s": 2.0}

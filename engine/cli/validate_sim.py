@@ -17,7 +17,7 @@ import sys
 from ..roofline import CPU_DEVICE, roofline_profile
 from ..simulate import resolve_profile
 from ..validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, spread_table,
-                            validate, within, worst)
+                            validate, within, within_noise, worst)
 from .flags import add_model_flags
 
 
@@ -94,6 +94,9 @@ def validate_sim_command(args) -> int:
               f"of each workload. Where the real runs spread wider than the tolerance, a miss says as much about "
               f"the machine as about the simulator:")
         print(spread_table(results))
+        ok, n = within_noise(results, args.tolerance)
+        print(f"{ok} of {n} errors are within {args.tolerance:.0%} or within the real engine's own spread "
+              f"on that metric")
     load, cores = max(load, os.getloadavg()[0]), os.cpu_count()
     print(f"machine load while validating: {load:.1f} runnable tasks on {cores} cores"
           + (" (other programs were running: the real runs are slower and noisier than on an idle machine)"
