@@ -64,8 +64,8 @@ FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 25
             mixed=((2, 32), (2, 256), (8, 128), (16, 64), (32, 256)),
             knot_candidates=((), (4, 64), (2, 8, 32, 128), (2, 3), (2, 3, 16, 64)), pool_tokens=16384,
             passes=30)
-# 30 passes: in practice the time budget ends the timing first (about 20 passes in 100 s on two
-# cores). A shared machine's speed moves in spells of 10-30 s (a one-sequence decode step took
+# 30 passes: about 100 s on two cores (29 in 96 s here), and the budget ends it sooner on a slower
+# machine. A shared machine's speed moves in spells of 10-30 s (a one-sequence decode step took
 # 9.6 ms for a minute, then 12-20 ms), so a shape's median over passes spread across the whole
 # budget is its time on the machine as it usually is; 9 passes in 37 s could sit in one slow spell.
 # Knots at 2 and 3: on a CPU, one or two rows go through the hand-written kernel and three or
