@@ -13,10 +13,11 @@ step to time, not a 1,024-token prefill first.
 Each row count runs once untimed (first calls pay for kernel set-up), then the whole grid is
 timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
 time is the median of its passes. The simulator predicts runs, and a run's steps meet the
-machine as it usually is: on a shared two-core machine the fastest of 9 passes was 2-19%
-quicker than their median for prefill steps, and a profile built on the fastest passes made
-every validation run's TTFT and TPOT too short. The shuffled order spreads other programs' interference over all shapes, and the median
-ignores a pass that one of them interrupted. How busy the machine was is stored with the profile.
+machine as it usually is: on a shared two-core machine the fastest of 9 passes (the count then)
+was 2-19% quicker than their median for prefill steps, and a profile built on the fastest passes
+made every validation run's TTFT and TPOT too short. The shuffled order spreads other programs'
+interference over all shapes, and the median ignores a pass that one of them interrupted. How
+busy the machine was is stored with the profile.
 
 The fit: least squares on relative error (a 15 ms decode step matters as much as a 400 ms
 prefill), coefficients held at zero or above (no cost can be negative), refitted once without
@@ -59,11 +60,6 @@ class Grid:
     passes: int                 # timed passes at most
 
 
-FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 256, 1024),
-            chunks=(8, 16, 32, 64, 128, 256, 512), later_chunks=((512, 64), (512, 256), (1024, 128)),
-            mixed=((2, 32), (2, 256), (8, 128), (16, 64), (32, 256)),
-            knot_candidates=((), (4, 64), (2, 8, 32, 128), (2, 3), (2, 3, 16, 64)), pool_tokens=16384,
-            passes=30)
 # 30 passes: about 100 s on two cores (29 in 96 s here), and the budget ends it sooner on a slower
 # machine. A shared machine's speed moves in spells of 10-30 s (a one-sequence decode step took
 # 9.6 ms for a minute, then 12-20 ms), so a shape's median over passes spread across the whole
@@ -72,6 +68,12 @@ FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 25
 # more through oneDNN (engine/linear.py), and a decode step of 3 took 19.5 ms where one of 2 took
 # 13.0; rows are whole numbers, so the segment from 2 to 3 is that jump, which a slope across
 # 2-8 spreads over batches 3-7 (predicting batch 2 16% slow and batch 3 10% fast).
+FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 256, 1024),
+            chunks=(8, 16, 32, 64, 128, 256, 512), later_chunks=((512, 64), (512, 256), (1024, 128)),
+            mixed=((2, 32), (2, 256), (8, 128), (16, 64), (32, 256)),
+            knot_candidates=((), (4, 64), (2, 8, 32, 128), (2, 3), (2, 3, 16, 64)), pool_tokens=16384,
+            passes=30)
+
 # A few seconds, for a first start without a profile.
 QUICK = Grid(batches=(1, 2, 4, 8, 16), contexts=(64, 512), chunks=(16, 64, 256), later_chunks=(),
              mixed=((4, 64),), knot_candidates=((), (4,)), pool_tokens=8192, passes=2)
@@ -150,7 +152,7 @@ def loop_ms(model) -> float:
     of it: that difference also holds the fit's error on the run's shapes and every slow spell
     of the machine during the run, and on a shared machine it came out at 0-7 ms a step where
     the gaps are a quarter of a millisecond. Timed step by step inside real runs, a run's steps
-    took what the same shapes built by hand took (0.97-1.01 of them)."""
+    took 0.97-1.01 times what the same shapes took when built by hand, so the gaps are all a run adds."""
     engine = build_engine(EngineConfig(model=model.name, kv_pool_tokens=8192), LOOP_POLICY, model)
     for r in build_requests(LOOP_SPEC, PromptMaker(model.tokenizer)):
         engine.submit(r)

@@ -23,7 +23,8 @@ let the switch from one kernel to the other be a jump, since rows are whole numb
 is apart because its cost grows with context, not rows: a decode token streams its whole
 context from memory, a prefill chunk computes a triangle of pairs, and the two run at very
 different speeds, so each has its own coefficient. A fixed cost covers what every step pays
-(launching about 30 layers' kernels, Python bookkeeping).
+(launching about 30 layers' kernels, Python bookkeeping), and the calibration adds to it the
+engine loop's mean time between steps in a real run.
 
 `UNCALIBRATED` is a hand-set guess used when this machine has no profile; it says so in its label.
 """

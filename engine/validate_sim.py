@@ -14,8 +14,8 @@ machine meets the same pressure, not the same requests per second.
 
 Both runs get the very same requests (same prompts, lengths and arrival times), so a
 difference can only come from the predicted step times, and from what the simulator leaves
-out: the real engine's own time between steps (scheduling, bookkeeping), and noise from other
-work on the machine. The real side runs REPEATS times and each metric is the median: on a
+out: how the real engine's time between steps (scheduling, bookkeeping) varies, since the
+profile holds only its mean (calibrate's loop term), and noise from other work on the machine. The real side runs REPEATS times and each metric is the median: on a
 shared two-core machine, one run's TTFT p95 moved by 20 points between two runs of the same code.
 
 The machine's speed now, against when it was calibrated: a shared machine's speed drifts over
@@ -277,8 +277,8 @@ def within(results: list[dict], tolerance: float = TOLERANCE, errors: str = "err
 
 def within_noise(results: list[dict], tolerance: float = TOLERANCE) -> tuple[int, int]:
     """(metrics within `tolerance` or within the real engine's own spread on that metric, metrics
-    compared): a miss smaller than the gap between two real runs of the same requests says
-    nothing against the simulator."""
+    compared): a miss smaller than the widest gap between the real runs of the same requests
+    says nothing against the simulator."""
     pairs = [(e, r["real_spread"][label]) for r in results for label, e in r["errors"].items() if e == e]
     return sum(abs(e) <= max(tolerance, spread) for e, spread in pairs), len(pairs)
 

@@ -1,6 +1,7 @@
 """Calibration: the fit recovers a known machine, profiles are keyed and go stale, the command runs."""
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -191,17 +192,25 @@ def test_steps_interrupted_by_other_programs_are_left_out_of_the_fit():
 
 def test_the_engine_loop_term_is_the_mean_gap_between_steps():
     """Steps at 0-1 s, 1.5-2.5 s and 3.25-4 s leave gaps of 0.5 and 0.75 s: 625 ms a step."""
-    from engine.engine import StepRecord
-    steps = [StepRecord(step=i, t_start_s=a, t_end_s=b, waiting=0, running=1, prefill_tokens=0,
-                        decode_tokens=1, kv_used_blocks=0, kv_total_blocks=1, members=())
-             for i, (a, b) in enumerate([(0, 1), (1.5, 2.5), (3.25, 4)])]
+    steps = [SimpleNamespace(t_start_s=a, t_end_s=b) for a, b in [(0, 1), (1.5, 2.5), (3.25, 4)]]
     assert cal.mean_gap_ms(steps) == pytest.approx(625.0)
     assert cal.mean_gap_ms(steps[:1]) == 0.0
 
 
 def test_the_engine_loop_term_of_a_real_run_is_its_time_between_steps():
-    """On the real engine (tiny model) the loop takes some time between steps, and less than a step."""
+    """On the real engine (tiny model) the loop takes some time between steps, and under 50 ms."""
     from engine.model import load_model
     model = load_model("tiny", "cpu", "fp32")
     per_step = cal.loop_ms(model)
     assert 0 < per_step < 50
+
+
+def test_calibration_recovers_a_jump_where_the_linear_kernel_changes():
+    """A machine whose third row costs 6 ms more (one kernel for 1-2 rows, another from 3) is
+    found with knots at 2 and 3, and the jump is the 2-3 segment's cost per row."""
+    jump = StepModel(fixed_ms=10.0, knots=(2, 3, 16, 64), token_ms=(1.0, 6.0, 0.5, 0.8, 0.65),
+                     sample_ms=0.25, decode_read_ms=3.0, prefill_pair_ms=0.8, label="jump at 3 rows")
+    shapes, ms = measure(jump)
+    model, report = cal.fit(shapes, ms)
+    assert report["knots"] == [2, 3, 16, 64]
+    assert model.token_ms[1] == pytest.approx(6.0, rel=1e-6)

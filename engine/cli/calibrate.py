@@ -20,7 +20,7 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=100.0,
                    help="seconds to spend timing, model loading aside (at least 10)")
     p.add_argument("--quick", action="store_true",
-                   help="a rough estimate in seconds: fewer step shapes, one timed pass")
+                   help="a rough estimate in seconds: fewer step shapes, one or two timed passes")
     return p
 
 
