@@ -247,7 +247,7 @@ in seconds.
                     budget_s - (time.perf_counter() - t0), progress, g.passes)
     shapes = [step_shape(plan_for(chunks)) for chunks in steps]
     step_model, report = fit(shapes, ms, g.knot_candidates)
-    if not quick:                   # a quick estimate skips the loop's run (about ten seconds)
+    if not quick:                   # a quick estimate skips the loop's real run (a few seconds)
         loop = loop_ms(model)
         step_model = replace(step_model, fixed_ms=step_model.fixed_ms + loop)
         report["loop_ms"] = round(loop, 3)

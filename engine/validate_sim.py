@@ -15,8 +15,9 @@ machine meets the same pressure, not the same requests per second.
 Both runs get the very same requests (same prompts, lengths and arrival times), so a
 difference can only come from the predicted step times, and from what the simulator leaves
 out: how the real engine's time between steps (scheduling, bookkeeping) varies, since the
-profile holds only its mean (calibrate's loop term), and noise from other work on the machine. The real side runs REPEATS times and each metric is the median: on a
-shared two-core machine, one run's TTFT p95 moved by 20 points between two runs of the same code.
+profile holds only its mean (calibrate's loop term), and noise from other work on the machine.
+The real side runs REPEATS times and each metric is the median: on a shared two-core machine,
+one run's TTFT p95 moved by 20 points between two runs of the same code.
 
 The machine's speed now, against when it was calibrated: a shared machine's speed drifts over
 hours, and moves in spells of 10-30 s within a minute (one decode step shape took 9.6 ms for a
@@ -25,8 +26,8 @@ several spells; validated right after it (`validate-sim --calibrate`), the profi
 is the prediction. `retime` (opt-in) times a few reference steps from the calibration grid
 (ANCHOR_STEPS) again before each round of real runs and scales the simulator's step times by
 the median of (now / at calibration): for a profile measured hours before. It is off by
-default because its 2 s of timing per round sits inside one spell: in three validations within two
-hours it gave 26, 27 and 12 of 30 metrics within 10% where the profile as stored gave 24,
+default because its 2 s of timing per round sits inside one spell: in three validations within
+two hours it gave 26, 27 and 12 of 30 metrics within 10% where the profile as stored gave 24,
 27 and 28 (the 12: the reference steps ran 11% fast in their seconds, the real runs did not).
 """
 from __future__ import annotations
