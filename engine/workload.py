@@ -194,13 +194,16 @@ class PromptMaker:
         # The template's pieces around each message of a conversation with a system prompt:
         # start, system, user, assistant, user, and the generation prompt after the last.
         marks = [f"\u2063M{i}\u2063" for i in range(4)]
-        wrapped = tokenizer.apply_chat_template(
-            [{"role": role, "content": m} for role, m in zip(("system", "user", "assistant", "user"), marks)],
-            add_generation_prompt=True, tokenize=False)
-        pieces = []
-        for m in marks:
-            before, wrapped = wrapped.split(m)
-            pieces.append(enc(before))
+        try:
+            wrapped = tokenizer.apply_chat_template(
+                [{"role": role, "content": m} for role, m in zip(("system", "user", "assistant", "user"), marks)],
+                add_generation_prompt=True, tokenize=False)
+            pieces = []
+            for m in marks:
+                before, wrapped = wrapped.split(m)
+                pieces.append(enc(before))
+        except Exception:       # a template without a system role, or one that rewrites the messages
+            pieces = [None] * 4
         # (what follows the last user message, the generation prompt, is after_user again)
         self.start, self.after_system, self.after_user, self.after_reply = pieces
 
@@ -218,6 +221,9 @@ class PromptMaker:
              question: list[int]) -> list[int]:
         """A chat prompt: the system prompt (None: the template's default), earlier (question,
         reply) turns, then the new question, with the chat template's tokens between them."""
+        if self.start is None:
+            raise ValueError("this model's chat template takes no system prompt and turns as the lab writes "
+                             "them: use system_prompts 0 and conversations 0 with it")
         out = list(self.start + system + self.after_system if system is not None else self.prefix)
         for q, reply in history:
             out += q + self.after_user + reply + self.after_reply
