@@ -148,3 +148,27 @@ def test_the_simulator_prices_only_the_uncached_tokens():
     assert sum(s.prefill_tokens for s in off.steps) - sum(s.prefill_tokens for s in on.steps) == saved
     assert s_on["ttft_s"]["p50"] < 0.7 * s_off["ttft_s"]["p50"]
 
+
+def test_the_membership_chart_marks_each_hit_with_the_tokens_it_skipped():
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from analysis.membership import batch_membership
+    from engine.metrics import STEP_COLUMNS, step_row
+
+    def hit_traces(eng):
+        steps = pd.DataFrame([step_row(s) for s in eng.steps], columns=STEP_COLUMNS)
+        fig = batch_membership(steps, max_slots=4)
+        go.Figure(fig)                                      # a valid plotly figure
+        return [t for t in fig["data"] if t.get("marker", {}).get("symbol") == "diamond" and t.get("x") is not None
+                and list(t["x"]) != [None]]
+
+    on = run(hand_built())
+    (trace,) = hit_traces(on)
+    hits = {rid: n for rid, n in EXPECTED_HITS.items() if n}
+    assert len(trace["x"]) == len(hits)
+    for text in trace["text"]:
+        rid, rest = text.split(": ", 1)
+        assert rest.startswith(f"{hits[rid]} prompt tokens from the prefix cache, "
+                               f"{on.requests[rid].prompt_tokens - hits[rid]} computed")
+    assert hit_traces(run(hand_built(), caching=False)) == []
