@@ -1,0 +1,112 @@
+"""`python -m cluster check`: lesson 10's claims on real engine servers on this machine, beside the
+simulated cluster's verdicts, to see that the two agree in direction.
+
+Three `engine serve` processes (the tiny model unless --model says otherwise) run each claim's
+main case, scaled to this machine: one server's capacity is measured first (requests arriving
+at once), and every rate is a multiple of it, as in the simulated lab. Short runs: the machine
+is small and shared. Prints one line per claim: the metric on the real servers and on the
+simulator, and whether their directions agree (both sides of the claim's neutral point).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from dataclasses import replace
+
+from engine.arrivals import build_requests
+from engine.config import SchedulerPolicy
+from engine.metrics import SLO
+from engine.workload import PromptMaker, WorkloadSpec
+
+from .autoscaler import AutoscalerSpec
+from .real import Servers, run_real
+from .traffic import ramp
+
+REPLICAS = 3
+POLICY = SchedulerPolicy(max_num_seqs=16, enable_prefix_caching=True, ttft_slo_s=2.0, tpot_slo_s=0.5)
+SHARED = WorkloadSpec(num_requests=90, prompt_lo=16, prompt_hi=48, output_lo=8, output_hi=24, system_prompts=4,
+                      system_prompt_tokens=384, conversations=24, turns=4, seed=0)
+HOT = replace(SHARED, system_prompts=1, conversations=0)
+RAMP_SPEC = WorkloadSpec(prompt_lo=32, prompt_hi=96, output_lo=16, output_hi=48, seed=1)
+RAMP = [(15, 0.5), (15, 1.5), (20, 2.5), (15, 1.5), (30, 0.4)]
+
+
+def autoscaler(metric: str, startup_s: float = 6.0) -> AutoscalerSpec:
+    return AutoscalerSpec(metric, 0.7 if metric == "busy" else 2.0, interval_s=3.0, startup_s=startup_s,
+                          max_replicas=REPLICAS, scale_down_window_s=12.0)
+
+
+def capacity(urls, prompts, spec: WorkloadSpec, model: str) -> float:
+    """Requests a second one server serves of `spec` (24 arriving at once)."""
+    reqs = build_requests(replace(spec, num_requests=24, rate=0, conversations=0), prompts)
+    res = run_real(urls[:1], reqs, model=model)
+    return res.summary["finished"] / res.summary["duration_s"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cluster check", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="the model each server loads (tiny or smollm2)")
+    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--logs", help="a folder for the servers' logs")
+    args = ap.parse_args(argv)
+    from transformers import AutoTokenizer
+    from engine.model import smollm2_dir
+    prompts = PromptMaker(AutoTokenizer.from_pretrained(smollm2_dir()))
+    slo = SLO(POLICY.ttft_slo_s, POLICY.tpot_slo_s)
+    out = {}
+    with Servers(REPLICAS, args.model, POLICY, log_dir=args.logs or tempfile.mkdtemp()) as servers:
+        urls = servers.urls
+        mu = capacity(urls, prompts, SHARED, args.model)
+        print(f"one server serves {mu:.2f} req/s of the shared-prefix workload", flush=True)
+
+        def routed(spec, router, bound=1.25):
+            reqs = build_requests(replace(spec, rate=0.9 * REPLICAS * mu), prompts)
+            return run_real(urls, reqs, router, bound, slo, args.model).summary
+
+        rr, aff = routed(SHARED, "round_robin"), routed(SHARED, "prefix_affinity")
+        out["prefix_affinity_hits"] = {"value": aff["prefix_hit_rate"] - rr["prefix_hit_rate"], "neutral": 0.0,
+                                       "extra": aff["ttft_p50_s"] < rr["ttft_p50_s"], "round_robin": rr,
+                                       "prefix_affinity": aff}
+        bounded, unbounded = routed(HOT, "prefix_affinity"), routed(HOT, "prefix_affinity", 100.0)
+        out["affinity_needs_a_load_bound"] = {"value": unbounded["load_imbalance"], "neutral": 1.0,
+                                              "extra": unbounded["ttft_p95_s"] >= 2 * bounded["ttft_p95_s"],
+                                              "bounded": bounded, "unbounded": unbounded}
+        mu_ramp = capacity(urls, prompts, RAMP_SPEC, args.model)
+        phases = [(s, share * mu_ramp) for s, share in RAMP]
+        reqs = ramp(RAMP_SPEC, phases, prompts)
+        end = sum(s for s, _ in phases)
+
+        def scaled(metric, startup=6.0):
+            res = run_real(urls, reqs, "least_outstanding", slo=slo, model=args.model,
+                           autoscaler=autoscaler(metric, startup))
+            seen = [n + s for t, n, s, _ in res.timeline if t <= end]
+            return {**res.summary, "end_replicas": seen[-1] if seen else 1}
+
+        busy, waiting = scaled("busy"), scaled("waiting")
+        out["busy_fraction_overprovisions"] = {"value": busy["end_replicas"] - waiting["end_replicas"], "neutral": 0.0,
+                                               "extra": True, "busy": busy, "waiting": waiting}
+        slow = scaled("waiting", 30.0)
+        out["startup_delay_costs_slo"] = {"value": waiting["slo_attainment"] - slow["slo_attainment"], "neutral": 0.0,
+                                          "extra": True, "fast_start": waiting, "slow_start": slow}
+    from labs.cluster.claims import CLAIMS, verdict
+    agree_all = True
+    for c in CLAIMS:
+        real = out[c.id]
+        sim = verdict(c)
+        same = (real["value"] > real["neutral"]) == (sim["value"] > real["neutral"]) and real["extra"] == c.extra(sim["numbers"])
+        agree_all &= same
+        real.update(sim_value=sim["value"], agree=same, real_passes=(real["value"] >= c.threshold) and real["extra"])
+        print(f"{c.id:30s} real {real['value']:+.3f}  simulated {sim['value']:+.3f}  (threshold {c.threshold:g}; "
+              f"second condition real {real['extra']}, simulated {c.extra(sim['numbers'])})  "
+              f"{'same direction' if same else 'DIFFERENT direction'}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x))
+    return 0 if agree_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
