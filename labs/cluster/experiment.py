@@ -177,10 +177,9 @@ def router_choices(res: ClusterResult, groups: dict[str, int], title: str) -> go
                            marker=dict(size=4, color=REQUEST_COLORS[k % len(REQUEST_COLORS)]),
                            hovertemplate="%{x:.1f} s → replica %{customdata}<extra></extra>", customdata=rep[g == k])
               for k in sorted(set(g.tolist()))]
-    return go.Figure(traces, wrapped_layout(title, "One dot per request, at its arrival, on the replica the router "
-                                            "chose; colour = its system prompt. A prefix-aware router keeps each "
-                                            "colour on few replicas.", "time (s)", "replica",
-                                            yaxis=dict(dtick=1), height=300))
+    return go.Figure(traces, wrapped_layout(title, "A dot per request on the replica chosen; colour = its system "
+                                            "prompt. Good for the cache: each colour on few replicas.",
+                                            "time (s)", "replica", yaxis=dict(dtick=1), height=420))
 
 
 def replica_strips(res: ClusterResult, bins: int = 120, title: str = "Each replica's batch and queue") -> go.Figure:
@@ -210,9 +209,9 @@ def replica_strips(res: ClusterResult, bins: int = 120, title: str = "Each repli
                                  name="waiting", showlegend=i == 1), row=i, col=1)
     fig.update_yaxes(range=[0, top * 1.05], showticklabels=False)
     fig.update_xaxes(title_text="time (s)", row=len(shown), col=1)
-    fig.update_layout(_grid_layout(title, "One strip per replica" + (f" (the first 8 of {len(names)})" if len(names) > 8
-                                     else "") + ": bars = requests in its steps, line = its waiting queue, "
-                                     "averaged over short spells. Good: full bars and a flat line.", "time (s)", ""),
+    fig.update_layout(_grid_layout(title, "A strip per replica" + (f" (8 of {len(names)})" if len(names) > 8 else "")
+                                   + ": bars = requests in its steps, line = its queue. Good: full bars, a flat line.",
+                                   "time (s)", ""),
                       height=90 + 70 * len(shown), bargap=0)
     return fig
 
