@@ -5,15 +5,16 @@
 - A wrong first try shows why that choice is wrong and asks for a second try; the right answer
   is revealed only after a second wrong try (or a right one).
 - Only a right first try scores (lessons/progress.py).
-- A question may open with the learner's own measurement from a lab (ui.predict.measurement),
-  or with its worded fallback when that lab has not been run in this session.
+- A question may open with the learner's own measurement from a lab (ui.predict.measurement) and
+  compute its choices from it, so the right answer is this learner's; with its worked example when
+  that lab has not been run in this session (lessons/questions.py).
 """
 from __future__ import annotations
 
 import streamlit as st
 
 from lessons import progress
-from lessons.catalog import Lesson, QuizQuestion, choice_order
+from lessons.catalog import Lesson, QuizQuestion, Shown, choice_order
 from ui.predict import measurement
 
 
@@ -25,17 +26,21 @@ def _checked_key(lesson_id: str, n: int) -> str:
     return f"checked:{lesson_id}:{n}"
 
 
-def question_text(q: QuizQuestion) -> str:
+def shown(q: QuizQuestion) -> Shown:
     """The question as this learner sees it: with their measurement, when the lab has one."""
-    lead = q.lead(measurement)
-    return f"{lead} {q.question}" if lead else q.question
+    return q.render(measurement)
+
+
+def question_text(q: QuizQuestion) -> str:
+    s = shown(q)
+    return f"{s.lead} {s.question}" if s.lead else s.question
 
 
 def _on_check(lesson: Lesson, n: int) -> None:
     choice = st.session_state.get(radio_key(lesson.id, n))
     st.session_state[_checked_key(lesson.id, n)] = choice
     if choice is not None:
-        progress.record_try(lesson.id, n, choice, lesson.quiz[n].answer, len(lesson.quiz))
+        progress.record_try(lesson.id, n, choice, shown(lesson.quiz[n]).answer, len(lesson.quiz))
 
 
 def show_quiz(lesson: Lesson) -> None:
@@ -44,20 +49,21 @@ def show_quiz(lesson: Lesson) -> None:
                "counts as correct; a wrong one gets a hint and a second try.")
     seed = progress.session_seed()
     for n, q in enumerate(lesson.quiz):
+        s = shown(q)
         order = choice_order(len(q.choices), f"{seed}:{lesson.id}:{n}")
         checked = st.session_state.get(_checked_key(lesson.id, n))
         with st.container(border=True):
-            choice = st.radio(f"**{n + 1}.** {question_text(q)}", order,
+            choice = st.radio(f"**{n + 1}.** " + (f"{s.lead} {s.question}" if s.lead else s.question), order,
                               index=None if checked is None else order.index(checked),
-                              key=radio_key(lesson.id, n), format_func=lambda i, q=q: q.choices[i])
+                              key=radio_key(lesson.id, n), format_func=lambda i, s=s: s.choices[i])
             st.button("Check", key=f"check:{lesson.id}:{n}", on_click=_on_check, args=(lesson, n))
             if _checked_key(lesson.id, n) in st.session_state and checked is None:
                 st.info("Pick an answer, then press Check.")
             elif checked is not None and choice == checked:
-                _verdict(q, checked, progress.attempts(lesson.id, n))
+                _verdict(s, checked, progress.attempts(lesson.id, n))
 
 
-def _verdict(q: QuizQuestion, checked: int, tried: progress.Attempts) -> None:
+def _verdict(q: Shown, checked: int, tried: progress.Attempts) -> None:
     if checked == q.answer:
         if tried.first_try_right:
             head = "**Correct.**"
