@@ -9,11 +9,11 @@ import math
 
 from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_SPEC, KNEE_TPOT_SLO_MS, LOADS,
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
-                             at_load, capacity, goodput_run, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
+                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
                              percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
 from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, TAIL_SLOTS, WAITING_ALARM, gateway_run,
                                      oldest_wait, tail_run, tail_stats)
-from engine.config import EngineConfig
+from engine.config import EngineConfig, SchedulerPolicy
 from engine.validation import kv_bytes_per_token
 
 
@@ -51,6 +51,11 @@ def numbers() -> dict:
         n[f"{mode}_ttft_p95_s"] = _r(percentile([r["ttft_s"] for r in rs], 95), 2)
         n[f"{mode}_long_e2e_s"] = _r(long["e2e_s"], 1)
         n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
+    rs, ms = runs["static"]
+    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
+    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
+    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
+             sl_max_wait_ms=round(SchedulerPolicy().max_wait_ms))
     n.update(sl_requests=SHORT_LONG.num_requests, sl_long=SHORT_LONG.output_hi, sl_short_lo=SHORT_LONG.output_lo,
              sl_short_hi=2 * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
     lengths = grid_lengths()
@@ -87,6 +92,7 @@ def numbers() -> dict:
         n[f"sim_q_{key}"] = _r(sum(r["queue_s"] for r in rs) / len(rs), 2)
         n[f"sim_lam_{key}"] = _r(rate, 2)
         n[f"sim_l_{key}"] = _r(rate * w, 1)
+    n["sim_q_ratio"] = _r(load_example(LOADS[1])["queue"] / load_example(LOADS[0])["queue"], 1)
     tokens = QUEUE_SPEC.prompt_hi + QUEUE_SPEC.output_hi
     pool = EngineConfig().kv_pool_tokens
     n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_l_95'] * tokens):,}",

@@ -61,6 +61,13 @@ def test_the_sentences_that_compare_say_it_the_right_way_round(computed):
     assert n["sim_q_95"] > n["sim_q_70"] and n["sim_w_95"] > n["sim_w_70"]
     # lesson 6: the TPOT target picks a setting below the knee, the TTFT target one below that
     assert n["kn_slo_best"] < n["knee"] and n["kn_ttft_best"] < n["kn_slo_best"]
+    # lesson 6's quiz reads the sweep: TTFT more than halves from 8 to 64 slots; 32 is the last within 40 ms
+    assert n["kn_ttft_64"] < n["kn_ttft_8"] / 2 and n["kn_tpot_32"] <= 40 < n["kn_tpot_64"]
+    assert 200 <= n["kn_tpot_256"] <= 350                     # "a token every quarter of a second or so"
+    # lesson 7's quiz: short prompts' median near 0.6 s, their p99 near 6 s
+    assert 0.4 <= n["tl_short_p50"] <= 0.8 and 4.5 <= n["tl_short_p99"] <= 7.5
+    # lesson 2: the first static batch is small, and the queue grows behind it
+    assert n["sl_first_batch"] < n["sl_slots"] and n["sl_queue_max"] > n["sl_slots"]
     # lesson 7: the speed-up halves the median, barely moves p99 and leaves long prompts alone
     assert n["tl2_p50"] < 0.6 * n["tl_p50"] and n["tl2_p99"] > 0.75 * n["tl_p99"]
     assert abs(n["tl2_long_p50"] - n["tl_long_p50"]) < 0.05 * n["tl_long_p50"]

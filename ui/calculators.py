@@ -77,6 +77,12 @@ def _profiled(model_name: str, folder: str) -> StepModel | None:
     return None if found is None else found.step_model
 
 
+def warm() -> None:
+    """Read this machine's step model into the cache off the page (ui/pictures.py calls it on its thread)."""
+    from ui.session import model_name
+    _profiled(model_name(), cache_dir())
+
+
 def machine_step_model() -> tuple[StepModel, bool]:
     """This machine's step model from its saved profile, and whether it had one (else the guess)."""
     from ui.session import model_name     # it imports torch, which only this calculator needs

@@ -2,8 +2,10 @@
 draws one with its caption and, under it, its alt text (the picture told in words).
 
 A picture is a simulated run, the same for everyone: each is drawn once per process. `warm()` draws
-them all on a background thread when the lessons are first imported, so that the first learner to
-open a lesson does not wait for its runs (about ten seconds for all of them on two cores).
+them all on a background thread the first time the lesson pages are built, with the calculators'
+defaults, so that the first learner to open a lesson does not wait for its runs (about ten seconds
+for all of them on two cores) or for the step-time calculator's first read of this machine's step
+model (which imports torch: 20-30 s on this busy machine).
 """
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ def warm() -> None:
 
 def _draw_all() -> None:
     from analysis import course
-    course.load_example(course.LOADS[-1])      # the calculators' defaults
+    from ui import calculators
+    calculators.warm()                         # this machine's step model (and the torch it imports)
+    course.load_example(course.LOADS[-1])      # the queueing calculators' defaults
     for p in PICTURE_IDS:
         picture(p)
 
