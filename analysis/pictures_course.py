@@ -4,6 +4,8 @@ these and analysis/pictures.py's.
 """
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -28,10 +30,11 @@ def weights_per_step(name: str = ROOFLINE, context: int = ROOF_CONTEXT) -> Pictu
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=["bytes read per generated token", "one step's time"])
     xs = list(ROOF_BATCHES)
-    fig.add_trace(go.Bar(name="weights (read once per step, shared)", x=[str(b) for b in xs],
-                         y=[weight_mb / b for b in xs], marker_color=COLORS["prefill"]), row=1, col=1)
-    fig.add_trace(go.Bar(name="its own KV cache (not shared)", x=[str(b) for b in xs], y=[kv_mb] * len(xs),
-                         marker_color=COLORS["kv"]), row=1, col=1)
+    fig.add_trace(go.Scatter(name="weights, read once per step: their share per token", x=xs,
+                             y=[weight_mb / b for b in xs], mode="lines+markers",
+                             line=dict(color=COLORS["prefill"], width=3)), row=1, col=1)
+    fig.add_trace(go.Scatter(name="each sequence's own KV cache (not shared)", x=xs, y=[kv_mb] * len(xs),
+                             mode="lines", line=dict(color=COLORS["kv"], width=3)), row=1, col=1)
     fig.add_trace(go.Scatter(name="step time", x=xs, y=[p["step_ms"] for p in parts], mode="lines+markers",
                              line=dict(color="#333", width=3)), row=1, col=2)
     fig.add_trace(go.Scatter(name="weight read alone (memory roof)", x=xs, y=[p["gemm_memory_ms"] for p in parts],
@@ -39,16 +42,19 @@ def weights_per_step(name: str = ROOFLINE, context: int = ROOF_CONTEXT) -> Pictu
     fig.add_trace(go.Scatter(name="matrix arithmetic alone (compute roof)", x=xs,
                              y=[p["gemm_compute_ms"] for p in parts], mode="lines",
                              line=dict(color=COLORS["bad"], dash="dot")), row=1, col=2)
-    fig.add_vrect(x0=1, x1=cross, fillcolor="#9cbdf0", opacity=0.15, line_width=0, row=1, col=2,
-                  annotation_text="memory-bound", annotation_position="top left")
-    fig.add_vrect(x0=cross, x1=ROOF_BATCHES[-1], fillcolor="#f4a582", opacity=0.15, line_width=0, row=1, col=2,
-                  annotation_text="compute-bound", annotation_position="top right")
-    fig.update_layout(barmode="stack", height=400, margin=dict(l=60, r=20, t=60, b=40),
-                      legend=dict(orientation="h", y=-0.25))
-    fig.update_yaxes(title_text="MB per token", type="log", row=1, col=1)
-    fig.update_xaxes(title_text="sequences in the step (B)", row=1, col=1)
+    top = max(p["step_ms"] for p in parts)
+    # on a log axis a shape takes data positions and an annotation log10 ones
+    edge = math.sqrt(cross * ROOF_BATCHES[ROOF_BATCHES.index(cross) - 1])
+    fig.add_vrect(x0=1, x1=edge, fillcolor="#9cbdf0", opacity=0.15, line_width=0, row=1, col=2)
+    fig.add_vrect(x0=edge, x1=ROOF_BATCHES[-1], fillcolor="#f4a582", opacity=0.15, line_width=0, row=1, col=2)
+    last = math.log10(ROOF_BATCHES[-1])
+    for text, x in (("memory-bound", math.log10(edge) / 2), ("compute-bound", (math.log10(edge) + last) / 2)):
+        fig.add_annotation(x=x, y=top * 1.05, text=text, showarrow=False, row=1, col=2)
+    fig.update_layout(height=420, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.3))
+    fig.update_yaxes(title_text="MB read per generated token", type="log", row=1, col=1)
+    fig.update_xaxes(title_text="sequences in the step (B)", type="log", row=1, col=1)
     fig.update_xaxes(title_text="sequences in the step (B)", type="log", row=1, col=2)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="ms", range=[0, top * 1.12], row=1, col=2)
     first, last = parts[0], parts[-1]
     alt = (f"Left: bytes a decode step reads for each token it generates, for {m.model.name} on the roofline model "
            f"of an {m.device.name} ({m.device.dtype}), at {context} tokens of context. The weights, "
@@ -99,14 +105,14 @@ def knee_curve() -> Picture:
     best = max(r["tok_s"] for r in rows)
     fig = go.Figure(go.Scatter(name="one max_num_seqs", x=[r["tpot_p95_ms"] for r in rows],
                                y=[r["tok_s"] for r in rows], mode="lines+markers+text",
-                               text=[str(r["max_num_seqs"]) for r in rows], textposition="top left",
+                               text=[str(r["max_num_seqs"]) for r in rows], textposition="bottom right",
                                line=dict(color=COLORS["tokens"])))
     fig.add_trace(go.Scatter(name=f"the knee: {k['max_num_seqs']}", x=[k["tpot_p95_ms"]], y=[k["tok_s"]],
                              mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     fig.add_vline(x=course.KNEE_TPOT_SLO_MS, line_dash="dot", annotation_text=f"TPOT target {course.KNEE_TPOT_SLO_MS} ms")
     fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
                       title=dict(text="Throughput against p95 TPOT, one point per max_num_seqs"),
-                      xaxis=dict(title=dict(text="p95 TPOT (ms)"), type="log"),
+                      xaxis=dict(title=dict(text="p95 TPOT (ms)"), rangemode="tozero"),
                       yaxis=dict(title=dict(text="output tokens per second"), rangemode="tozero"))
     after = rows[rows.index(k) + 1] if rows.index(k) + 1 < len(rows) else k
     alt = (f"One point per max_num_seqs ({', '.join(str(r['max_num_seqs']) for r in rows)}), the same "
@@ -176,25 +182,28 @@ def two_schedulers() -> Picture:
     g = course_serving.gateway_run()
     fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
                         subplot_titles=["who decides what", "waiting requests per replica (simulated)"])
-    boxes = {"cluster scheduler": (0.5, 4.6, "#f2e6c9", "places pods on nodes (once, at start)"),
-             "gateway": (0.5, 3.3, "#d9ead3", "routes each request to a replica"),
-             "replica 0": (0.0, 1.9, "#cfe2f3", "engine: batches every step"),
-             "replica 1": (1.0, 1.9, "#cfe2f3", "engine: batches every step"),
-             "autoscaler": (0.5, 0.4, "#f4cccc", "reads the waiting count, asks for replicas")}
+    boxes = {"gateway": (0.5, 4.4, "#d9ead3", "routes each request<br>to a replica"),
+             "replica 0": (0.0, 2.7, "#cfe2f3", "its engine batches<br>every step"),
+             "replica 1": (1.0, 2.7, "#cfe2f3", "its engine batches<br>every step"),
+             "autoscaler": (0.0, 0.6, "#f4cccc", "reads the waiting count,<br>asks for a replica"),
+             "cluster scheduler": (1.0, 0.6, "#f2e6c9", "places each new pod<br>on a node, once")}
     for name, (x, y, color, what) in boxes.items():
-        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text", text=[f"<b>{name}</b><br>{what}"],
-                                 textposition="middle center", showlegend=False, hoverinfo="skip",
-                                 marker=dict(symbol="square", size=1, color=color)), row=1, col=1)
-        fig.add_shape(type="rect", x0=x - 0.45, x1=x + 0.45, y0=y - 0.45, y1=y + 0.45, fillcolor=color,
+        fig.add_shape(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.55, y1=y + 0.55, fillcolor=color,
                       line=dict(color="#777"), layer="below", row=1, col=1)
-    arrows = [((0.5, 3.75), (0.5, 4.15), "requests"), ((0.2, 2.85), (0.1, 2.35), ""), ((0.8, 2.85), (0.9, 2.35), ""),
-              ((0.3, 0.85), (0.1, 1.45), "waiting"), ((0.7, 0.85), (0.9, 1.45), "waiting")]
+        fig.add_annotation(x=x, y=y, text=f"<b>{name}</b><br>{what}", showarrow=False, font=dict(size=11),
+                           row=1, col=1)
+    arrows = [((0.5, 5.35), (0.5, 4.95), "requests in"), ((0.1, 3.25), (0.35, 3.85), ""),
+              ((0.9, 3.25), (0.65, 3.85), ""), ((0.0, 1.15), (0.0, 2.15), "waiting"),
+              ((0.53, 0.6), (0.47, 0.6), ""), ((1.0, 2.15), (1.0, 1.15), "new pod")]
     for (x1, y1), (x0, y0), label in arrows:
-        fig.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", arrowhead=2,
-                           showarrow=True, text="", row=1, col=1)
-    fig.add_annotation(x=1.25, y=3.3, text="requests in", showarrow=False, xref="x", yref="y")
+        head, tail = ((x0, y0), (x1, y1)) if label == "requests in" else ((x1, y1), (x0, y0))
+        fig.add_annotation(x=head[0], y=head[1], ax=tail[0], ay=tail[1], xref="x", yref="y", axref="x",
+                           ayref="y", arrowhead=2, arrowwidth=1.5, showarrow=True, text="")
+        if label:
+            fig.add_annotation(x=(x0 + x1) / 2 + 0.12, y=(y0 + y1) / 2, text=label, showarrow=False,
+                               xanchor="left", font=dict(size=10, color="#555"), row=1, col=1)
     fig.update_xaxes(visible=False, range=[-0.55, 1.55], row=1, col=1)
-    fig.update_yaxes(visible=False, range=[-0.2, 5.2], row=1, col=1)
+    fig.update_yaxes(visible=False, range=[-0.1, 5.5], row=1, col=1)
     per = {}
     for t, k, w, _ in g["samples"]:
         per.setdefault(k, ([], []))
@@ -202,7 +211,16 @@ def two_schedulers() -> Picture:
         per[k][1].append(w)
     for k, (ts, ws) in sorted(per.items()):
         fig.add_trace(go.Scatter(name=f"replica {k} waiting", x=ts, y=ws, mode="lines",
-                                 line=dict(color=REQUEST_COLORS[k], shape="hv")), row=1, col=2)
+                                 line=dict(color=REQUEST_COLORS[k], shape="hv", width=1)), row=1, col=2)
+    total, latest = [], {}
+    for t, k, w, _ in g["samples"]:
+        latest[k] = w
+        total.append((t, sum(latest.values())))
+    fig.add_trace(go.Scatter(name="waiting, both replicas (what the autoscaler reads)", x=[t for t, _ in total],
+                             y=[w for _, w in total], mode="lines", line=dict(color="#333", shape="hv", width=2)),
+                  row=1, col=2)
+    fig.add_hline(y=course_serving.WAITING_ALARM, line_dash="dot", line_color=COLORS["bad"], row=1, col=2,
+                  annotation_text=f"threshold {course_serving.WAITING_ALARM}", annotation_position="top left")
     fig.add_vline(x=course_serving.RAMP_AT_S, line_dash="dash", row=1, col=2, annotation_text="traffic steps up")
     if g["alarm_s"] is not None:
         fig.add_vline(x=g["alarm_s"], line_dash="dot", line_color=COLORS["bad"], row=1, col=2,

@@ -62,8 +62,9 @@ def test_two_schedulers_has_the_gateway_route_and_the_autoscaler_read_the_queue(
     assert "cluster scheduler places" in words and "gateway routes each arriving request" in words
     assert "never sees a request" in words and "autoscaler reads" in words
     assert "least-loaded" not in words
-    texts = " ".join(t.text[0] for t in pic.figure.data if t.text is not None and len(t.text))
-    assert "routes each request to a replica" in texts and "places pods on nodes" in texts
+    labels = " ".join(a.text.replace("<br>", " ") for a in pic.figure.layout.annotations if a.text)
+    assert "routes each request to a replica" in labels and "places each new pod on a node" in labels
+    assert "reads the waiting count" in labels
     g = course_serving.gateway_run()
     assert sum(g["routed"]) == len(course_serving.ramp_requests(g["mu"]))     # every request routed once
     assert g["alarm_s"] is not None and g["alarm_s"] > course_serving.RAMP_AT_S

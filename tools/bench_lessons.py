@@ -5,7 +5,8 @@ round opens a fresh browser context (a new session) on each lesson given, and ti
 
 - load: from navigation until the page's last element (the "Mark as read" button) is drawn and
   the app has stopped running;
-- check: from clicking the first question's Check until its verdict (right or wrong) shows.
+- check: from clicking a question's Check until its verdict (right or wrong) shows; every question
+  of the page is checked, twice each with a different choice (`--checks` times in all).
 
 The first round after the server starts also pays for the process's one-off work (imports,
 pictures drawn once per process), so it is printed apart from the later rounds.
@@ -44,13 +45,17 @@ def load(page, url: str) -> float:
     return time.perf_counter() - t
 
 
-def check(page) -> float:
-    first = page.locator("[data-testid='stRadio']").first
-    first.locator("label").first.click()
+def check(page, k: int) -> float:
+    """Pick a choice of question k % n (another one each time round) and time its Check."""
+    radios = page.locator("[data-testid='stRadio']")
+    n = radios.count()
+    question = radios.nth(k % n)
+    question.locator("label").nth((k // n) % 2).click()
     idle(page)
+    box = question.locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][1]")   # its bordered box
     t = time.perf_counter()
-    page.get_by_role("button", name="Check").first.click()
-    page.locator("[data-testid='stAlert']").first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Check").nth(k % n).click()
+    box.locator("[data-testid='stAlert']").first.wait_for(timeout=60_000)
     idle(page)
     return time.perf_counter() - t
 
@@ -59,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lessons", nargs="+", default=list(LESSONS))
+    ap.add_argument("--checks", type=int, default=6, help="checks timed on each page load")
     ap.add_argument("--root", default=None, help="serve the app of this checkout (default: this one)")
     args = ap.parse_args()
     if args.root:
@@ -71,17 +77,18 @@ def main() -> None:
                 ctx = browser.new_context(viewport={"width": 1280, "height": 720})
                 page = ctx.new_page()
                 lt = load(page, f"{url}/lesson-{lesson}")
-                ct = check(page)
+                cts = [check(page, k) for k in range(args.checks)]
                 ctx.close()
-                print(f"round {r + 1} {lesson:22s} load {lt:5.2f} s  check {ct:5.2f} s", flush=True)
+                print(f"round {r + 1} {lesson:22s} load {lt:5.2f} s  checks " + " ".join(f"{c:.2f}" for c in cts),
+                      flush=True)
                 if r > 0 or lesson != args.lessons[0]:
                     times["load"].append(lt)
-                    times["check"].append(ct)
+                times["check"].extend(cts)
         browser.close()
     for name, ts in times.items():
         if ts:
-            print(f"{name}: median {statistics.median(ts):.2f} s, max {max(ts):.2f} s over {len(ts)} "
-                  "(the server's very first page left out)")
+            print(f"{name}: median {statistics.median(ts):.2f} s, max {max(ts):.2f} s over {len(ts)}"
+                  + (" (the server's very first page left out)" if name == "load" else ""))
 
 
 if __name__ == "__main__":
