@@ -74,3 +74,19 @@ def test_the_roofline_picture_turns_compute_bound_where_the_arithmetic_passes_th
     pic = PICTURES["weights_per_step"]()
     assert "memory-bound before" in pic.alt and "compute-bound after" in pic.alt
     assert "between 64 and 128 sequences" in pic.alt
+
+
+def test_a_picture_is_kept_on_disk_under_the_digest_of_the_code_that_draws_it(tmp_path, monkeypatch):
+    from ui import pictures as glue
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(glue, "_drawn", {})
+    drawn = []
+    monkeypatch.setitem(glue.PICTURES, "kv_preemption", lambda: drawn.append(1) or pictures.kv_preemption())
+    first = glue.picture("kv_preemption")
+    assert drawn == [1] and list((tmp_path / "results").glob("picture-kv_preemption-*.pkl"))
+    monkeypatch.setattr(glue, "_drawn", {})                     # a new process: read from disk
+    assert glue.picture("kv_preemption").alt == first.alt and drawn == [1]
+    monkeypatch.setattr(glue, "_drawn", {})
+    monkeypatch.setattr(glue, "code_digest", lambda: "changed-code")   # the code changed: drawn afresh
+    glue.picture("kv_preemption")
+    assert drawn == [1, 1]
