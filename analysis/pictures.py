@@ -144,23 +144,33 @@ def kv_preemption(spec: WorkloadSpec = KV_SPEC, kv_tokens: int = KV_TOKENS) -> P
     victim = next(rid for rid in before.running if rid not in after.running and rid in after.waiting)
     colors = {rid: REQUEST_COLORS[i % len(REQUEST_COLORS)] for i, rid in enumerate(sorted(before.running))}
     fig = go.Figure()
+    # blocks are rectangles in data units, not fixed-size markers, so they fit a phone's width too
     for y, (label, m) in enumerate((("after", after), ("before", before))):
         owner = {b: rid for rid, table in m.running.items() for b in table}
+        for b in range(blocks):
+            rid = owner.get(b)
+            fig.add_shape(type="rect", x0=b - 0.45, x1=b + 0.45, y0=y - 0.3, y1=y + 0.3, layer="below",
+                          fillcolor=colors[rid] if rid else "white", line=dict(color="#999" if not rid else "white"))
         for rid in sorted(colors):
             xs = [b for b in range(blocks) if owner.get(b) == rid]
-            fig.add_trace(go.Scatter(name=rid, x=xs, y=[y] * len(xs), text=[rid] * len(xs), mode="markers+text",
-                                     marker=dict(symbol="square", size=40, color=colors[rid]), legendgroup=rid,
-                                     showlegend=y == 1, textfont=dict(color=ink_on(colors[rid]), size=9),
+            fig.add_trace(go.Scatter(name=rid, x=xs, y=[y] * len(xs), text=[rid] * len(xs), mode="text+markers",
+                                     marker=dict(symbol="square", size=12, color=colors[rid], opacity=0),
+                                     legendgroup=rid, showlegend=False, textfont=dict(color=ink_on(colors[rid]), size=10),
                                      hovertemplate=f"block %{{x}}: {rid} ({label})<extra></extra>"))
         free = [b for b in range(blocks) if b not in owner]
         fig.add_trace(go.Scatter(name="free block", x=free, y=[y] * len(free), mode="markers", legendgroup="free",
-                                 marker=dict(symbol="square-open", size=40, color="#999"), showlegend=y == 1,
+                                 marker=dict(symbol="square-open", size=1, color="#999", opacity=0), showlegend=False,
                                  hovertemplate="block %{x}: free<extra></extra>"))
-    fig.update_layout(height=300, margin=dict(l=150, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.2),
+    for rid in sorted(colors):          # the legend's swatches
+        fig.add_trace(go.Scatter(name=rid, x=[None], y=[None], mode="markers", legendgroup=rid,
+                                 marker=dict(symbol="square", size=14, color=colors[rid])))
+    fig.add_trace(go.Scatter(name="free block", x=[None], y=[None], mode="markers", legendgroup="free",
+                             marker=dict(symbol="square-open", size=14, color="#999")))
+    fig.update_layout(height=300, margin=dict(l=90, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.25),
                       title=dict(text=f"KV cache of {blocks} blocks: step {before.step} → step {after.step}, "
                                       f"{victim} preempted"),
                       xaxis=dict(title=dict(text="KV block"), dtick=1, range=[-0.7, blocks - 0.3]),
-                      yaxis=dict(tickvals=[0, 1], ticktext=[f"after step {after.step}", f"after step {before.step}"],
+                      yaxis=dict(tickvals=[0, 1], ticktext=[f"after<br>step {after.step}", f"after<br>step {before.step}"],
                                  range=[-0.7, 1.7]))
     used = sum(len(t) for t in before.running.values())
     alt = (f"A KV cache of {blocks} blocks of {EngineConfig().block_size} tokens shared by {len(before.running)} "

@@ -27,7 +27,8 @@ def weights_per_step(name: str = ROOFLINE, context: int = ROOF_CONTEXT) -> Pictu
     weight_mb = m.weight_bytes / 1e6
     kv_mb = m.kv_bytes_per_token * (context + 1) / 1e6
     cross = next(b for b, p in zip(ROOF_BATCHES, parts) if p["gemm_compute_ms"] > p["gemm_memory_ms"])
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+    # stacked, not side by side: both stay readable on a phone
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16,
                         subplot_titles=["bytes read per generated token", "one step's time"])
     xs = list(ROOF_BATCHES)
     fig.add_trace(go.Scatter(name="weights, read once per step: their share per token", x=xs,
@@ -36,31 +37,31 @@ def weights_per_step(name: str = ROOFLINE, context: int = ROOF_CONTEXT) -> Pictu
     fig.add_trace(go.Scatter(name="each sequence's own KV cache (not shared)", x=xs, y=[kv_mb] * len(xs),
                              mode="lines", line=dict(color=COLORS["kv"], width=3)), row=1, col=1)
     fig.add_trace(go.Scatter(name="step time", x=xs, y=[p["step_ms"] for p in parts], mode="lines+markers",
-                             line=dict(color="#333", width=3)), row=1, col=2)
+                             line=dict(color="#333", width=3)), row=2, col=1)
     fig.add_trace(go.Scatter(name="weight read alone (memory roof)", x=xs, y=[p["gemm_memory_ms"] for p in parts],
-                             mode="lines", line=dict(color=COLORS["prefill"], dash="dash")), row=1, col=2)
+                             mode="lines", line=dict(color=COLORS["prefill"], dash="dash")), row=2, col=1)
     fig.add_trace(go.Scatter(name="matrix arithmetic alone (compute roof)", x=xs,
                              y=[p["gemm_compute_ms"] for p in parts], mode="lines",
-                             line=dict(color=COLORS["bad"], dash="dot")), row=1, col=2)
+                             line=dict(color=COLORS["bad"], dash="dot")), row=2, col=1)
     top = max(p["step_ms"] for p in parts)
     # on a log axis a shape takes data positions and an annotation log10 ones
     edge = math.sqrt(cross * ROOF_BATCHES[ROOF_BATCHES.index(cross) - 1])
-    fig.add_vrect(x0=1, x1=edge, fillcolor="#9cbdf0", opacity=0.15, line_width=0, row=1, col=2)
-    fig.add_vrect(x0=edge, x1=ROOF_BATCHES[-1], fillcolor="#f4a582", opacity=0.15, line_width=0, row=1, col=2)
+    fig.add_vrect(x0=1, x1=edge, fillcolor="#9cbdf0", opacity=0.15, line_width=0, row=2, col=1)
+    fig.add_vrect(x0=edge, x1=ROOF_BATCHES[-1], fillcolor="#f4a582", opacity=0.15, line_width=0, row=2, col=1)
     last = math.log10(ROOF_BATCHES[-1])
     for text, x in (("memory-bound", math.log10(edge) / 2), ("compute-bound", (math.log10(edge) + last) / 2)):
-        fig.add_annotation(x=x, y=top * 1.05, text=text, showarrow=False, row=1, col=2)
-    fig.update_layout(height=420, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.3))
+        fig.add_annotation(x=x, y=top * 1.05, text=text, showarrow=False, row=2, col=1)
+    fig.update_layout(height=680, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.15))
     fig.update_yaxes(title_text="MB read per generated token", type="log", row=1, col=1)
     fig.update_xaxes(title_text="sequences in the step (B)", type="log", row=1, col=1)
-    fig.update_xaxes(title_text="sequences in the step (B)", type="log", row=1, col=2)
-    fig.update_yaxes(title_text="ms", range=[0, top * 1.12], row=1, col=2)
+    fig.update_xaxes(title_text="sequences in the step (B)", type="log", row=2, col=1)
+    fig.update_yaxes(title_text="ms", range=[0, top * 1.12], row=2, col=1)
     first, last = parts[0], parts[-1]
-    alt = (f"Left: bytes a decode step reads for each token it generates, for {m.model.name} on the roofline model "
+    alt = (f"Above: bytes a decode step reads for each token it generates, for {m.model.name} on the roofline model "
            f"of an {m.device.name} ({m.device.dtype}), at {context} tokens of context. The weights, "
            f"{weight_mb / 1000:.1f} GB, are read once per step however many sequences share it, so their share per "
            f"token falls from {weight_mb / 1000:.1f} GB at one sequence to {weight_mb / ROOF_BATCHES[-1]:.0f} MB at "
-           f"{ROOF_BATCHES[-1]}; each sequence's own KV cache, {kv_mb:.0f} MB, is not shared. Right: the step's time "
+           f"{ROOF_BATCHES[-1]}; each sequence's own KV cache, {kv_mb:.0f} MB, is not shared. Below: the step's time "
            f"stays near the time to read the weights, {first['gemm_memory_ms']:.1f} ms, from one sequence "
            f"({first['step_ms']:.1f} ms a step) until the matrix arithmetic takes longer than the read, between "
            f"{ROOF_BATCHES[ROOF_BATCHES.index(cross) - 1]} and {cross} sequences: memory-bound before, "
@@ -180,7 +181,7 @@ def two_schedulers() -> Picture:
     replica, each replica's engine batches its own steps, an autoscaler reads the waiting queue; beside it,
     the replicas' waiting queues from a simulated run through a gateway."""
     g = course_serving.gateway_run()
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.1,
                         subplot_titles=["who decides what", "waiting requests per replica (simulated)"])
     boxes = {"gateway": (0.5, 4.4, "#d9ead3", "routes each request<br>to a replica"),
              "replica 0": (0.0, 2.7, "#cfe2f3", "its engine batches<br>every step"),
@@ -211,33 +212,33 @@ def two_schedulers() -> Picture:
         per[k][1].append(w)
     for k, (ts, ws) in sorted(per.items()):
         fig.add_trace(go.Scatter(name=f"replica {k} waiting", x=ts, y=ws, mode="lines",
-                                 line=dict(color=REQUEST_COLORS[k], shape="hv", width=1)), row=1, col=2)
+                                 line=dict(color=REQUEST_COLORS[k], shape="hv", width=1)), row=2, col=1)
     total, latest = [], {}
     for t, k, w, _ in g["samples"]:
         latest[k] = w
         total.append((t, sum(latest.values())))
     fig.add_trace(go.Scatter(name="waiting, both replicas (what the autoscaler reads)", x=[t for t, _ in total],
                              y=[w for _, w in total], mode="lines", line=dict(color="#333", shape="hv", width=2)),
-                  row=1, col=2)
-    fig.add_hline(y=course_serving.WAITING_ALARM, line_dash="dot", line_color=COLORS["bad"], row=1, col=2,
+                  row=2, col=1)
+    fig.add_hline(y=course_serving.WAITING_ALARM, line_dash="dot", line_color=COLORS["bad"], row=2, col=1,
                   annotation_text=f"threshold {course_serving.WAITING_ALARM}", annotation_position="top left")
-    fig.add_vline(x=course_serving.RAMP_AT_S, line_dash="dash", row=1, col=2, annotation_text="traffic steps up")
+    fig.add_vline(x=course_serving.RAMP_AT_S, line_dash="dash", row=2, col=1, annotation_text="traffic steps up")
     if g["alarm_s"] is not None:
-        fig.add_vline(x=g["alarm_s"], line_dash="dot", line_color=COLORS["bad"], row=1, col=2,
+        fig.add_vline(x=g["alarm_s"], line_dash="dot", line_color=COLORS["bad"], row=2, col=1,
                       annotation_text="autoscaler asks", annotation_position="bottom right")
-    fig.update_xaxes(title_text="seconds (simulated)", row=1, col=2)
-    fig.update_yaxes(title_text="waiting", rangemode="tozero", row=1, col=2)
-    fig.update_layout(height=420, margin=dict(l=20, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.2))
+    fig.update_xaxes(title_text="seconds (simulated)", row=2, col=1)
+    fig.update_yaxes(title_text="waiting", rangemode="tozero", row=2, col=1)
+    fig.update_layout(height=820, margin=dict(l=20, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.1))
     before, after = g["rates"]
     asks = (f"Their summed waiting count stays at or above {course_serving.WAITING_ALARM} for {course_serving.ALARM_FOR_S:.0f} s from "
             f"about {g['alarm_s'] - course_serving.ALARM_FOR_S:.0f} s, so an autoscaler watching it asks for a third replica "
             f"at {g['alarm_s']:.0f} s." if g["alarm_s"] is not None else
             f"Their summed waiting count never stays at {course_serving.WAITING_ALARM} or more for "
             f"{course_serving.ALARM_FOR_S:.0f} s, so an autoscaler watching it asks for nothing.")
-    alt = ("Left: the cluster scheduler places the model-server pods on nodes, once, when they start; it never sees "
+    alt = ("Above: the cluster scheduler places the model-server pods on nodes, once, when they start; it never sees "
            "a request. A gateway routes each arriving request to a replica. Inside each replica the engine's own "
            "scheduler decides at every step which sequences run. An autoscaler reads the replicas' waiting counts "
-           "and asks for more replicas, which the cluster scheduler then places. Right: two replicas of "
+           "and asks for more replicas, which the cluster scheduler then places. Below: two replicas of "
            f"{course.QUEUE_SLOTS} slots, each serving {g['mu']:.2f} requests/s, behind a gateway that sends each "
            f"request to the replica holding fewer ({g['routed'][0]} and {g['routed'][1]} requests). Traffic is "
            f"{before:.2f} requests/s until {course_serving.RAMP_AT_S:.0f} s, then {after:.2f}: the waiting queues, near "

@@ -59,11 +59,11 @@ def mm1_table(mu: float, rho_now: float) -> str:
     """The M/M/1 table at service rate `mu`: W in units of 1/mu and in seconds, with the row nearest
     the chosen utilization in bold."""
     rows = sorted(set(MM1_ROWS) | ({round(rho_now, 3)} if 0 < rho_now < 1 else set()))
-    lines = ["| Utilization ρ | λ (requests/s) | W = (1/μ)·1/(1−ρ) | W at this μ | compared with 40% |",
+    lines = ["| ρ | λ (req/s) | W in units of 1/μ | W | vs 40% |",
              "|---|---|---|---|---|"]
     for rho in rows:
-        cells = [f"{rho:.0%}" if rho in MM1_ROWS else f"{rho:.1%}", f"{rho * mu:.2f}", f"{1 / (1 - rho):.1f}/μ",
-                 _seconds(1 / (mu * (1 - rho))), f"{0.6 / (1 - rho):.1f} times"]
+        cells = [f"{rho:.0%}" if rho in MM1_ROWS else f"{rho:.1%}", f"{rho * mu:.2f}", f"{1 / (1 - rho):.1f}",
+                 _seconds(1 / (mu * (1 - rho))), f"×{0.6 / (1 - rho):.1f}"]
         bold = abs(rho - rho_now) < 1e-9
         lines.append("| " + " | ".join(f"**{c}**" if bold else c for c in cells) + " |")
     return "\n".join(lines)
@@ -122,13 +122,12 @@ def step_table() -> None:
         batches = course.BATCHES
         tok_s = [1000 * b / (t0 + c * b) for b in batches]
         k = knee(batches, tok_s)
-        lines = ["| Batch B | Step time | Tokens per second | Share of the best | Gap between one user's tokens |",
-                 "|---|---|---|---|---|"]
+        lines = ["| Batch B | Step t(B) | Tokens/s | Of the best |", "|---|---|---|---|"]
         for b, tps in zip(batches, tok_s):
             mark = " ← knee" if b == k else ""
-            lines.append(f"| {b}{mark} | {t0 + c * b:.1f} ms | {tps:,.0f} | {tps / max(tok_s):.0%} | {t0 + c * b:.1f} ms |")
+            lines.append(f"| {b}{mark} | {t0 + c * b:.1f} ms | {tps:,.0f} | {tps / max(tok_s):.0%} |")
         st.markdown("\n".join(lines))
-        st.markdown(f"Ceiling $1/c$ = **{1000 / c:,.0f} tokens/s**; half of it at $B = t_0/c$ = **{t0 / c:.1f}**; "
+        st.markdown(f"Each user waits the whole step, t(B), between two of its tokens. Ceiling $1/c$ = **{1000 / c:,.0f} tokens/s**; half of it at $B = t_0/c$ = **{t0 / c:.1f}**; "
                     f"{KNEE_SHARE:.0%} of it only at $9\\,t_0/c$ = **{9 * t0 / c:.0f}**. The knee by the course's "
                     f"rule, over these rows: **{k}**.")
 
