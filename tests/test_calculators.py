@@ -190,7 +190,7 @@ def test_queueing_lesson_embeds_its_calculators():
     assert mu == round(course.capacity(), 1) and lam == round(0.9 * mu, 1)   # the lesson's own engine
     assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == f"{1 / (mu - lam):.2f} s"
     ex = course.load_example(course.LOADS[-1])
-    assert metrics(at)["Requests inside L = λW"] == f"{round(ex['rate'], 2) * round(ex['w'], 1):.1f}"
+    assert metrics(at)["Requests inside L = λW"] == f"{round(ex['rate'], 2) * round(ex['w'], 2):.1f}"
     assert not at.warning and "{{" not in text(at)
     at.slider(key="calc_mm1_mu").set_value(10.0).run()
     at.slider(key="calc_mm1_lam").set_value(9.9).run()

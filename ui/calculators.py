@@ -167,7 +167,7 @@ def kv_budget() -> None:
         ex = course.load_example(course.LOADS[-1])
         a, b = st.columns(2)
         lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, round(ex["rate"], 2), 0.01, key="calc_kv_lam")
-        w = b.slider("Time in system W (s)", 0.1, 30.0, round(ex["w"], 1), 0.1, key="calc_kv_w")
+        w = b.slider("Time in system W (s)", 0.1, 30.0, round(ex["w"], 2), 0.01, key="calc_kv_w")
         c, d = st.columns(2)
         tokens = c.slider("Tokens each request holds (prompt + output)", 16, 4096,
                           course.QUEUE_SPEC.prompt_hi + course.QUEUE_SPEC.output_hi, 16, key="calc_kv_tokens")
