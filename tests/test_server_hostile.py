@@ -305,6 +305,29 @@ def test_oversized_headers_get_431(server):
     s.close()
 
 
+@pytest.mark.parametrize("garbage", [b"BLAH\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+                                     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"])   # the last: a TLS hello
+def test_requests_the_parser_cannot_read_get_openai_shaped_400s(server, garbage):
+    url, _ = server
+    s = raw_connection(url)
+    s.sendall(garbage)
+    reply = s.recv(4096)
+    head, body = reply.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["code"] == 400, reply
+    s.close()
+
+
+def test_a_forwarded_for_header_does_not_make_a_client_someone_else(tiny):
+    long = {"prompt": "x", "max_tokens": 1800, "stream": True, "ignore_eos": True}
+    with serving(tiny, max_inflight_per_client=1) as (url, _):
+        with httpx.stream("POST", url + "/v1/completions", json=long, timeout=30) as a:
+            lines = a.iter_lines()            # kept: a dropped iterator closes the stream
+            next(lines)
+            r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, timeout=30,
+                           headers={"X-Forwarded-For": "10.9.9.9"})
+            openai_error(r, 429, "client (127.0.0.1)")
+
+
 def test_a_body_that_never_arrives_gets_408(tiny):
     with serving(tiny, limits=ServerLimits(body_timeout_s=0.5)) as (url, _):
         s = raw_connection(url)

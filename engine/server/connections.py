@@ -10,7 +10,11 @@ descriptors. `GuardedHttp` is uvicorn's HTTP protocol (httptools) with three add
   closed as soon as it opens (trusted addresses are exempt);
 - a request's headers must be complete within `header_timeout_s` of the connection opening,
   or of the previous answer: otherwise the connection is closed;
-- at most `max_header_bytes` of headers: more gets 431 and the connection closed.
+- at most `max_header_bytes` of headers: more gets 431 and the connection closed;
+- a request the parser cannot read gets its 400 in OpenAI's error shape, like every other error.
+
+A client is the connection's own address: uvicorn's proxy headers are off, so no header a
+client sends can make it someone else.
 
 `Server` is uvicorn's server that, when told to stop, first calls `on_stop` (the app ends
 every open stream with a finish reason and [DONE]), then closes connections as uvicorn does.
@@ -100,13 +104,20 @@ def guarded_http(limits: ServerLimits) -> type:
             if not self.transport.is_closing():
                 self.transport.close()
 
+        def send_400_response(self, msg: str) -> None:
+            self._answer(400, b"Bad Request", f"{msg} (the request could not be read as HTTP/1.1)")
+
         def _refuse(self, status: int) -> None:
+            self._answer(status, b"Request Header Fields Too Large",
+                         f"request headers are over {limits.max_header_bytes:,} bytes, the limit")
+
+        def _answer(self, status: int, phrase: bytes, message: str) -> None:
+            """An error in OpenAI's shape, written before any request reached the app; then close."""
             if self.transport.is_closing():
                 return
-            body = json.dumps(error_body(status, f"request headers are over {limits.max_header_bytes:,} bytes, "
-                                                 "the limit")).encode()
-            self.transport.write(b"HTTP/1.1 %d Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-                                 b"content-length: %d\r\nconnection: close\r\n\r\n" % (status, len(body)) + body)
+            body = json.dumps(error_body(status, message)).encode()
+            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\nconnection: close\r\n\r\n" % (status, phrase, len(body)) + body)
             self.transport.close()
 
     return GuardedHttp
@@ -114,7 +125,8 @@ def guarded_http(limits: ServerLimits) -> type:
 
 def server_config(app, limits: ServerLimits, **kw) -> uvicorn.Config:
     """uvicorn's settings for the engine server: the guarded protocol and the keep-alive timeout."""
-    return uvicorn.Config(app, http=guarded_http(limits), timeout_keep_alive=limits.keep_alive_s, **kw)
+    return uvicorn.Config(app, http=guarded_http(limits), timeout_keep_alive=limits.keep_alive_s,
+                          proxy_headers=False, **kw)
 
 
 class Server(uvicorn.Server):
