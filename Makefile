@@ -58,7 +58,7 @@ classroom: $(STAMP)
 # Lesson 10's claims on three real engine servers on this machine (the tiny model), beside the
 # simulated cluster's verdicts: do the two agree in direction?
 cluster-check: $(STAMP)
-	$(PY) -m cluster check
+	$(PY) -m labs.cluster.check
 
 clean:
 	rm -rf $(VENV)

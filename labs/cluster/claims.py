@@ -2,7 +2,7 @@
 threshold it is judged by, and a counter-case: a run where the claim's outcome should NOT appear,
 which shows what the claim depends on. Each is decided on the simulated cluster (fast and the
 same on every machine with a roofline profile), and the real-cluster check
-(`python -m cluster check`) runs the main cases on real engine servers.
+(`python -m labs.cluster.check`) runs the main cases on real engine servers.
 
 A claim's `measure(profile)` returns the numbers it is judged on; `holds(numbers)` says whether
 the outcome appeared. The lesson and the lab page state each verdict from these, never by hand.

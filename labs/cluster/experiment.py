@@ -247,10 +247,26 @@ def replicas_over_time(runs: dict[str, ClusterResult], phases) -> go.Figure:
 REAL_REPLICAS = 3
 REAL_ROUTERS = ("round_robin", "prefix_affinity")
 REAL_ESTIMATE_S = 240.0    # three servers starting, a capacity probe and two routed runs, on a small CPU
+# The real servers' workloads: the simulated ones scaled to a small CPU and the tiny model's context.
+REAL_POLICY = SchedulerPolicy(max_num_seqs=16, enable_prefix_caching=True, ttft_slo_s=2.0, tpot_slo_s=0.5)
+REAL_SHARED = WorkloadSpec(num_requests=90, prompt_lo=16, prompt_hi=48, output_lo=8, output_hi=24, system_prompts=4,
+                           system_prompt_tokens=384, conversations=24, turns=4, seed=0)
+REAL_HOT = replace(REAL_SHARED, system_prompts=1, conversations=0)
+REAL_RAMP_SPEC = WorkloadSpec(prompt_lo=32, prompt_hi=96, output_lo=16, output_hi=48, seed=1)
+REAL_RAMP = [(15, 0.5), (15, 1.5), (20, 2.5), (15, 1.5), (30, 0.4)]
+REAL_SLO_REQUESTS = 4      # the TTFT target: the time one server takes to serve this many requests alone
+
+
+def real_capacity(urls, prompts, spec: WorkloadSpec, model: str) -> float:
+    """Requests a second one real server serves of `spec` (24 arriving at once)."""
+    from cluster.real import run_real
+    reqs = build_requests(replace(spec, num_requests=24, rate=0, conversations=0), prompts)
+    res = run_real(urls[:1], reqs, model=model)
+    return res.summary["finished"] / res.summary["duration_s"]
 
 
 def real_routing(model, progress=None, refresh: bool = False, peek: bool = False):
-    """The routing part on REAL_REPLICAS real engine servers of `model` on this machine (cluster/check.py's
+    """The routing part on REAL_REPLICAS real engine servers of `model` on this machine (REAL_SHARED, the
     shared-prefix workload, at 90% of what they serve), under round_robin and prefix_affinity:
     {router: summary}. Stored per machine and model (labs.runs.cached); peek=True only looks it up."""
     from engine import results
@@ -259,22 +275,20 @@ def real_routing(model, progress=None, refresh: bool = False, peek: bool = False
     path = results.cache_path("cluster-real", fingerprint(model), REAL_ROUTERS, REAL_REPLICAS)
 
     def compute(loaded):
-        from cluster import check
         from cluster.real import Servers, run_real
         from engine.workload import PromptMaker
         prompts = PromptMaker(loaded.tokenizer)
-        with Servers(REAL_REPLICAS, name, check.POLICY) as servers:
+        with Servers(REAL_REPLICAS, name, REAL_POLICY) as servers:
             if progress:
                 progress(0.2, "servers started; measuring one server's capacity")
-            mu = check.capacity(servers.urls, prompts, check.SHARED, name)
-            reqs = build_requests(replace(check.SHARED, rate=0.9 * REAL_REPLICAS * mu), prompts)
+            mu = real_capacity(servers.urls, prompts, REAL_SHARED, name)
+            reqs = build_requests(replace(REAL_SHARED, rate=0.9 * REAL_REPLICAS * mu), prompts)
+            slo = SLO(REAL_SLO_REQUESTS / mu, 60.0)
             out = {}
             for i, router in enumerate(REAL_ROUTERS):
                 if progress:
                     progress(0.4 + 0.3 * i, f"routing with {router}")
-                res = run_real(servers.urls, reqs, router, model=name,
-                               slo=SLO(check.POLICY.ttft_slo_s, check.POLICY.tpot_slo_s))
-                out[router] = res.summary
+                out[router] = run_real(servers.urls, reqs, router, model=name, slo=slo).summary
         return out
     got = cached(path, model, compute, refresh, peek)
     return got

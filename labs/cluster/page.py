@@ -150,7 +150,7 @@ with right:
 # ----------------------------------------------------------------------------- claims
 st.header("The lesson's claims")
 st.markdown("Each claim of the lesson is decided on this simulator by the test suite, with a counter-case that "
-            "should not show it; `python -m cluster check` runs the main cases on real engine servers.")
+            "should not show it; `python -m labs.cluster.check` runs the main cases on real engine servers.")
 for c in CLAIMS:
     st.markdown(f"- **{c.text}** Judged by {c.metric}: {c.threshold_text()}. *Counter-case:* {c.counter}.")
 widgets.definitions(

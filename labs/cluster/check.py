@@ -1,4 +1,4 @@
-"""`python -m cluster check`: lesson 10's claims on real engine servers on this machine, beside the
+"""`python -m labs.cluster.check` (make cluster-check): lesson 10's claims on real engine servers on this machine, beside the
 simulated cluster's verdicts, to see that the two agree in direction.
 
 Three `engine serve` processes (the tiny model unless --model says otherwise) run each claim's
@@ -17,22 +17,16 @@ import tempfile
 from dataclasses import replace
 
 from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
 from engine.metrics import SLO
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.workload import PromptMaker
 
-from .autoscaler import AutoscalerSpec
-from .real import Servers, run_real
-from .traffic import ramp
+from cluster.autoscaler import AutoscalerSpec
+from cluster.real import Servers, run_real
+from cluster.traffic import ramp
 
-REPLICAS = 3
-POLICY = SchedulerPolicy(max_num_seqs=16, enable_prefix_caching=True, ttft_slo_s=2.0, tpot_slo_s=0.5)
-SHARED = WorkloadSpec(num_requests=90, prompt_lo=16, prompt_hi=48, output_lo=8, output_hi=24, system_prompts=4,
-                      system_prompt_tokens=384, conversations=24, turns=4, seed=0)
-HOT = replace(SHARED, system_prompts=1, conversations=0)
-RAMP_SPEC = WorkloadSpec(prompt_lo=32, prompt_hi=96, output_lo=16, output_hi=48, seed=1)
-RAMP = [(15, 0.5), (15, 1.5), (20, 2.5), (15, 1.5), (30, 0.4)]
-SLO_REQUESTS = 4        # the TTFT target: the time one server takes to serve this many requests alone
+from labs.cluster.experiment import REAL_HOT as HOT, REAL_POLICY as POLICY, REAL_RAMP as RAMP, \
+    REAL_RAMP_SPEC as RAMP_SPEC, REAL_REPLICAS as REPLICAS, REAL_SHARED as SHARED, REAL_SLO_REQUESTS as SLO_REQUESTS, \
+    real_capacity as capacity
 
 
 def autoscaler(metric: str, startup_s: float = 6.0) -> AutoscalerSpec:
@@ -40,15 +34,8 @@ def autoscaler(metric: str, startup_s: float = 6.0) -> AutoscalerSpec:
                           max_replicas=REPLICAS, scale_down_window_s=12.0)
 
 
-def capacity(urls, prompts, spec: WorkloadSpec, model: str) -> float:
-    """Requests a second one server serves of `spec` (24 arriving at once)."""
-    reqs = build_requests(replace(spec, num_requests=24, rate=0, conversations=0), prompts)
-    res = run_real(urls[:1], reqs, model=model)
-    return res.summary["finished"] / res.summary["duration_s"]
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cluster check", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m labs.cluster.check", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="the model each server loads (tiny or smollm2)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--logs", help="a folder for the servers' logs")
