@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 PORT   ?= 8501
 
-.PHONY: run test bench serve classroom chromium clean
+.PHONY: run test bench serve classroom cluster-check chromium clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,6 +54,11 @@ classroom: $(STAMP)
 	echo "instructor token:  $$TOKEN"; \
 	BATCHING_LAB_ENGINE_URL=http://127.0.0.1:8000 $(VENV)/bin/streamlit run app.py --server.address 0.0.0.0 \
 		--server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+
+# Lesson 10's claims on three real engine servers on this machine (the tiny model), beside the
+# simulated cluster's verdicts: do the two agree in direction?
+cluster-check: $(STAMP)
+	$(PY) -m labs.cluster.check
 
 clean:
 	rm -rf $(VENV)

@@ -42,6 +42,7 @@ class SlotGrid:
     code: np.ndarray  # (n_steps, n_slots) index into names; -1 (the "") where the slot is empty
     phase: np.ndarray  # (n_steps, n_slots) 0 empty, 1 prefill, 2 decode
     tokens: np.ndarray  # (n_steps, n_slots) tokens the request carried in that step
+    cached: np.ndarray = None  # (n_steps, n_slots) prompt tokens a prefix-cache hit saved it, as it started
 
     @property
     def ids(self) -> np.ndarray:
@@ -65,13 +66,15 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     grows to fit.
     """
     n = 0 if steps is None else len(steps)
-    rows, cols, codes, phases, tokens = [], [], [], [], []
+    rows, cols, codes, phases, tokens, cached = [], [], [], [], [], []
     code_of: dict[str, int] = {}  # request id -> its index in names
     slot_of: dict[str, int] = {}  # request id -> row, for requests in the batch
     free = list(range(max_slots))  # a heap: lowest free row first
     width = max_slots
     per_step = steps["members"].tolist() if n and "members" in steps.columns else [()] * n
+    hits = steps["prefix_hits"].tolist() if n and "prefix_hits" in steps.columns else [()] * n
     for i, members in enumerate(per_step):
+        hit = dict(hits[i]) if isinstance(hits[i], (tuple, list)) else {}
         present = {rid for rid, _, _ in members}
         for rid in [r for r in slot_of if r not in present]:
             heapq.heappush(free, slot_of.pop(rid))
@@ -88,16 +91,19 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
             codes.append(code_of.setdefault(rid, len(code_of)))
             phases.append(1 if phase.startswith("p") else 2)
             tokens.append(tok)
+            cached.append(hit.get(rid, 0))
     grid = SlotGrid(
         steps=num(steps, "step").astype(np.int64) if n else np.zeros(0, np.int64),
         names=np.array([*code_of, ""], dtype=str),
         code=np.full((n, width), -1, dtype=np.int64),
         phase=np.zeros((n, width), dtype=np.int8),
         tokens=np.zeros((n, width), dtype=np.int64),
+        cached=np.zeros((n, width), dtype=np.int64),
     )
     grid.code[rows, cols] = codes
     grid.phase[rows, cols] = phases
     grid.tokens[rows, cols] = tokens
+    grid.cached[rows, cols] = cached
     return grid
 
 
@@ -174,9 +180,13 @@ def _runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return slot, col, lengths[keep]
 
 
-def _legend(phase: np.ndarray, shapes: list) -> list:
+HIT_MARK = dict(symbol="diamond", color="white", line=dict(color="black", width=1.5))
+
+
+def _legend(phase: np.ndarray, shapes: list, hits: bool = False) -> list:
     """One legend entry for each kind of thing drawn, drawn the way the chart draws it."""
     entries = [
+        ("prefix-cache hit (◆): prompt tokens not computed", hits, dict(size=10, **HIT_MARK)),
         ("prefill step (╱)", (phase == 1).any(), dict(symbol="line-ne", size=12,
                                                        line=dict(color="black", width=2))),
         ("decode step (plain)", (phase == 2).any(), dict(symbol="square", size=12, color="white",
@@ -224,6 +234,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     grid = slot_grid(steps.iloc[start:hi], max_slots)
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
+    cached = grid.cached[keep]
 
     hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
     z = np.where(phase == 0, 0, hue + 1)
@@ -260,6 +271,14 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     ids = [dict(type="scatter", x=mid[ink == c], y=slot[ink == c], text=name[ink == c], mode="text",
                 hoverinfo="skip", showlegend=False, textfont=dict(size=px, color=c))
            for c in INK_COLORS]
+    # A request that found its prompt's first blocks in the prefix cache: a diamond on the step
+    # it started, and in its hover the tokens it did not compute.
+    hit_step, hit_slot = np.nonzero(cached > 0)
+    hit_marks = [dict(type="scatter", x=x[hit_step], y=hit_slot, mode="markers", showlegend=False,
+                      marker=dict(size=max(6.0, min(cell_w, cell_h, 12.0)), **HIT_MARK),
+                      text=[f"{grid.names[code[i, j]]}: {cached[i, j]} prompt tokens from the prefix cache, "
+                            f"{tokens[i, j]} computed" for i, j in zip(hit_step, hit_slot)],
+                      hovertemplate="step %{x} · slot %{y}<br>%{text}<extra></extra>")] if len(hit_step) else []
     note = good if hi <= columns else f"Showing the last {len(x)} steps. " + good
     x_first = int(x[0])
     shapes, notes = mark_lines(marks, "step", lo=x_first - 0.5, hi=x_first + columns - 0.5,
@@ -271,4 +290,4 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))
     out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
-    return figure(data=[heat, *prefill, *ids, *_legend(phase, shapes)], layout=out)
+    return figure(data=[heat, *prefill, *ids, *hit_marks, *_legend(phase, shapes, bool(hit_marks))], layout=out)

@@ -17,6 +17,9 @@ from .request import Request
 from .workload import PromptMaker, WorkloadSpec, tenant_name
 
 
+STAND_IN_IDS = range(100, 30001)   # token ids a prompt without a PromptMaker is drawn from
+
+
 class ArrivalFeed:
     """Draws arrivals on the fly from the current WorkloadSpec; a new spec applies from now on."""
 
@@ -24,6 +27,8 @@ class ArrivalFeed:
         """Without a PromptMaker the prompt ids are stand-ins (enough for the cost model)."""
         self.prompts = prompts
         self.count = 0
+        self.chats: dict[int, tuple[int, list]] = {}   # conversation -> (its system prompt, turns so far)
+        self._systems: dict[tuple, list[int]] = {}       # (seed, index, length) -> a system prompt's tokens
         self.set_spec(spec, spec.start_s)
 
     def set_spec(self, spec: WorkloadSpec, now_s: float) -> None:
@@ -65,9 +70,46 @@ class ArrivalFeed:
         # the same whether the prompts are real text or stand-ins (a simulated run draws the real
         # run's requests)
         words = random.Random(f"{s.seed}-prompt-{i}")
-        ids = self.prompts.make(plen, words) if self.prompts else [words.randint(100, 30000) for _ in range(plen)]
+        if s.shares_prefixes:
+            ids = self._shared(i, plen, olen, words)
+        else:
+            ids = self.prompts.make(plen, words) if self.prompts else [words.randint(100, 30000) for _ in range(plen)]
         return Request(id=f"{s.id_prefix}{i}", prompt_token_ids=ids, max_new_tokens=olen, arrival_s=t,
                        tenant=tenant_name(t_idx), priority=t_idx)
+
+    def _text(self, n: int, rng: random.Random) -> list[int]:
+        """n tokens of text (stand-ins without a PromptMaker)."""
+        return self.prompts.content(n, rng) if self.prompts else rng.choices(STAND_IN_IDS, k=n)
+
+    def _system_prompt(self, k: int) -> list[int]:
+        """The k-th shared system prompt of this seed (drawn once; the same for every request)."""
+        s = self.spec
+        key = (s.seed, k, s.system_prompt_tokens)
+        if key not in self._systems:
+            self._systems[key] = self._text(s.system_prompt_tokens, random.Random(f"{s.seed}-system-{k}"))
+        return self._systems[key]
+
+    def _shared(self, i: int, plen: int, olen: int, words: random.Random) -> list[int]:
+        """The i-th prompt built from shared parts: a system prompt, then (in a conversation) the
+        turns so far, then a new question of `plen` tokens. Which system prompt and conversation
+        come from a stream of their own, so arrivals and lengths stay those of the same seed
+        without sharing."""
+        s = self.spec
+        pick = random.Random(f"{s.seed}-share-{i}")
+        system = pick.randrange(s.system_prompts) if s.system_prompts else None
+        history: list = []
+        if s.conversations:
+            chat = pick.randrange(s.conversations)
+            system, history = self.chats.get(chat, (system, []))
+            if len(history) >= s.turns - 1:
+                system, history = pick.randrange(s.system_prompts) if s.system_prompts else None, []
+        sys_ids = None if system is None else self._system_prompt(system)
+        question = self._text(plen, words)
+        if s.conversations:
+            self.chats[chat] = (system, history + [(question, self._text(olen, words))])
+        if self.prompts:
+            return self.prompts.chat(sys_ids, history, question)
+        return (sys_ids or []) + [t for q, reply in history for t in q + reply] + question
 
 
 def build_requests(spec: WorkloadSpec, prompts: PromptMaker | None = None) -> list[Request]:

@@ -56,6 +56,14 @@ class SchedulerPolicy:
         0, "Chunk size limit (tokens)",
         "With chunked prefill: the most prompt tokens one request may prefill in a step. "
         "0 = no limit beyond the token budget.", lo=0, hi=16384, step=16, unit="tokens", slider_hi=2048)
+    enable_prefix_caching: bool = knob(
+        False, "Prefix caching",
+        "Keep the keys and values of full KV blocks after their request ends, keyed by their "
+        "tokens and every token before them, and let a later request that starts with the same "
+        "tokens (a shared system prompt, an earlier turn of its conversation) reuse them instead "
+        "of computing them again. The least recently used cached blocks are evicted when free "
+        "blocks run out. vLLM turns this on by default; here it starts off, so the lessons "
+        "before it measure an engine without it.")
     order: str = knob(
         "fcfs", "Admission order",
         "Which waiting request gets a free slot first. fcfs: first come first served. priority: "

@@ -39,6 +39,8 @@ class StepRecord:
     members: tuple[tuple[str, str, int], ...]   # (request id, phase, tokens)
     preempted: int = 0
     error: str = ""
+    prefix_queries: int = 0                          # tokens looked up in the prefix cache this step
+    prefix_hits: tuple[tuple[str, int], ...] = ()    # (request id, prompt tokens the cache saved it)
 
     @property
     def duration_s(self) -> float:
@@ -195,7 +197,8 @@ class Engine:
             prefill_tokens=plan.prefill_tokens, decode_tokens=plan.decode_tokens,
             kv_used_blocks=self.pool.used_blocks, kv_total_blocks=self.pool.capacity_blocks,
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
-            preempted=len(plan.preempted), error=error)
+            preempted=len(plan.preempted), error=error, prefix_queries=plan.prefix_queries,
+            prefix_hits=tuple((r.id, n) for r, n in plan.prefix_hits))
         self.steps.append(rec)
         self._forget_old()
         return rec

@@ -11,6 +11,7 @@ No Streamlit here.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
 
@@ -141,6 +142,12 @@ def knob(default, label: str, help: str, *, lo=None, hi=None, step=None, unit: s
 
 def knobs_of(cls) -> dict[str, Knob]:
     """The knobs a dataclass declares, by field name, in field order (plain fields are skipped)."""
+    return dict(_knobs_of(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _knobs_of(cls) -> dict[str, Knob]:
+    """knobs_of, worked out once per class: the engine checks its policy every step."""
     out = {}
     for f in fields(cls):
         meta = f.metadata.get(KNOB)

@@ -25,10 +25,11 @@ PERCENTILES = (50, 90, 95, 99)
 FINISHED = Status.FINISHED.value
 
 REQUEST_COLUMNS = ["id", "tenant", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
-                   "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
+                   "prompt_tokens", "cached_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
                    "preemptions", "status", "error", "output_token_ids", "output_text"]
 STEP_COLUMNS = ["step", "t_start_s", "t_end_s", "waiting", "running", "prefill_tokens",
-                "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted", "error"]
+                "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted", "error",
+                "prefix_queries", "prefix_hits"]
 
 DEFINITIONS = """
 Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
@@ -43,6 +44,9 @@ Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
 - **Output throughput** = output tokens made, by every request / duration.
 - **Goodput** = finished requests that met every SLO target set / duration.
 - **pNN** = the value NN% of finished requests stay at or under (p50 = median).
+- **Prefix cache hit rate** = prompt tokens found in the prefix cache / prompt tokens looked up
+  there, as vLLM counts them (`vllm:prefix_cache_hits` / `vllm:prefix_cache_queries`): a request
+  looks its tokens up each time it starts (again after a preemption); 0 with caching off.
 - **Wasted slot-steps** = over every step that ran something, the batch slots (`max_num_seqs`)
   left empty, summed. A step with 8 slots and 5 requests wastes 3.
 """
@@ -220,6 +224,7 @@ def summarize(requests, steps, slo: SLO | None = None, retired: Retired | None =
         "e2e_s": distribution(finished_values(table, "e2e_s")),
         "queue_s": distribution(finished_values(table, "queue_s")),
         "step_ms": distribution([1000 * s for s in step_s]),
+        **prefix_cache(steps, old),
     }
     if retired is not None:
         summary["percentiles_over"] = "the whole run" if not (old.steps or old.requests) else (
@@ -242,6 +247,8 @@ class Retired:
     preemptions: int = 0
     output_tokens: int = 0        # made by every request
     prompt_tokens: int = 0        # of finished requests
+    prefix_queries: int = 0       # tokens looked up in the prefix cache
+    prefix_hits: int = 0          # tokens found there
     good: int = 0                 # finished requests that met the SLO in force when they left
     first_arrival_s: float | None = None
     last_end_s: float | None = None
@@ -252,6 +259,8 @@ class Retired:
     def add_step(self, s) -> None:
         self.steps += 1
         self.busy_s += s.t_end_s - s.t_start_s
+        self.prefix_queries += s.prefix_queries
+        self.prefix_hits += sum(n for _, n in s.prefix_hits)
         self._ends_at(s.t_end_s)
 
     def add_request(self, r: Request, slo: SLO) -> None:
@@ -278,7 +287,7 @@ def request_row(r: Request) -> dict:
     return {
         "id": r.id, "tenant": r.tenant, "arrival_s": r.arrival_s,
         "first_scheduled_s": r.first_scheduled_s, "first_token_s": r.first_token_s,
-        "finish_s": r.finish_s, "prompt_tokens": r.prompt_tokens,
+        "finish_s": r.finish_s, "prompt_tokens": r.prompt_tokens, "cached_tokens": r.num_cached_tokens,
         "output_tokens": len(r.output_token_ids), "ttft_s": ttft(r), "tpot_s": tpot(r),
         "e2e_s": e2e(r), "queue_s": queue_time(r), "preemptions": r.preemptions,
         "status": r.status.value, "error": r.error,
@@ -291,6 +300,16 @@ def step_row(s) -> dict:
     return {k: getattr(s, k) for k in STEP_COLUMNS}
 
 
+def prefix_cache(steps, retired: Retired | None = None) -> dict:
+    """The prefix cache's whole-run counts (in tokens) and hit rate, from the step records
+    (NaN hit rate when nothing was looked up: caching off)."""
+    old = retired or Retired()
+    queries = sum(s.prefix_queries for s in steps) + old.prefix_queries
+    hits = sum(n for s in steps for _, n in s.prefix_hits) + old.prefix_hits
+    return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else math.nan}
+
+
 def members_text(members) -> str:
     """Members as steps.csv writes them: "r3:prefill:128 r7:decode:1"."""
     return " ".join(f"{rid}:{phase}:{n}" for rid, phase, n in members)
@@ -298,7 +317,8 @@ def members_text(members) -> str:
 
 def step_csv_row(s) -> dict:
     """A StepRecord as a line of steps.csv."""
-    return {**step_row(s), "members": members_text(s.members)}
+    return {**step_row(s), "members": members_text(s.members),
+            "prefix_hits": " ".join(f"{rid}:{n}" for rid, n in s.prefix_hits)}
 
 
 def write_csv(f, rows, columns: list[str]) -> None:

@@ -61,6 +61,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0   # prompt tokens found in the prefix cache when it last started (vLLM's name)
+    num_cached_blocks: int = 0   # leading blocks of block_table already in the prefix cache (kv_cache.py)
+    block_hashes: list[int] = field(default_factory=list)   # chained keys of its full blocks (kv_cache.py)
     preemptions: int = 0
     was_preempted: bool = False  # waiting again after a preemption: goes to the front
     first_scheduled_s: float | None = None

@@ -48,6 +48,8 @@ class StepPlan:
     preempted: list[Request] = field(default_factory=list)
     rejected: list[tuple[Request, str]] = field(default_factory=list)
     note: str = ""      # why the step is empty or partial, in plain words
+    prefix_queries: int = 0                  # tokens looked up in the prefix cache by requests starting now
+    prefix_hits: list[tuple[Request, int]] = field(default_factory=list)   # (request, tokens it found there)
 
     @property
     def num_tokens(self) -> int:
@@ -112,10 +114,14 @@ class Scheduler:
     # ----- one step -----
 
     def schedule(self, now_s: float, policy: SchedulerPolicy | None = None) -> StepPlan:
-        if policy is not None:
+        if policy is not None and policy is not self.policy:   # the engine's policy is checked as it is set
             self.policy = policy.validate()
         p = self.policy
         self.pool.set_capacity_tokens(p.kv_capacity_tokens)
+        self.pool.caching = p.enable_prefix_caching
+        if p.enable_prefix_caching:
+            for r in self.running:              # blocks filled by the last step join the cache
+                self.pool.cache_computed(r)
         plan = StepPlan()
         budget = p.max_num_batched_tokens
 
@@ -191,12 +197,20 @@ class Scheduler:
                 plan.rejected.append((req, reason))
                 admitted.add(req)              # leaves the waiting queue
                 continue
+            # Prefix caching: the leading blocks already cached count as computed, so the chunk
+            # starts after them (the model runner reads their keys and values where they are).
+            hit = self.pool.lookup(req) if p.enable_prefix_caching and not req.block_table else []
+            req.num_computed_tokens = len(hit) * self.pool.block_size
             n = self._chunk_size(req, budget)
-            if n == 0 and p.mode == "continuous":
-                break                           # wait for a step with room (keeps the order)
-            # (static: a member joins the batch now and prefills once the budget allows)
-            if not self.pool.can_allocate(req, max(n, 1)):
+            if (n == 0 and p.mode == "continuous") or not self.pool.can_allocate(req, max(n, 1), hit):
+                req.num_computed_tokens = 0     # wait for a step with room (keeps the order)
                 break
+            # (static: a member joins the batch now and prefills once the budget allows)
+            if p.enable_prefix_caching:
+                self.pool.take_cached(req, hit)
+                plan.prefix_queries += req.num_tokens
+                if hit:
+                    plan.prefix_hits.append((req, req.num_cached_tokens))
             self.pool.allocate(req, n)
             req.status = Status.RUNNING
             req.was_preempted = False

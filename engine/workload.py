@@ -107,12 +107,36 @@ class WorkloadSpec:
         "How many customers send the requests. The first sends half of all traffic; the "
         "others share the rest. Matters for the 'fair' and 'priority' orders.", lo=1, hi=1000,
         slider_hi=8)
+    system_prompts: int = knob(
+        0, "Shared system prompts",
+        "How many different system prompts the requests start with (a conversation keeps the one "
+        "it started with; a lone request picks one at random). 0 = none: every prompt is its own "
+        "text. Requests that share a system prompt share its KV blocks under prefix caching.",
+        lo=0, hi=1000, slider_hi=16)
+    system_prompt_tokens: int = knob(
+        256, "System prompt tokens", "The length of each shared system prompt, in tokens.",
+        lo=1, hi=32768, step=16, unit="tokens", slider_hi=2048)
+    conversations: int = knob(
+        0, "Conversations (multi-turn)",
+        "Multi-turn chat: each new request continues one of this many conversations, picked at "
+        "random, and its prompt is the whole conversation so far (earlier questions and replies) "
+        "followed by a new question of the drawn prompt length. The earlier replies are drawn "
+        "text of the output length, not what the model said. 0 = every request stands alone.",
+        lo=0, hi=100_000, slider_hi=64)
+    turns: int = knob(
+        4, "Turns per conversation", "After this many turns a conversation starts again from its "
+        "system prompt (keeps prompts within the model's context).", lo=1, hi=1000, slider_hi=16)
     seed: int = knob(
         0, "Seed",
         "Fixes the random draws (arrival times, lengths, prompts): the same seed and settings "
         "give the same workload.", lo=0, hi=2**31 - 1)
     start_s: float = 0.0
     id_prefix: str = "r"
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Prompts built from shared parts (system prompts, conversation history)."""
+        return self.system_prompts > 0 or self.conversations > 0
 
     @property
     def endless(self) -> bool:
@@ -167,12 +191,43 @@ class PromptMaker:
         before, after = wrapped.split(marker)
         self.prefix, self.suffix = enc(before), enc(after)
 
+        # The template's pieces around each message of a conversation with a system prompt:
+        # start, system, user, assistant, user, and the generation prompt after the last.
+        marks = [f"\u2063M{i}\u2063" for i in range(4)]
+        try:
+            wrapped = tokenizer.apply_chat_template(
+                [{"role": role, "content": m} for role, m in zip(("system", "user", "assistant", "user"), marks)],
+                add_generation_prompt=True, tokenize=False)
+            pieces = []
+            for m in marks:
+                before, wrapped = wrapped.split(m)
+                pieces.append(enc(before))
+        except Exception:       # a template without a system role, or one that rewrites the messages
+            pieces = [None] * 4
+        # (what follows the last user message, the generation prompt, is after_user again)
+        self.start, self.after_system, self.after_user, self.after_reply = pieces
+
+    def content(self, length: int, rng: random.Random) -> list[int]:
+        """`length` tokens of text from the prompt set."""
+        out: list[int] = []
+        while len(out) < length:
+            out += rng.choice(self.texts) + self.separator
+        return out[:length]
+
     def make(self, length: int, rng: random.Random) -> list[int]:
-        need = max(1, length - len(self.prefix) - len(self.suffix))
-        content: list[int] = []
-        while len(content) < need:
-            content += rng.choice(self.texts) + self.separator
-        return self.prefix + content[:need] + self.suffix
+        return self.prefix + self.content(max(1, length - len(self.prefix) - len(self.suffix)), rng) + self.suffix
+
+    def chat(self, system: list[int] | None, history: list[tuple[list[int], list[int]]],
+             question: list[int]) -> list[int]:
+        """A chat prompt: the system prompt (None: the template's default), earlier (question,
+        reply) turns, then the new question, with the chat template's tokens between them."""
+        if self.start is None:
+            raise ValueError("this model's chat template takes no system prompt and turns as the lab writes "
+                             "them: use system_prompts 0 and conversations 0 with it")
+        out = list(self.start + system + self.after_system if system is not None else self.prefix)
+        for q, reply in history:
+            out += q + self.after_user + reply + self.after_reply
+        return out + question + self.after_user
 
 
 def request_to_json(r: Request) -> dict:

@@ -33,7 +33,7 @@ def texts(at: AppTest) -> str:
 def test_registry_lists_every_lesson_lab_once():
     from lessons.catalog import LAB_IDS
     ids = [lab.url_path for lab in LESSON_LABS]
-    assert len(ids) == len(set(ids)) == 9
+    assert len(ids) == len(set(ids)) == 10
     assert set(ids) == set(LAB_IDS) - {"playground"}
     for lab in LESSON_LABS:
         assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")

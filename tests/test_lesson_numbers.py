@@ -31,6 +31,7 @@ SETTINGS = {
     "tail-latency": {"5%", "100", "0%", "10%", "2"},    # slider settings; the ~100-sample rule
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try
+    "beyond-one-replica": set(),
 }
 
 

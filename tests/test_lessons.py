@@ -13,8 +13,8 @@ GOOD = (FOLDER / "01-why-batch.md").read_text(encoding="utf-8")
 
 def test_every_lesson_parses():
     assert ERRORS == []
-    assert len(LESSONS) == 9
-    assert [l.order for l in LESSONS] == list(range(1, 10))
+    assert len(LESSONS) == 10
+    assert [l.order for l in LESSONS] == list(range(1, 11))
     assert len({l.id for l in LESSONS}) == len(LESSONS)
 
 

@@ -1,7 +1,7 @@
 """The lab pages the app lists: file, title, address and what each one shows.
 
 app.py builds the "Labs" navigation section from LABS and the home page describes each entry:
-the Playground first, then the nine lesson labs (one folder each under labs/). The lab id is
+the Playground first, then the lesson labs (one folder each under labs/). The lab id is
 the page's address (url_path) and what lessons link to as `lab:<id>`. No Streamlit here.
 """
 from __future__ import annotations
@@ -52,6 +52,10 @@ _LESSON_LABS = [
     ("scheduler_orders", "Scheduler orders", ":material/sort:",
      "One multi-tenant workload under fcfs, priority, sjf, fair and edf: per-tenant TTFT and "
      "who wins and loses."),
+    ("cluster", "Beyond one replica", ":material/hub:",
+     "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
+     "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "
+     "SLO attainment and replica-seconds, with each replica's batches."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)

@@ -59,6 +59,9 @@ class ServerMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.prefix_queries = counter("vllm:prefix_cache_queries",
+                                      "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           LABELS + ["finished_reason"], registry=self.registry)
         self.success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
@@ -73,6 +76,12 @@ class ServerMetrics:
         self.hist["iteration_tokens"].observe(tokens)
         if preempted:
             self.preemptions.inc(preempted)
+
+    def prefix_cache(self, queries: int, hits: int) -> None:
+        """Tokens looked up in the prefix cache in one step, and tokens found there."""
+        if queries:
+            self.prefix_queries.inc(queries)
+            self.prefix_hits.inc(hits)
 
     def new_tokens(self, req: Request, already_seen: int) -> None:
         """The tokens of `req` from index `already_seen` on have just come out."""

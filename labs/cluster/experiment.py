@@ -1,0 +1,300 @@
+"""Beyond one replica: routing policies on a shared-prefix workload, and two autoscalers under a
+traffic ramp, on the simulated cluster (cluster/simulated.py: every replica is the engine's own
+Engine and Scheduler, on the virtual clock, step times from a step model). No Streamlit here.
+
+Rates are set from what one replica serves of each workload on the chosen step model (its
+capacity, measured on the simulator: `capacity`), so the experiment means the same on a
+simulated GPU and on this machine's calibrated profile.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.style import COLORS, REQUEST_COLORS, empty_figure, wrapped_layout
+from cluster.autoscaler import AutoscalerSpec
+from cluster.result import ClusterResult
+from cluster.router import POLICIES
+from cluster.simulated import SimCluster
+from cluster.traffic import ramp, rate_at
+from engine.arrivals import build_requests
+from engine.config import SchedulerPolicy
+from engine.metrics import SLO
+from engine.simulate import SimProfile, resolve_profile
+from engine.workload import WorkloadSpec
+
+PROFILE = "l4:llama-3.1-8b"       # a common inference GPU; any profile engine.simulate knows works
+REPLICAS = 4
+LOAD = 0.95                       # the routing runs' traffic, as a share of what the replicas serve
+LOAD_BOUND = 1.25
+UNBOUNDED = 100.0                 # a load bound so loose it never binds
+POLICY = SchedulerPolicy(max_num_seqs=64, max_num_batched_tokens=2048, enable_prefix_caching=True,
+                         ttft_slo_s=2.0, tpot_slo_s=0.15)
+# Multi-turn chat: 8 system prompts of 1,024 tokens, 300 conversations of up to 6 turns.
+SHARED = WorkloadSpec(num_requests=400, prompt_lo=32, prompt_hi=128, output_lo=32, output_hi=128,
+                      system_prompts=8, system_prompt_tokens=1024, conversations=100, turns=6, seed=0)
+PLAIN = replace(SHARED, system_prompts=0, conversations=0, prompt_lo=400, prompt_hi=1400)   # nothing shared
+HOT = replace(SHARED, system_prompts=1, conversations=0)                                      # one prompt for all
+# The ramp: (seconds, traffic as a multiple of one replica's capacity).
+RAMP = [(40, 0.5), (40, 2.0), (60, 4.0), (40, 2.0), (60, 0.5)]
+GENTLE = [(40, 0.3), (40, 0.6), (60, 0.8), (40, 0.6), (60, 0.3)]
+RAMP_SPEC = WorkloadSpec(prompt_lo=64, prompt_hi=256, output_lo=32, output_hi=128, seed=1)
+AUTOSCALERS = {"busy": AutoscalerSpec("busy", 0.7, interval_s=10, startup_s=30, max_replicas=8, scale_down_window_s=60),
+               "waiting": AutoscalerSpec("waiting", 2.0, interval_s=10, startup_s=30, max_replicas=8,
+                                         scale_down_window_s=60)}
+AUTOSCALER_NAMES = {"busy": "busy fraction ≥ 0.7", "waiting": "waiting ≥ 2 per replica"}
+
+
+def profile_named(name: str = PROFILE) -> SimProfile:
+    return resolve_profile(name)
+
+
+def policy_for(profile: SimProfile, **changes) -> SchedulerPolicy:
+    """The lab's policy, its KV capacity what the simulated device holds (capped for speed)."""
+    cap = profile.kv_capacity_tokens or POLICY.kv_capacity_tokens
+    return POLICY.changed(kv_capacity_tokens=min(cap, 100_000), **changes)
+
+
+def capacity(profile_name: str, spec: WorkloadSpec, max_num_seqs: int = 64) -> float:
+    """Requests a second one replica serves of `spec` (200 requests arriving at once, on the
+    simulator): the unit the experiments' traffic is set in."""
+    return _capacity(profile_name, tuple(spec.to_dict().items()), max_num_seqs)
+
+
+@functools.lru_cache(maxsize=32)
+def _capacity(profile_name: str, spec_items: tuple, max_num_seqs: int) -> float:
+    spec = WorkloadSpec(**dict(spec_items))
+    profile = profile_named(profile_name)
+    one = replace(spec, num_requests=200, rate=0, conversations=min(spec.conversations, 60))
+    res = SimCluster(profile, policy_for(profile, max_num_seqs=max_num_seqs), 1).run(build_requests(one))
+    return res.summary["finished"] / res.summary["duration_s"]
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def routing_requests(profile_name: str, spec: WorkloadSpec = SHARED, replicas: int = REPLICAS, load: float = LOAD):
+    rate = load * replicas * capacity(profile_name, spec)
+    return build_requests(replace(spec, rate=rate))
+
+
+def routing_run(profile_name: str, router: str, spec: WorkloadSpec = SHARED, replicas: int = REPLICAS,
+                load: float = LOAD, load_bound: float = LOAD_BOUND) -> ClusterResult:
+    profile = profile_named(profile_name)
+    reqs = routing_requests(profile_name, spec, replicas, load)
+    return SimCluster(profile, policy_for(profile), replicas, router, load_bound).run(reqs)
+
+
+def routing_runs(profile_name: str = PROFILE, spec: WorkloadSpec = SHARED, replicas: int = REPLICAS,
+                 load: float = LOAD, load_bound: float = LOAD_BOUND, policies=POLICIES) -> dict[str, ClusterResult]:
+    return {p: routing_run(profile_name, p, spec, replicas, load, load_bound) for p in policies}
+
+
+def routing_table(runs: dict[str, ClusterResult]) -> list[dict]:
+    return [{"router": name, "p95 TTFT (s)": r.summary["ttft_p95_s"], "p50 TTFT (s)": r.summary["ttft_p50_s"],
+             "prefix hit rate": r.summary["prefix_hit_rate"], "load imbalance": r.summary["load_imbalance"],
+             "SLO attainment": r.summary["slo_attainment"]} for name, r in runs.items()]
+
+
+# ----------------------------------------------------------------------------- autoscaling
+
+
+def ramp_phases(profile_name: str, shape=RAMP, max_num_seqs: int = 64) -> list[tuple[float, float]]:
+    mu = capacity(profile_name, RAMP_SPEC, max_num_seqs)
+    return [(seconds, share * mu) for seconds, share in shape]
+
+
+def autoscale_run(profile_name: str, metric: str, shape=RAMP, startup_s: float | None = None,
+                  max_num_seqs: int = 64) -> ClusterResult:
+    profile = profile_named(profile_name)
+    spec = AUTOSCALERS[metric] if startup_s is None else replace(AUTOSCALERS[metric], startup_s=startup_s)
+    reqs = ramp(RAMP_SPEC, ramp_phases(profile_name, shape, max_num_seqs))
+    return SimCluster(profile, policy_for(profile, max_num_seqs=max_num_seqs), 1, "least_outstanding",
+                      autoscaler=spec).run(reqs)
+
+
+def replicas_at(res: ClusterResult, t: float) -> int:
+    """Replicas the autoscaler had asked for (ready or starting) at its last look up to time t."""
+    seen = [n + s for u, n, s, _ in res.timeline if u <= t]
+    return seen[-1] if seen else sum(1 for r in res.replicas if r.asked_s == 0)
+
+
+def autoscale_runs(profile_name: str = PROFILE, shape=RAMP, startup_s: float | None = None,
+                   max_num_seqs: int = 64) -> dict[str, ClusterResult]:
+    return {m: autoscale_run(profile_name, m, shape, startup_s, max_num_seqs) for m in AUTOSCALERS}
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _grid_layout(title: str, subtitle: str, xlabel: str, ylabel: str, **kw) -> dict:
+    """wrapped_layout for a figure of subplots: their titles are annotations, and their axes are
+    set up already, so this leaves both alone."""
+    out = wrapped_layout(title, subtitle, xlabel, ylabel, **kw)
+    for key in ("annotations", "shapes", "xaxis", "yaxis"):
+        out.pop(key)
+    return out
+
+
+def routing_bars(runs: dict[str, ClusterResult]) -> go.Figure:
+    """p95 TTFT, prefix hit rate and load imbalance, one bar per router."""
+    if not runs:
+        return go.Figure(empty_figure("Routers compared", "No runs yet.", "", ""))
+    names = list(runs)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("p95 TTFT (s): lower is better",
+                                                        "prefix hit rate: higher is better",
+                                                        "load imbalance: 1.0 is even"))
+    colors = [REQUEST_COLORS[i % len(REQUEST_COLORS)] for i in range(len(names))]
+    for col, key, fmt in ((1, "ttft_p95_s", ".2f"), (2, "prefix_hit_rate", ".2f"), (3, "load_imbalance", ".2f")):
+        values = [runs[n].summary[key] for n in names]
+        fig.add_trace(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:{fmt}}" for v in values],
+                             textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
+    fig.update_layout(_grid_layout("Four routers, one shared-prefix workload",
+                                   "The same requests for every router. Good: a low p95 TTFT with a high hit rate "
+                                   "and an imbalance near 1.", "", "", height=380))
+    return fig
+
+
+def prefix_groups(res: ClusterResult, requests) -> dict[str, int]:
+    """Each request's system prompt, as a number (its first 16 tokens told apart), for colouring."""
+    seen: dict[tuple, int] = {}
+    return {r.id: seen.setdefault(tuple(r.prompt_token_ids[:16]), len(seen)) for r in requests}
+
+
+def router_choices(res: ClusterResult, groups: dict[str, int], title: str) -> go.Figure:
+    """Where the router sent each request over time, coloured by the request's system prompt."""
+    if not res.choices:
+        return go.Figure(empty_figure(title, "No requests.", "time (s)", "replica"))
+    t = np.array([c.t_s for c in res.choices])
+    rep = np.array([c.replica for c in res.choices])
+    g = np.array([groups.get(c.request_id, 0) for c in res.choices])
+    jitter = (np.array([hash(c.request_id) % 1000 for c in res.choices]) / 1000 - 0.5) * 0.6
+    traces = [go.Scattergl(x=t[g == k], y=rep[g == k] + jitter[g == k], mode="markers", name=f"system prompt {k + 1}",
+                           marker=dict(size=4, color=REQUEST_COLORS[k % len(REQUEST_COLORS)]),
+                           hovertemplate="%{x:.1f} s → replica %{customdata}<extra></extra>", customdata=rep[g == k])
+              for k in sorted(set(g.tolist()))]
+    return go.Figure(traces, wrapped_layout(title, "A dot per request on the replica chosen; colour = its system "
+                                            "prompt. Good for the cache: each colour on few replicas.",
+                                            "time (s)", "replica", yaxis=dict(dtick=1), height=420))
+
+
+def replica_strips(res: ClusterResult, bins: int = 120, title: str = "Each replica's batch and queue") -> go.Figure:
+    """Small multiples, one strip per replica: the batch size of its steps (bars) and its waiting
+    queue (line) over time, binned."""
+    names = [r.name for r in res.replicas if res.steps.get(r.name)]
+    if not names:
+        return go.Figure(empty_figure(title, "No steps.", "time (s)", "requests"))
+    shown = names[:8]
+    end = max(res.end_s, 1e-9)
+    edges = np.linspace(0, end, bins + 1)
+    fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.02,
+                        row_titles=[f"r{n}" for n in shown])
+    top = 1
+    for i, name in enumerate(shown, 1):
+        steps = res.steps[name]
+        t = np.array([s.t_start_s for s in steps])
+        which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        count = np.bincount(which, minlength=bins)
+        batch = np.bincount(which, weights=[s.running for s in steps], minlength=bins) / np.maximum(count, 1)
+        waiting = np.bincount(which, weights=[s.waiting for s in steps], minlength=bins) / np.maximum(count, 1)
+        top = max(top, float(batch.max()), float(waiting.max()))
+        mid = (edges[:-1] + edges[1:]) / 2
+        fig.add_trace(go.Bar(x=mid, y=batch, marker_color=COLORS["running"], name="batch (running)",
+                             showlegend=i == 1, width=end / bins), row=i, col=1)
+        fig.add_trace(go.Scatter(x=mid, y=waiting, mode="lines", line=dict(color=COLORS["waiting"], width=1.5),
+                                 name="waiting", showlegend=i == 1), row=i, col=1)
+    fig.update_yaxes(range=[0, top * 1.05], showticklabels=False)
+    fig.update_xaxes(title_text="time (s)", row=len(shown), col=1)
+    fig.update_layout(_grid_layout(title, "A strip per replica" + (f" (8 of {len(names)})" if len(names) > 8 else "")
+                                   + ": bars = requests in its steps, line = its queue. Good: full bars, a flat line.",
+                                   "time (s)", ""),
+                      height=90 + 70 * len(shown), bargap=0)
+    return fig
+
+
+def replicas_over_time(runs: dict[str, ClusterResult], phases) -> go.Figure:
+    """Replicas (ready and starting) over time under each autoscaler, and the traffic."""
+    title = "Replicas over time"
+    if not runs:
+        return go.Figure(empty_figure(title, "No runs yet.", "time (s)", "replicas"))
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    dashes = {"busy": "solid", "waiting": "dash"}
+    for metric, res in runs.items():
+        t = [0.0] + [x[0] for x in res.timeline]
+        n = [len([r for r in res.replicas if r.asked_s == 0])] + [x[1] + x[2] for x in res.timeline]
+        fig.add_trace(go.Scatter(x=t, y=n, mode="lines", line_shape="hv", name=AUTOSCALER_NAMES.get(metric, metric),
+                                 line=dict(width=3, dash=dashes.get(metric))), secondary_y=False)
+    end = sum(s for s, _ in phases)
+    ts = np.linspace(0, end, 400)
+    fig.add_trace(go.Scatter(x=ts, y=[rate_at(phases, x) for x in ts], mode="lines", name="traffic (req/s)",
+                             line=dict(color="#999", width=1.5), fill="tozeroy", fillcolor="rgba(150,150,150,0.15)"),
+                  secondary_y=True)
+    fig.update_layout(_grid_layout(title, "Replicas asked for (ready or still starting) by each autoscaler, over "
+                                   "the traffic ramp (grey, right axis). Good: replicas that follow the traffic.",
+                                   "time (s)", "replicas", height=380))
+    fig.update_xaxes(title_text="time (s)")
+    fig.update_yaxes(title_text="requests/s", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero", secondary_y=False)
+    return fig
+
+
+# ----------------------------------------------------------------------------- on real servers
+
+REAL_REPLICAS = 3
+REAL_ROUTERS = ("round_robin", "prefix_affinity")
+REAL_ESTIMATE_S = 240.0    # three servers starting, a capacity probe and two routed runs, on a small CPU
+# The real servers' workloads: the simulated ones scaled to a small CPU and the tiny model's context.
+REAL_POLICY = SchedulerPolicy(max_num_seqs=16, enable_prefix_caching=True, ttft_slo_s=2.0, tpot_slo_s=0.5)
+REAL_SHARED = WorkloadSpec(num_requests=90, prompt_lo=16, prompt_hi=48, output_lo=8, output_hi=24, system_prompts=4,
+                           system_prompt_tokens=384, conversations=24, turns=4, seed=0)
+REAL_HOT = replace(REAL_SHARED, system_prompts=1, conversations=0)
+REAL_RAMP_SPEC = WorkloadSpec(prompt_lo=32, prompt_hi=96, output_lo=16, output_hi=48, seed=1)
+REAL_RAMP = [(15, 0.5), (15, 1.5), (20, 2.5), (15, 1.5), (30, 0.4)]
+REAL_SLO_REQUESTS = 4      # the TTFT target: the time one server takes to serve this many requests alone
+
+
+def real_capacity(urls, prompts, spec: WorkloadSpec, model: str) -> float:
+    """Requests a second one real server serves of `spec` (24 arriving at once)."""
+    from cluster.real import run_real
+    reqs = build_requests(replace(spec, num_requests=24, rate=0, conversations=0), prompts)
+    res = run_real(urls[:1], reqs, model=model)
+    return res.summary["finished"] / res.summary["duration_s"]
+
+
+def real_routing(model, progress=None, refresh: bool = False, peek: bool = False):
+    """The routing part on REAL_REPLICAS real engine servers of `model` on this machine (REAL_SHARED, the
+    shared-prefix workload, at 90% of what they serve), under round_robin and prefix_affinity:
+    {router: summary}. Stored per machine and model (labs.runs.cached); peek=True only looks it up."""
+    from engine import results
+    from labs.runs import cached, fingerprint
+    name = model if isinstance(model, str) else model.name
+    path = results.cache_path("cluster-real", fingerprint(model), REAL_ROUTERS, REAL_REPLICAS)
+
+    def compute(loaded):
+        from cluster.real import Servers, run_real
+        from engine.workload import PromptMaker
+        prompts = PromptMaker(loaded.tokenizer)
+        with Servers(REAL_REPLICAS, name, REAL_POLICY) as servers:
+            if progress:
+                progress(0.2, "servers started; measuring one server's capacity")
+            mu = real_capacity(servers.urls, prompts, REAL_SHARED, name)
+            reqs = build_requests(replace(REAL_SHARED, rate=0.9 * REAL_REPLICAS * mu), prompts)
+            slo = SLO(REAL_SLO_REQUESTS / mu, 60.0)
+            out = {}
+            for i, router in enumerate(REAL_ROUTERS):
+                if progress:
+                    progress(0.4 + 0.3 * i, f"routing with {router}")
+                out[router] = run_real(servers.urls, reqs, router, model=name, slo=slo).summary
+        return out
+    got = cached(path, model, compute, refresh, peek)
+    return got
+
+
+def autoscale_table(runs: dict[str, ClusterResult]) -> list[dict]:
+    return [{"autoscaler": AUTOSCALER_NAMES.get(m, m), "SLO attainment": r.summary["slo_attainment"],
+             "p95 TTFT (s)": r.summary["ttft_p95_s"], "replica-seconds": r.summary["replica_seconds"],
+             "most replicas": r.summary["max_replicas"]} for m, r in runs.items()]

@@ -1,0 +1,161 @@
+"""Lab: beyond one replica. Four routers on a shared-prefix workload, then two autoscalers under a
+traffic ramp, on the simulated cluster: every replica is the engine's own scheduler on the virtual
+clock. Predictions first; every sentence that states an outcome is worked out from the runs."""
+import pandas as pd
+import streamlit as st
+
+from cluster.router import POLICIES, POLICY_HELP
+from engine.roofline import DEVICES
+from labs.cluster import experiment as lab
+from labs.cluster.claims import CLAIMS
+from ui import predict, widgets
+
+PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def routing_runs(profile: str, replicas: int, load_bound: float):
+    return lab.routing_runs(profile, replicas=replicas, load_bound=load_bound)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def autoscale_runs(profile: str, startup_s: float):
+    return lab.autoscale_runs(profile, startup_s=startup_s)
+
+
+def compare(a: float, b: float, lower: str, higher: str, same: str, tol: float = 0.02) -> str:
+    """Words for a against b: `lower` if clearly below, `higher` if clearly above, else `same`."""
+    if a < b * (1 - tol):
+        return lower
+    if a > b * (1 + tol):
+        return higher
+    return same
+
+
+st.title("Beyond one replica: routing and autoscaling")
+st.caption("Several copies of the engine behind a router, and an autoscaler that adds or removes copies. "
+           "Each replica here is the engine's own scheduler on the simulator's clock: its batches are the ones a "
+           "real replica would form. The router sees only what replicas report; the autoscaler sees one number.")
+
+with st.sidebar:
+    widgets.choice(st.selectbox, "Simulated replica", PROFILES, lab.PROFILE, key="cl_profile",
+                   help="Each replica's step times come from a roofline model of this GPU serving Llama-3.1-8B "
+                        "(spec-sheet figures, not a measurement).")
+    widgets.slider("Replicas (routing)", 2, 16, lab.REPLICAS, key="cl_replicas",
+                   help="How many replicas the router spreads the shared-prefix workload over.")
+    widgets.slider("Load bound (prefix affinity)", 1.0, 3.0, lab.LOAD_BOUND, step=0.05, key="cl_bound",
+                   help="Prefix affinity sends a request to the replica that last had its prefix unless that "
+                        "replica would then hold more than this many times a fair share of the outstanding requests.")
+    widgets.slider("Start-up delay of a new replica (s)", 0, 180, int(lab.AUTOSCALERS["waiting"].startup_s), step=5,
+                   key="cl_startup", help="Scheduling a pod, pulling the image and loading the weights: the time before "
+                                          "a replica the autoscaler asked for can take requests.")
+widgets.write_link(["cl_profile", "cl_replicas", "cl_bound", "cl_startup"])
+profile, replicas = st.session_state.cl_profile, st.session_state.cl_replicas
+bound, startup = st.session_state.cl_bound, float(st.session_state.cl_startup)
+
+# ----------------------------------------------------------------------------- routing
+st.header("1. Which replica gets each request?")
+spec = lab.SHARED
+st.markdown(f"The workload: multi-turn chat. Every request starts with one of {spec.system_prompts} system prompts of "
+            f"{spec.system_prompt_tokens:,} tokens, then its conversation so far ({spec.conversations} conversations of up "
+            f"to {spec.turns} turns), then a new question. Traffic runs at {lab.LOAD:.0%} of what the replicas serve "
+            "together; prefix caching is on in every replica. The routers: "
+            + "; ".join(f"**{p}**: {POLICY_HELP[p]}" for p in POLICIES) + ".")
+question = predict.Question("cluster", "Which router gives the lowest p95 TTFT here?", choices=POLICIES,
+                            help="Think about what each router knows: nothing, the load, the queue, or the prompt.")
+guess = predict.gate(question)
+with st.spinner("Simulating four routers…"):
+    runs = routing_runs(profile, replicas, bound)
+best = min(runs, key=lambda p: runs[p].summary["ttft_p95_s"])
+rr, aff = runs["round_robin"].summary, runs["prefix_affinity"].summary
+predict.record("cluster", best_router=best)
+predict.reveal(question, guess, best,
+               f"{best} gives p95 TTFT {runs[best].summary['ttft_p95_s']:.2f} s. Prefix affinity found "
+               f"{aff['prefix_hit_rate']:.0%} of prompt tokens in the caches against round-robin's "
+               f"{rr['prefix_hit_rate']:.0%}: "
+               + compare(aff["ttft_p95_s"], rr["ttft_p95_s"],
+                         "the tokens it did not compute are time its requests did not wait for.",
+                         "yet its p95 TTFT is higher: the slowest requests are set by bursts of queueing, which "
+                         "the saved prefill does not remove (compare the p50 column).",
+                         "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."))
+widgets.plot(lab.routing_bars(runs))
+widgets.table(pd.DataFrame(lab.routing_table(runs)).round(3), csv="cluster-routing")
+groups = lab.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
+left, right = st.columns(2)
+with left:
+    widgets.plot(lab.router_choices(runs["round_robin"], groups, "round_robin's choices"))
+with right:
+    widgets.plot(lab.router_choices(runs["prefix_affinity"], groups, "prefix_affinity's choices"))
+st.subheader("The same routers on real servers")
+st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on this machine, a smaller shared-prefix "
+            "workload at 90% of what they serve (one server's capacity measured first), routed by round_robin and "
+            "prefix_affinity. TTFT is timed by the client; the hit rates come from the servers' own /metrics.")
+real = widgets.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
+                                 lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, False),
+                                 "Starting servers and routing…", stop=False)
+if real is not None:
+    got = real[0]
+    r_rr, r_aff = got["round_robin"], got["prefix_affinity"]
+    st.dataframe(pd.DataFrame([{"router": k, "p50 TTFT (s)": v["ttft_p50_s"], "p95 TTFT (s)": v["ttft_p95_s"],
+                                "prefix hit rate": v["prefix_hit_rate"],
+                                "load imbalance": v["load_imbalance"]} for k, v in got.items()]).round(3),
+                 hide_index=True)
+    same = (r_aff["prefix_hit_rate"] > r_rr["prefix_hit_rate"]) == (aff["prefix_hit_rate"] > rr["prefix_hit_rate"]) \
+        and (r_aff["ttft_p50_s"] < r_rr["ttft_p50_s"]) == (aff["ttft_p50_s"] < rr["ttft_p50_s"])
+    st.markdown(("The real servers agree with the simulation in direction: " if same else
+                 "The real servers do **not** agree with the simulation in direction: ")
+                + f"prefix affinity's hit rate {r_aff['prefix_hit_rate']:.0%} against round-robin's "
+                f"{r_rr['prefix_hit_rate']:.0%}, p50 TTFT {r_aff['ttft_p50_s']:.2f} s against {r_rr['ttft_p50_s']:.2f} s "
+                f"(simulated: {aff['ttft_p50_s']:.2f} s against {rr['ttft_p50_s']:.2f} s).")
+shown = widgets.choice(st.selectbox, "Replicas' batches under", list(POLICIES), "prefix_affinity", key="cl_strips")
+widgets.plot(lab.replica_strips(runs[shown], title=f"Each replica's batch and queue under {shown}"))
+
+# ----------------------------------------------------------------------------- autoscaling
+st.header("2. How many replicas?")
+phases = lab.ramp_phases(profile)
+st.markdown("Traffic ramps from half of what one replica serves to four times that and back: "
+            + ", ".join(f"{rate:.1f} req/s for {seconds:g} s" for seconds, rate in phases)
+            + f". Two autoscalers start from one replica and may add up to {lab.AUTOSCALERS['busy'].max_replicas}, "
+            f"each new one ready {startup:g} s after it is asked for. One scales on **busy fraction** (the share of "
+            "time a replica runs steps, what a GPU-utilization graph shows; target 0.7), the other on **waiting "
+            "requests** per replica (vllm:num_requests_waiting; target 2). Both look every "
+            f"{lab.AUTOSCALERS['busy'].interval_s:g} s and scale as Kubernetes' HPA does.")
+q2 = predict.Question("cluster_scale", "Which autoscaler spends fewer replica-seconds over the ramp?",
+                      choices=tuple(lab.AUTOSCALER_NAMES.values()),
+                      help="A replica-second is one replica running (or starting) for one second: what you pay for.")
+guess2 = predict.gate(q2)
+with st.spinner("Simulating the ramp under both autoscalers…"):
+    scaled = autoscale_runs(profile, startup)
+b, w = scaled["busy"].summary, scaled["waiting"].summary
+cheaper = "busy" if b["replica_seconds"] < w["replica_seconds"] else "waiting"
+end = sum(s for s, _ in phases)
+predict.reveal(q2, guess2, lab.AUTOSCALER_NAMES[cheaper],
+               f"Busy fraction: {b['replica_seconds']:,.0f} replica-seconds, {b['slo_attainment']:.0%} of requests "
+               f"within the SLO, {lab.replicas_at(scaled['busy'], end)} replicas at the end. Waiting: "
+               f"{w['replica_seconds']:,.0f} replica-seconds, {w['slo_attainment']:.0%} within the SLO, "
+               f"{lab.replicas_at(scaled['waiting'], end)} at the end. "
+               + compare(b["slo_attainment"], w["slo_attainment"],
+                         "Busy fraction also met the SLO less often.",
+                         "Busy fraction met the SLO more often: it scaled before the queue grew, and paid for it "
+                         "in replicas it kept when the traffic fell.",
+                         "Both met the SLO about equally often.", tol=0.01))
+widgets.plot(lab.replicas_over_time(scaled, phases))
+widgets.table(pd.DataFrame(lab.autoscale_table(scaled)).round(3), csv="cluster-autoscaling")
+left, right = st.columns(2)
+with left:
+    widgets.plot(lab.replica_strips(scaled["busy"], title="Replicas under the busy-fraction autoscaler"))
+with right:
+    widgets.plot(lab.replica_strips(scaled["waiting"], title="Replicas under the waiting autoscaler"))
+
+# ----------------------------------------------------------------------------- claims
+st.header("The lesson's claims")
+st.markdown("Each claim of the lesson is decided on this simulator by the test suite, with a counter-case that "
+            "should not show it; `python -m labs.cluster.check` runs the main cases on real engine servers.")
+for c in CLAIMS:
+    st.markdown(f"- **{c.text}** Judged by {c.metric}: {c.threshold_text()}. *Counter-case:* {c.counter}.")
+widgets.definitions(
+    "\n- **Prefix hit rate** (cluster): prompt tokens found in the replicas' prefix caches / prompt tokens looked up."
+    "\n- **Load imbalance**: the busiest replica's time spent running steps over the mean (1.0 = even)."
+    "\n- **SLO attainment**: the share of all requests that finished within the TTFT and TPOT targets "
+    f"({lab.POLICY.ttft_slo_s:g} s, {lab.POLICY.tpot_slo_s:g} s)."
+    "\n- **Replica-seconds**: every replica's time from being asked for to being gone, summed.")
