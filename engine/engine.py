@@ -168,7 +168,8 @@ class Engine:
         for req, reason in plan.rejected:
             self.events.append(Event(now, EventKind.REJECTED, req.id, reason))
         for req in plan.preempted:
-            self.events.append(Event(now, EventKind.PREEMPTED, req.id, "KV cache full: recompute later"))
+            why = ("max_num_seqs lowered below the batch" if req in plan.over_limit else "KV cache full")
+            self.events.append(Event(now, EventKind.PREEMPTED, req.id, f"{why}: recompute later"))
         if not plan.chunks:
             return None
 
