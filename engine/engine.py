@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .config import SchedulerPolicy
 from .executor import Executor
 from .kv_cache import BlockPool
-from .metrics import SLO, Retired
+from .metrics import SLO, Counts, Retired
 from .request import Event, EventKind, Request, Status
 from .scheduler import Scheduler, ScheduledChunk, StepPlan
 
@@ -39,6 +39,15 @@ class StepRecord:
     members: tuple[tuple[str, str, int], ...]   # (request id, phase, tokens)
     preempted: int = 0
     error: str = ""
+    # This step's batch limit, and the whole run's counts at its end (Engine.counts): arrived =
+    # waiting + running + finished + rejected + failed + aborted, where `running` counts the
+    # requests holding a batch slot once the step is done (`members` are the ones that ran in it).
+    max_num_seqs: int = 0
+    arrived: int = 0
+    finished: int = 0
+    rejected: int = 0
+    failed: int = 0
+    aborted: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -75,6 +84,8 @@ class Engine:
         self.marks: list[PolicyMark] = []
         self.keep_steps = keep_steps
         self.retired = Retired()             # exact counts of what left the window
+        self.arrived = 0                     # requests whose arrival came (or that ended before it)
+        self.ended: dict[Status, int] = {}   # requests ended, by status
 
     # ----- inputs -----
 
@@ -111,6 +122,8 @@ class Engine:
         with self._lock:
             if self.requests.setdefault(req.id, req) is not req:
                 self.rejected_duplicates.append(req)
+        self.arrived += 1
+        self._count_end(Status.REJECTED)
         self.events.append(Event(self.clock.now(), EventKind.REJECTED, req.id, reason))
 
     def all_requests(self) -> list[Request]:
@@ -130,6 +143,7 @@ class Engine:
             with self._lock:
                 if req in self.pending:
                     self.pending.remove(req)
+                    self.arrived += 1            # it ends before its arrival: counted as both
             self._end(req, Status.ABORTED, self.clock.now(), reason)
             return True
 
@@ -139,6 +153,14 @@ class Engine:
     def step_count(self) -> int:
         """Steps taken so far, the ones that left the window included."""
         return self.retired.steps + len(self.steps)
+
+    def counts(self) -> Counts:
+        """The whole run's requests as they stand now; they always add up (Counts.adds_up).
+        Read between steps: from the engine's thread, or under the lock its owner steps with."""
+        e = self.ended
+        return Counts(self.arrived, len(self.scheduler.waiting), len(self.scheduler.running),
+                      e.get(Status.FINISHED, 0), e.get(Status.REJECTED, 0), e.get(Status.FAILED, 0),
+                      e.get(Status.ABORTED, 0))
 
     def has_work(self) -> bool:
         return bool(self.pending) or self.scheduler.has_work()
@@ -166,6 +188,7 @@ class Engine:
                 self._end(req, Status.FAILED, now, reason)
             return None
         for req, reason in plan.rejected:
+            self._count_end(Status.REJECTED)
             self.events.append(Event(now, EventKind.REJECTED, req.id, reason))
         for req in plan.preempted:
             why = ("max_num_seqs lowered below the batch" if req in plan.over_limit else "KV cache full")
@@ -189,14 +212,16 @@ class Engine:
                 failed_ids.setdefault(reason, []).append(req.id)
         error = "; ".join(f"{reason} ({', '.join(ids)})" for reason, ids in failed_ids.items())
 
+        n = self.counts()
         rec = StepRecord(
             step=self.step_count, t_start_s=t0, t_end_s=t1,
-            waiting=len(self.scheduler.waiting),
-            running=len(plan.chunks),
+            waiting=n.waiting, running=n.running,
             prefill_tokens=plan.prefill_tokens, decode_tokens=plan.decode_tokens,
             kv_used_blocks=self.pool.used_blocks, kv_total_blocks=self.pool.capacity_blocks,
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
-            preempted=len(plan.preempted), error=error)
+            preempted=len(plan.preempted), error=error, max_num_seqs=policy.max_num_seqs,
+            arrived=n.arrived, finished=n.finished, rejected=n.rejected, failed=n.failed,
+            aborted=n.aborted)
         self.steps.append(rec)
         self._forget_old()
         return rec
@@ -263,11 +288,14 @@ class Engine:
             i = bisect.bisect_right([r.arrival_s for r in self.pending], now)
             due, self.pending = self.pending[:i], self.pending[i:]
         for req in due:
+            self.arrived += 1
             try:
                 reason = self.scheduler.add(req)
             except Exception as exc:  # a field the scheduler cannot compute with: refuse it alone
                 reason = f"could not be queued: {_describe(exc)}"
                 req.status, req.error = Status.REJECTED, reason
+            if reason:
+                self._count_end(Status.REJECTED)
             kind = EventKind.REJECTED if reason else EventKind.QUEUED
             self.events.append(Event(now, kind, req.id, reason or ""))
 
@@ -314,7 +342,11 @@ class Engine:
             if status is Status.FINISHED:
                 status, error = Status.FAILED, f"decoding its output failed: {_describe(exc)}"
         req.status, req.finish_s, req.error = status, t, error
+        self._count_end(status)
         self.events.append(Event(t, _END_EVENT[status], req.id, error))
+
+    def _count_end(self, status: Status) -> None:
+        self.ended[status] = self.ended.get(status, 0) + 1
 
     def decode(self, req: Request) -> str:
         if self.tokenizer is None:

@@ -19,8 +19,9 @@ from .engine import Engine
 from .metrics import SLO, request_row, step_row, summarize
 from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
 
-CACHE_VERSION = 4     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
-                      # 4: prompt content drawn from its own stream (other lengths and arrivals)
+CACHE_VERSION = 5     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
+                      # 4: prompt content drawn from its own stream (other lengths and arrivals);
+                      # 5: a step's `running` counts the slots held at its end, and steps carry their counts
 
 
 def cache_dir() -> str:

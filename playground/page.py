@@ -15,6 +15,10 @@ from playground.run import TERMINAL
 from ui import session, widgets
 from ui.instant_feedback import instant_feedback
 
+PAUSED = ("Paused: the run's clock is stopped, arrivals included, so nothing arrives and no wait "
+          "grows until you press Resume (Step once runs one step, then stops the clock again).")
+PAUSED_SHARED = ("Paused: your traffic has stopped and this view is frozen. The shared engine goes on "
+                 "serving everyone else's requests; Resume sends yours again from where they stopped.")
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
 STARTING = "pg_starting"    # Start was pressed: the page says so first, then builds the run
 IN_FULL_RUN = "pg_in_full_run"
@@ -120,7 +124,7 @@ cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _
                     "the number of requests after it finished). The run before it stays on "
                     "the charts in grey, to compare with.")
 cols[1].button("Pause", key="pause", on_click=_reported, args=("Cannot pause", lambda: slot.run().pause()),
-               width="stretch", disabled=state != "running", help="Freeze the engine between two steps.")
+               width="stretch", disabled=state != "running", help="Stop the run between two steps: its clock stops too, so no arrivals pile up while you explain.")
 cols[2].button("Resume", key="resume", on_click=_reported, args=("Cannot resume", lambda: slot.run().resume()),
                width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step", _step), width="stretch",
@@ -162,7 +166,10 @@ def _read(lab):
                 "Starting: warming up — the first step is running (one-time setup, then the "
                 "first prompts are prefilled)…", view.empty_tables(), None)
     snap, tables = lab.read()
-    return snap.state, widgets.plain(widgets.without_paths(snap.message)), tables, snap.now_s
+    news = widgets.plain(widgets.without_paths(snap.message))
+    if snap.state == "paused" and not news:
+        news = PAUSED_SHARED if lab.seat else PAUSED
+    return snap.state, news, tables, snap.now_s
 
 
 def _every(name: str, build, every_s: float, fresh: bool):
@@ -182,7 +189,7 @@ def live_view():
     _apply_changes(lab)
     in_effect = lab.setup if lab else controls.current_setup()
     with widgets.errors_shown("Reading the run"):
-        view.status_line(state, tables, in_effect, lab.arrived if lab else 0)
+        view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
         view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
                          engines.server_note(lab.seat) if lab and lab.seat else "")
     view.notice_line(news, "error" if state == "error" else "info")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables
 from engine.engine import StepRecord
-from engine.metrics import REQUEST_COLUMNS
+from engine.metrics import LIVE_REQUEST_COLUMNS
 
 KEEP_STEPS = 2000          # as a LiveRun keeps
 REQUEST_ROWS = 500         # recent request rows asked for at each poll
@@ -40,9 +40,9 @@ class LabStream:
 
     def poll(self) -> Tables:
         rows, marks = self.read()
-        requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS + ["partial_text"])
+        requests = pd.DataFrame.from_records(rows, columns=LIVE_REQUEST_COLUMNS)
         marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in marks], columns=MARK_COLUMNS)
-        return Tables(self._tables.steps(list(self.steps)), requests, marks)
+        return Tables(self._tables.steps(list(self.steps)), requests, marks)   # counts: the latest step's
 
     def read(self) -> tuple[list[dict], list[dict]]:
         """Take in the steps since the last read (self.steps), and return the recent request rows
