@@ -23,6 +23,7 @@ from .kv_cache import BlockPool
 from .metrics import SLO, Counts, Retired
 from .request import Event, EventKind, Request, Status
 from .scheduler import Scheduler, ScheduledChunk, StepPlan
+from .step_model import step_shape
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,6 +86,10 @@ class Engine:
         self.keep_steps = keep_steps
         self.retired = Retired()             # exact counts of what left the window
         self.arrived = 0                     # requests whose arrival came (or that ended before it)
+        # step_observer(shape, ms): told each real step's shape and its time since the step before
+        # ended, when the engine went straight on (engine.step_fit records them); None: nobody asks
+        self.step_observer = None
+        self._went_on_from: float | None = None
         self.ended: dict[Status, int] = {}   # requests ended, by status
 
     # ----- inputs -----
@@ -174,7 +179,10 @@ class Engine:
     def step(self) -> StepRecord | None:
         """Run one engine step; None when there was nothing to run right now."""
         with self._stepping:
-            return self._step()
+            rec = self._step()
+            if rec is None:
+                self._went_on_from = None        # idle: the next step's time starts afresh
+            return rec
 
     def _step(self) -> StepRecord | None:
         now = self.clock.now()
@@ -196,6 +204,7 @@ class Engine:
         if not plan.chunks:
             return None
 
+        shape = step_shape(plan) if self.step_observer is not None else None   # before the tokens change it
         t0 = self.clock.now()
         tokens, failed = self._run_isolating(plan.chunks, self.step_count)
         t1 = self.clock.now()
@@ -224,6 +233,9 @@ class Engine:
             aborted=n.aborted)
         self.steps.append(rec)
         self._forget_old()
+        if shape is not None and self._went_on_from is not None and not error:
+            self.step_observer(shape, 1000 * (t1 - self._went_on_from))
+        self._went_on_from = t1
         return rec
 
     def run(self, on_step=None, should_stop=None) -> None:

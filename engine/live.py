@@ -30,6 +30,7 @@ from .build import build_engine
 from .clock import VirtualClock
 from .config import EngineConfig, SchedulerPolicy
 from .engine import PolicyMark, StepRecord
+from . import step_fit
 from .threads import name_os_thread
 from .metrics import SLO, Counts, Retired, request_row, summarize
 from .workload import PromptMaker, WorkloadSpec
@@ -75,6 +76,10 @@ class LiveRun:
         self.engine = build_engine(self.config, policy, model, cost)
         self.engine.keep_steps = keep_steps
         self.engine.clock.stop()                 # the run's time starts with its first step
+        if model is not None:                    # the app's step model learns from every real step
+            fit = step_fit.existing(step_fit.model_key(model))
+            if fit is not None:
+                self.engine.step_observer = fit.observe
         if prompts is None and model is not None:
             prompts = PromptMaker(model.tokenizer)
         self.feed = ArrivalFeed(spec, prompts)

@@ -41,7 +41,12 @@ if not presenter:
 try:
     model = session.model()
     sized_for = controls.engine_on_load()
-    step_model = engines.sizing_model(sized_for, model)
+    # This machine's step model is refit from every real step (engine.step_fit): the presets are
+    # sized again from it only between runs, so a preset does not read "modified" mid-run.
+    held, current = st.session_state.get("pg_sizing"), slot.run()
+    if held is None or held[0] != sized_for or current is None or current.state in TERMINAL:
+        held = st.session_state["pg_sizing"] = (sized_for, engines.sizing_model(sized_for, model))
+    step_model = held[1]
 except Exception as exc:
     st.error(widgets.error_message("Cannot load the model", exc))
     st.stop()
@@ -191,7 +196,8 @@ def live_view():
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
         view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
-                         engines.server_note(lab.seat) if lab and lab.seat else "")
+                         engines.server_note(lab.seat) if lab and lab.seat else
+                         engines.real_note(model) if lab else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
     for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected,
