@@ -187,10 +187,24 @@ def _legend(phase: np.ndarray, shapes: list) -> list:
             for name, drawn, marker in entries if drawn] + mark_legend(shapes)
 
 
+def owner_hues(names: np.ndarray, owners: dict, hue_of: dict) -> np.ndarray:
+    """A palette index per request (index into names) from its owner's hue; -1 for "" and for a
+    request whose owner has no hue (drawn in OTHER_HUE)."""
+    return np.array([hue_of.get(owners.get(str(n)), OTHER_HUE) if n else -1 for n in names], dtype=np.int64)
+
+
+OTHER_HUE = len(REQUEST_COLORS) - 1      # requests of no one named: the palette's last colour
+
+
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
-                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False) -> dict:
+                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False,
+                     owners: dict | None = None, owner_hue: dict | None = None) -> dict:
     """Who shares each engine step: x = step, y = batch slot, one colour per request.
+
+    owners (request id -> owner, e.g. a student's name) and owner_hue (owner -> palette index):
+    one colour per owner instead, cells labelled with the owner's name, and a legend that names
+    every owner drawn (a classroom).
 
     window: show the last N steps (live scrolling); upto_step: replay position. The x-axis
     always spans the whole window (or the whole table, up to max_steps columns), from the first
@@ -225,11 +239,21 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
 
-    hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
+    by_owner = owners is not None
+    if by_owner:
+        owner_hue = owner_hue or {}
+        hue = owner_hues(grid.names, owners, owner_hue)[code]
+        shown = np.array([owners.get(str(n), "other") if n else "" for n in grid.names], dtype=str)
+        title, good = (title, "One colour per student (hover: the request); ╱\u00a0=\u00a0prefill step, plain = "
+                       "decode step, grey = empty slot. Good: few grey cells.")
+    else:
+        hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
+        shown = grid.names
     z = np.where(phase == 0, 0, hue + 1)
     # One hover string per cell, looked up from a small table: plotly deep-copies every
     # string of a text array, so the fewer string arrays the faster the chart.
-    labels = np.array([f"{name} {p}" for name in grid.names for p in ("prefill", "decode")]
+    labels = np.array([(f"{who} · {name} {p}" if by_owner else f"{name} {p}")
+                       for name, who in zip(grid.names, shown) for p in ("prefill", "decode")]
                       + ["empty slot"])
     label = labels[np.where(phase == 0, -1, 2 * code + phase - 1)]
     heat = dict(
@@ -253,7 +277,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                for c in INK_COLORS]
     # A request's id on each stretch of decode cells wide and tall enough to hold it.
     slot, col, length = _runs(np.where(phase == 2, code, -1).T)
-    name = grid.names[code.T[slot, col]]
+    name = shown[code.T[slot, col]]
     fits = (length * cell_w >= np.char.str_len(name) * 0.62 * px + 4) & (cell_h >= px + 2)
     slot, col, length, name = slot[fits], col[fits], length[fits], name[fits]
     ink, mid = INKS[hue.T[slot, col]], x[col] + (length - 1) / 2
@@ -271,4 +295,11 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))
     out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
-    return figure(data=[heat, *prefill, *ids, *_legend(phase, shapes)], layout=out)
+    legend = _legend(phase, shapes)
+    if by_owner:                             # the students drawn, each in their colour
+        drawn = sorted({str(shown[c]) for c in np.unique(code[code >= 0])})
+        legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=who, hoverinfo="skip",
+                       marker=dict(symbol="square", size=12,
+                                   color=REQUEST_COLORS[owner_hue.get(who, OTHER_HUE)]))
+                  for who in drawn] + legend
+    return figure(data=[heat, *prefill, *ids, *legend], layout=out)

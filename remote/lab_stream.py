@@ -36,6 +36,8 @@ class LabStream:
         self.steps: deque[StepRecord] = deque(maxlen=keep_steps)
         self.run: int | None = None
         self.next_step: int | None = None     # the next step to ask for (None: not asked yet)
+        self.origin_s: float | None = None    # server time of the run's first step seen (step 0 if seen)
+        self.from_start = False               # the origin is the run's step 0
         self._tables = TraceTables()
 
     def poll(self) -> Tables:
@@ -53,9 +55,12 @@ class LabStream:
         got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
         if self.run is not None and got["run"] != self.run:      # the server was reset
             self.steps.clear()
+            self.origin_s, self.from_start = None, False
             got = self._get("/lab/steps", {"stream": "false", "since": 0})
         self.run = got["run"]
         self.steps.extend(step_record(d) for d in got["steps"])
+        if self.origin_s is None and self.steps:
+            self.origin_s, self.from_start = self.steps[0].t_start_s, self.steps[0].step == 0
         self.next_step = got["next"]
         return self._get("/lab/requests", {"limit": self.request_rows})["requests"], got["marks"]
 
