@@ -214,7 +214,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     """
     title = "Batch membership: who runs in each step"
     good = ("One colour per request (hover or label: its id); ╱\u00a0=\u00a0prefill step, plain = "
-            "decode step, grey = empty slot. Good: few grey cells — a grey cell is a slot that did no work.")
+            "decode step, grey = empty slot (blank: above that step's max_num_seqs). Good: few grey cells — "
+            "a grey cell is a slot that did no work.")
     xlabel, ylabel = "engine step", "batch slot"
     if is_empty(steps, "step", "members"):
         return empty_figure(title, good, xlabel, ylabel, presenter)
@@ -235,6 +236,14 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     idle = np.flatnonzero(member_counts(steps.iloc[start:lo + 1]) == 0)
     if len(idle):
         start += int(idle[-1])
+    # Each step's own limit, where the table records it: the rows are the most slots any step
+    # shown had, and a step's rows above its own limit are no slot at all (left blank), so
+    # lowering max_num_seqs does not draw empty slots that no longer exist.
+    limits = None
+    if "max_num_seqs" in steps.columns:
+        shown_limits = num(steps.iloc[lo:hi], "max_num_seqs")
+        if len(shown_limits) and (shown_limits > 0).all():
+            limits, max_slots = shown_limits.astype(np.int64), int(shown_limits.max())
     grid = slot_grid(steps.iloc[start:hi], max_slots)
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
@@ -249,7 +258,9 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     else:
         hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
         shown = grid.names
-    z = np.where(phase == 0, 0, hue + 1)
+    z = np.where(phase == 0, 0, hue + 1).astype(float)
+    if limits is not None:                   # no slot: above the step's own max_num_seqs
+        z[(np.arange(grid.n_slots)[None, :] >= limits[:, None]) & (phase == 0)] = np.nan
     # One hover string per cell, looked up from a small table: plotly deep-copies every
     # string of a text array, so the fewer string arrays the faster the chart.
     labels = np.array([(f"{who} · {name} {p}" if by_owner else f"{name} {p}")
@@ -264,7 +275,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                       "<extra></extra>",
     )
     px = font_px(presenter)
-    plot_h = max(220, min(520, ROW_PX * grid.n_slots))
+    # In presenter mode the chart fits a projector's screen under the page's controls.
+    plot_h = max(160, min(250, ROW_PX * grid.n_slots)) if presenter else max(220, min(520, ROW_PX * grid.n_slots))
     cell_w, cell_h = PLOT_WIDTH_PX / columns, plot_h / grid.n_slots
     # Prefill cells get a diagonal stroke in the ink of their colour: told apart without colour.
     # Each ink gets its own trace: plotly checks a colour array point by point, slowly.
@@ -284,6 +296,9 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     ids = [dict(type="scatter", x=mid[ink == c], y=slot[ink == c], text=name[ink == c], mode="text",
                 hoverinfo="skip", showlegend=False, textfont=dict(size=px, color=c))
            for c in INK_COLORS]
+    if presenter:                  # one line, readable from the back of the room
+        good = ("One colour per student" if by_owner else "One colour per request") + \
+            "; ╱\u00a0=\u00a0prefill, plain = decode, grey = empty slot."
     note = good if hi <= columns else f"Showing the last {len(x)} steps. " + good
     x_first = int(x[0])
     shapes, notes = mark_lines(marks, "step", lo=x_first - 0.5, hi=x_first + columns - 0.5,

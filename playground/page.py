@@ -25,7 +25,10 @@ IN_FULL_RUN = "pg_in_full_run"
 
 view.page_style()
 head, toggle = st.columns([3, 1], vertical_alignment="bottom")
-head.title("Playground")
+if st.session_state.get("pg_presenter"):
+    head.markdown("## Playground")        # a smaller title: the batch chart stays above the fold
+else:
+    head.title("Playground")
 presenter = toggle.toggle("Presenter mode", key="pg_presenter",
                           help="For a class: larger chart text, the key numbers, four charts and "
                                "the knobs moved most, on the page.")
@@ -193,24 +196,32 @@ def live_view():
     running = state not in ("idle", "starting", "paused", *TERMINAL)
     _apply_changes(lab)
     in_effect = lab.setup if lab else controls.current_setup()
+    # Presenter mode keeps what a class reads from the back of the room: the status, the key
+    # numbers and the charts, so the batch chart sits above the fold at 1280x720 with the
+    # sidebar open; the notes, notices, review bar and step detail stay in the full page.
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
-        view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
-                         engines.server_note(lab.seat) if lab and lab.seat else
-                         engines.real_note(model) if lab else "")
+        if not presenter:
+            view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
+                             engines.server_note(lab.seat) if lab and lab.seat else
+                             engines.real_note(model) if lab else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
-    for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected,
-                        controls.knobs()["rate"].hi):
+    for notice in [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
+                                             rejected, controls.knobs()["rate"].hi):
         (st.warning if notice.level == "warning" else st.info)(notice.text)
-    chosen = view.review_bar(tables, reviewable=not running and lab is not None)
+    chosen = None if presenter else view.review_bar(tables, reviewable=not running and lab is not None)
     if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):
         tables, now = tables_at(tables, chosen), step_end(tables, chosen)
     ref = comparison.reference()
     with widgets.errors_shown("Drawing the live views"):
-        view.headline(tables, in_effect, presenter)
-        view.step_detail(tables, chosen)
-        view.batch_chart(tables, in_effect, presenter)
+        if presenter:                     # the batch chart first, then the key numbers
+            view.batch_chart(tables, in_effect, presenter)
+            view.headline(tables, in_effect, presenter)
+        else:
+            view.headline(tables, in_effect, presenter)
+            view.step_detail(tables, chosen)
+            view.batch_chart(tables, in_effect, presenter)
         builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")

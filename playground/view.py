@@ -48,7 +48,8 @@ PAGE_STYLE = """<style>
 [data-testid='stStatusWidget'] { visibility: hidden; }
 /* The whole width for the charts, and the buttons close to the top of the screen. */
 @media (min-width: 640px) {
-  [data-testid='stMainBlockContainer'] { padding: 1.5rem 2rem 4rem 2rem; max-width: none; }
+  /* Top padding clears the navigation bar across the top (about 3.75rem), so the title is not cut off. */
+  [data-testid='stMainBlockContainer'] { padding: 4.25rem 2rem 4rem 2rem; max-width: none; }
 }
 /* An element waiting for its next refresh is faded by Streamlit: on a page that refreshes
    twice a second that reads as flicker. Keep it as it is until its new data comes. */
@@ -199,7 +200,7 @@ def step_detail(tables: Tables, step: int | None) -> None:
 
 
 def batch_figure(tables: Tables, setup: Setup, presenter: bool = False):
-    slots = max(setup.max_num_seqs, largest_batch(tables.steps))
+    slots = max(setup.max_num_seqs, largest_batch(tables.steps))   # steps that record their own limit use it
     return membership.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
                                        marks=tables.marks, presenter=presenter)
 
