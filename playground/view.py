@@ -111,13 +111,15 @@ def headline(tables: Tables, setup: Setup, presenter: bool = False) -> None:
     so_far = (" Counted from each request's first token (TTFT) or second token (TPOT) on, in flight "
               f"or finished; provisional until {frame_metrics.PROVISIONAL_UNTIL} requests have finished.")
     note = provisional_note(h)
+    ttft_note, tpot_note = (note if h["ttft_n"] else None), (note if h["tpot_n"] else None)   # none before a value
     items = [
-        ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"), "Time to first token, median." + so_far, note),
-        ("TTFT p95", widgets.fmt(h["ttft_p95_s"], "s"), "Time to first token that 95% of requests beat." + so_far, note),
+        ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"), "Time to first token, median." + so_far, ttft_note),
+        ("TTFT p95", widgets.fmt(h["ttft_p95_s"], "s"), "Time to first token that 95% of requests beat." + so_far,
+         ttft_note),
         ("TPOT p50", widgets.fmt(h["tpot_p50_s"], "ms", digits=0, scale=1000),
-         "Time per output token after the first, median." + so_far, note),
+         "Time per output token after the first, median." + so_far, tpot_note),
         ("TPOT p95", widgets.fmt(h["tpot_p95_s"], "ms", digits=0, scale=1000),
-         "Time per output token, 95th percentile." + so_far, note),
+         "Time per output token, 95th percentile." + so_far, tpot_note),
         ("Throughput", widgets.fmt(h["throughput_tok_s"], "tok/s", digits=1),
          "Output tokens made (by every request) per second of run.", None),
         ("Goodput", widgets.fmt(h["goodput_req_s"], "req/s"),

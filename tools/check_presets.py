@@ -34,6 +34,10 @@ def note_error(page) -> str:
     return f"{found[1]}% over {found[2]} steps" if found else "not yet"
 
 
+def status_line(page) -> str:
+    return page.locator("[data-testid=stMarkdownContainer] p", has_text="Engine:").first.inner_text(timeout=5000)
+
+
 def metric(page, label: str) -> str:
     box = page.locator("[data-testid=stMetric]", has=page.locator(f"text='{label}'")).first
     return box.locator("[data-testid=stMetricValue]").inner_text(timeout=10_000)
@@ -49,7 +53,8 @@ def seconds(text: str) -> float:
 
 
 def slider_value(page, key: str) -> float:
-    return float(page.locator(f".st-key-{key}").get_by_role("slider").get_attribute("aria-valuenow"))
+    """A sidebar slider's value as it shows it above its thumb."""
+    return float(page.locator(f".st-key-{key} [data-testid=stSliderThumbValue]").first.inner_text().replace(",", ""))
 
 
 def open_page(browser, url: str):
@@ -86,7 +91,9 @@ def main(argv=None) -> None:
             while time.monotonic() - t0 < args.warm:
                 time.sleep(5)
                 try:
-                    print(f"{time.monotonic() - t0:5.0f} s of a real run: step model error {note_error(page)}", flush=True)
+                    steps = re.search(r"steps: ([\d,]+)", status_line(page))
+                    print(f"{time.monotonic() - t0:5.0f} s of a real run, {steps[1] if steps else 0} steps: "
+                          f"step model error {note_error(page)}", flush=True)
                 except Exception as exc:            # the note is being redrawn
                     print(f"{time.monotonic() - t0:5.0f} s: note not read ({type(exc).__name__})", flush=True)
             click(page, "Reset")
@@ -96,7 +103,7 @@ def main(argv=None) -> None:
             for pid in args.presets.split(","):
                 preset = PRESETS[pid]
                 context, page = open_page(browser, url)
-                page.locator(".st-key-pg_preset").click()
+                page.locator(".st-key-pg_preset").get_by_role("combobox").click()
                 page.get_by_role("option", name=preset.title, exact=True).click()
                 time.sleep(2)
                 rate = slider_value(page, "pg_rate")
