@@ -38,7 +38,7 @@ st.html("""<style>
 [data-testid='stElementContainer'][data-stale='true'] { opacity: 1 !important; transition: none !important; }
 </style>""")
 st.markdown("### :material/groups: Classroom: one engine, everyone's requests")
-st.markdown("1. Type **your name** below the chart: it is your colour on the chart and your row in the table.  \n"
+st.markdown("1. Type **your name** under the chart: it is your colour on the chart and your row in the table.  \n"
             "2. Press **Send** (one request) or **Send a burst** (many at once).  \n"
             "3. Find **your colour** in the shared batch chart (your cells carry a dot) and compare "
             "**your TTFT and TPOT** with the class's in the table.")
@@ -202,7 +202,8 @@ def own_requests() -> None:
                  width="stretch", key="cr_own")
 
 
-def draw_board() -> None:
+def draw_top() -> None:
+    """The status line and the shared batch chart: the first thing on the page."""
     board = feed.board(session_id)
     if feed.error:
         st.warning(widgets.plain(feed.error))
@@ -215,6 +216,14 @@ def draw_board() -> None:
     # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
     # The board's figures are ready to send: built once per refresh for every session.
     show_figure(board.membership_for(me), key="cr_membership")
+
+
+def draw_rest() -> None:
+    """The queue and KV charts and the tables, under the name box."""
+    board = feed.board(session_id)
+    if board is None:
+        return
+    me = st.session_state.get("cr_me", "")
     left, right = st.columns(2)
     with left:
         show_figure(board.figures["queue"], key="cr_queue")
@@ -227,8 +236,9 @@ def draw_board() -> None:
 
 
 st.session_state["cr_every"] = feed.interval_s()
-st.fragment(run_every=st.session_state["cr_every"])(draw_board)()
+st.fragment(run_every=st.session_state["cr_every"])(draw_top)()
 st.session_state["cr_me"] = who_are_you()
+st.fragment(run_every=st.session_state["cr_every"])(draw_rest)()
 first = feed.board(session_id)
 if first is not None:
     instructor_panel(first)

@@ -44,18 +44,28 @@ class Board:
     colors: dict = field(default_factory=dict)        # student -> their colour on every chart
 
     def membership_for(self, tenant: str) -> dict:
-        """The shared batch chart with `tenant`'s own cells marked by a small dot, and their name
+        """The shared batch chart with `tenant`'s own requests marked by a small dot where each of
+        their stretches starts, and their name
         in the legend read "(you)" (a new dict; the shared one is untouched)."""
         fig = self.figures["membership"]
         xs, ys = self.cells.get(tenant, ((), ()))
         if not len(xs):
             return fig
         ink = ink_on(self.colors.get(tenant, REQUEST_COLORS[OTHER_HUE]))
-        overlay = {"type": "scatter", "mode": "markers", "x": list(xs), "y": list(ys), "name": OWN_MARK,
+        xs, ys = first_cells(xs, ys)
+        overlay = {"type": "scatter", "mode": "markers", "x": xs, "y": ys, "name": OWN_MARK,
                    "hoverinfo": "skip", "marker": {"symbol": "circle", "size": 5, "color": ink}}
         data = [{**t, "name": f"{tenant} (you)"} if t.get("name") == tenant and t.get("mode") == "markers"
                 else t for t in fig["data"]]
         return {**fig, "data": [*data, overlay]}
+
+
+def first_cells(xs, ys) -> tuple[list, list]:
+    """The first cell of each stretch of cells in one row (step x, slot y): one dot a stretch marks
+    a student's requests without covering the grid or the names on it."""
+    cells = set(zip(xs, ys))
+    firsts = sorted((x, y) for x, y in cells if (x - 1, y) not in cells)
+    return [x for x, _ in firsts], [y for _, y in firsts]
 
 
 def student(tenant: str) -> str:
@@ -155,5 +165,5 @@ def readable(rows: pd.DataFrame) -> pd.DataFrame:
         scale = 1000 if name == "TPOT (ms)" else 1
         out[name] = [pattern.format(float(v) * scale) if metrics.measured(v) else "—"
                      for v in pd.to_numeric(out[name], errors="coerce")]
-    out["request"] = out["request"].astype(str)
+    out["request"] = ["…" + rid[-8:] if len(rid) > 12 else rid for rid in out["request"].astype(str)]  # ids run long
     return out.reset_index(drop=True)
