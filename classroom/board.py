@@ -45,27 +45,27 @@ class Board:
 
     def membership_for(self, tenant: str) -> dict:
         """The shared batch chart with `tenant`'s own requests marked by a small dot where each of
-        their stretches starts, and their name
+        their stretches has got to, and their name
         in the legend read "(you)" (a new dict; the shared one is untouched)."""
         fig = self.figures["membership"]
         xs, ys = self.cells.get(tenant, ((), ()))
         if not len(xs):
             return fig
         ink = ink_on(self.colors.get(tenant, REQUEST_COLORS[OTHER_HUE]))
-        xs, ys = first_cells(xs, ys)
+        xs, ys = last_cells(xs, ys)
         overlay = {"type": "scatter", "mode": "markers", "x": xs, "y": ys, "name": OWN_MARK,
-                   "hoverinfo": "skip", "marker": {"symbol": "circle", "size": 5, "color": ink}}
+                   "hoverinfo": "skip", "marker": {"symbol": "circle", "size": 7, "color": ink}}
         data = [{**t, "name": f"{tenant} (you)"} if t.get("name") == tenant and t.get("mode") == "markers"
                 else t for t in fig["data"]]
         return {**fig, "data": [*data, overlay]}
 
 
-def first_cells(xs, ys) -> tuple[list, list]:
-    """The first cell of each stretch of cells in one row (step x, slot y): one dot a stretch marks
-    a student's requests without covering the grid or the names on it."""
+def last_cells(xs, ys) -> tuple[list, list]:
+    """The latest cell of each stretch of cells in one row (step x, slot y): one dot a stretch, at
+    its newest step, marks a student's requests without covering the grid or the names on it."""
     cells = set(zip(xs, ys))
-    firsts = sorted((x, y) for x, y in cells if (x - 1, y) not in cells)
-    return [x for x, _ in firsts], [y for _, y in firsts]
+    lasts = sorted((x, y) for x, y in cells if (x + 1, y) not in cells)
+    return [x for x, _ in lasts], [y for _, y in lasts]
 
 
 def student(tenant: str) -> str:
@@ -94,8 +94,10 @@ def build(version: int, tables: Tables, policy: dict, load: dict, hue_of: dict |
     owners = dict(zip(requests["id"].astype(str), requests["tenant"].astype(str).map(student))) if len(requests) else {}
     slots = int(steps["max_num_seqs"].iloc[-1]) if len(steps) and "max_num_seqs" in steps.columns \
         and steps["max_num_seqs"].iloc[-1] else int(policy.get("max_num_seqs", 1))
+    # Drawn as in presenter mode: larger text for a room, and a plot that keeps the chart above
+    # the fold at 1280x720 however many slots there are.
     shared = membership.batch_membership(steps, slots, window=WINDOW_STEPS, marks=marks, owners=owners,
-                                         owner_hue=hue_of)
+                                         owner_hue=hue_of, presenter=True)
     figures = {"membership": figure_dict(shared),
                "queue": figure_dict(_on_class_axis(queue.queue_over_time(steps, marks=marks))),
                "kv": figure_dict(_on_class_axis(kv.kv_usage(steps, marks=marks)))}

@@ -45,6 +45,8 @@ class ClassroomFeed:
         self._built_at = 0.0
         self.error = ""
         self.hues: dict[str, int] = {BACKGROUND: OTHER_HUE}   # each student's colour, theirs for the whole class
+        self._origin_of: tuple = ()                 # (run, first step seen) the origin was worked out for
+        self._origin_s = 0.0
 
     @property
     def viewers(self) -> int:
@@ -80,8 +82,18 @@ class ClassroomFeed:
         for who in tables.requests["tenant"].astype(str).map(student).unique() if len(tables.requests) else ():
             if who not in self.hues:             # the next colour in turn (the last one is the background's)
                 self.hues[who] = (len(self.hues) - 1) % OTHER_HUE
-        self._board = build(version, tables, policy, load, dict(self.hues), self.stream.origin_s or 0.0)
+        self._board = build(version, tables, policy, load, dict(self.hues), self._origin(tables))
         self._built_at = time.monotonic()
+
+
+    def _origin(self, tables) -> float:
+        """When the class's run began, on the server's clock: its first step seen, or the first
+        arrival before it (a request arrives before the step that takes it in)."""
+        if self._origin_of != (self.stream.run, self.stream.origin_s):
+            arrivals = tables.requests["arrival_s"] if len(tables.requests) else []
+            first = min([t for t in (self.stream.origin_s, *arrivals) if t is not None and t == t], default=0.0)
+            self._origin_of, self._origin_s = (self.stream.run, self.stream.origin_s), first
+        return self._origin_s
 
 
 _feeds: dict[str, ClassroomFeed] = {}

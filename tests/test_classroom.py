@@ -103,6 +103,7 @@ def test_the_board_outlines_each_tenants_own_cells(server):
     assert len(board.figures["membership"]["data"]) == len(board.membership_for("nobody")["data"])
     # times are seconds since the class's run began, as the axes say
     assert board.tables.steps["t_start_s"].min() >= 0 and board.tables.steps["t_start_s"].min() < 60
+    assert board.tables.requests["arrival_s"].min() >= 0
     assert board.figures["queue"]["layout"]["xaxis"]["title"]["text"] == "seconds since the class's run began"
     # the table a student and the instructor read: words for columns, no "None"
     rows = requests_of(board.tables.requests, "amy")
