@@ -78,8 +78,10 @@ class StepFit:
     def _refit(self) -> None:
         self._since_refit = 0
         x, y = (np.array(v, dtype=float) for v in zip(*self._recent))
-        fitted = self.offset_ms + self.scale * x
-        keep = y <= OUTLIER * fitted                  # interference only ever adds time
+        # Interference only ever adds time: a step far slower than the typical ratio of real to
+        # profile time was interrupted. Judged against the recorded steps themselves, not the model
+        # in use, so a machine that has become several times slower is followed, not thrown away.
+        keep = y / x <= OUTLIER * np.median(y / x)
         if keep.sum() >= MIN_STEPS:
             x, y = x[keep], y[keep]
         offset, scale = fit_offset_scale(x, y)

@@ -75,3 +75,13 @@ def test_an_engine_tells_its_steps_and_the_refit_is_stored_and_read_back(tmp_pat
     assert again.error == pytest.approx(fit.error) and "refit on" in again.current().label
     # a refit of another profile is not taken for this one's
     assert step_fit.stored_fit(PROFILE.scaled(1.1, "other"), step_fit.refit_path(str(path))).steps == 0
+
+
+def test_a_machine_several_times_slower_than_its_profile_is_followed():
+    """Steps 5x what the profile says (a busy machine): the refit must not throw them all away as
+    interrupted because the model in use predicts a fifth of them."""
+    rng = random.Random(3)
+    fit = StepFit(PROFILE)
+    for shape in shapes(200, rng):
+        fit.observe(shape, 5 * PROFILE.predict(shape) * rng.uniform(0.9, 1.1))
+    assert fit.scale == pytest.approx(5, rel=0.1) and fit.error < 0.1

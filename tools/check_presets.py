@@ -52,9 +52,10 @@ def seconds(text: str) -> float:
     return value / 1000 if m[2] == "ms" else value
 
 
-def slider_value(page, key: str) -> float:
-    """A sidebar slider's value as it shows it above its thumb."""
-    return float(page.locator(f".st-key-{key} [data-testid=stSliderThumbValue]").first.inner_text().replace(",", ""))
+def link_value(page, name: str) -> float:
+    """A knob's value as the page's address holds it (the page writes its whole setup there)."""
+    from urllib.parse import parse_qs, urlparse
+    return float(parse_qs(urlparse(page.url).query)[name][-1])
 
 
 def open_page(browser, url: str):
@@ -106,8 +107,9 @@ def main(argv=None) -> None:
                 page.locator(".st-key-pg_preset").get_by_role("combobox").click()
                 page.get_by_role("option", name=preset.title, exact=True).click()
                 time.sleep(2)
-                rate = slider_value(page, "pg_rate")
-                ttft_target, tpot_target = slider_value(page, "pg_ttft_slo_s"), slider_value(page, "pg_tpot_slo_s")
+                time.sleep(3)                         # the address follows the preset's setup
+                rate = link_value(page, "rate")
+                ttft_target, tpot_target = link_value(page, "ttft_slo_s"), link_value(page, "tpot_slo_s")
                 click(page, "Start")
                 time.sleep(args.run)
                 ttft, tpot = seconds(metric(page, "TTFT p95")), seconds(metric(page, "TPOT p95"))
