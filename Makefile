@@ -19,8 +19,11 @@ $(STAMP): requirements.txt
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
+# The app listens on this machine only (loopback): from it anyone could start engines and send
+# requests anywhere this machine reaches. `make classroom` opts in to the network.
 run: $(STAMP)
-	$(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true \
+		--browser.gatherUsageStats false
 
 test: $(STAMP) chromium
 	$(PY) -m pytest -q
@@ -34,11 +37,16 @@ serve: $(STAMP)
 	$(PY) -m engine serve --host $(HOST) --port 8000
 
 # A classroom: one engine server on every interface, and the app attached to it (the
-# students' browsers reach the app; the app reaches the engine). Ctrl-C stops both.
+# students' browsers reach the app; the app reaches the engine). Both are on the network, and it
+# says so. The app sends every student's requests from this machine's loopback address, so that
+# address is trusted (no per-client limit; each student is still a tenant with its own cap).
+# Ctrl-C stops both.
 classroom: $(STAMP)
 	@TOKEN=$${BATCHING_LAB_INSTRUCTOR_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(12))')}; \
 	IP=$$(hostname -I 2>/dev/null | cut -d' ' -f1); \
-	BATCHING_LAB_INSTRUCTOR_TOKEN=$$TOKEN $(PY) -m engine serve --host 0.0.0.0 --port 8000 & SERVER=$$!; \
+	echo "on the network:    the app (port $(PORT)) and the engine (port 8000) listen on every interface"; \
+	BATCHING_LAB_INSTRUCTOR_TOKEN=$$TOKEN $(PY) -m engine serve --host 0.0.0.0 --port 8000 \
+		--trusted-client 127.0.0.1 & SERVER=$$!; \
 	trap 'kill $$SERVER' EXIT INT TERM; \
 	until $(PY) -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/health")' 2>/dev/null; do \
 		kill -0 $$SERVER || exit 1; sleep 1; done; \

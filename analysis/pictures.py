@@ -13,19 +13,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.style import COLORS, REQUEST_COLORS, ink_on
-from engine.arrivals import build_requests
-from engine.build import build_engine
+from analysis.course import Moment, lifecycle_run, run, token_times
 from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import request_row
 from engine.workload import WorkloadSpec
 
 PHASE_COLORS = {"waiting": "#c7c7c7", "prefill": COLORS["prefill"], "decode": COLORS["decode"]}
 PICTURE_SPEC = WorkloadSpec(num_requests=6, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=48,
                             output_kind="uniform", output_lo=2, output_hi=20, seed=2)
-# requests arriving a little apart, with prompts long enough that a newcomer's prefill shows in
-# the token gaps of a request already decoding
-LIFECYCLE_SPEC = WorkloadSpec(num_requests=5, rate=6.0, prompt_kind="uniform", prompt_lo=64, prompt_hi=256,
-                              output_kind="uniform", output_lo=6, output_hi=14, seed=0)
 SLOTS = 3
 
 
@@ -36,32 +30,10 @@ class Picture:
     caption: str
 
 
-@dataclass(frozen=True)
-class Moment:
-    """What the engine held right after one step."""
-    step: int
-    t_start_s: float
-    t_end_s: float
-    members: tuple          # (request id, phase, tokens)
-    running: dict           # request id -> its KV block table (block numbers)
-    waiting: tuple          # request ids in the waiting queue, in order
-    preempted: int
-
-
 def run_recorded(policy: SchedulerPolicy, spec: WorkloadSpec = PICTURE_SPEC,
                  config: EngineConfig | None = None) -> tuple[list[dict], list[Moment]]:
-    """Run `spec` under `policy` on the cost model: (request rows, a Moment after every step)."""
-    engine = build_engine(config or EngineConfig(), policy)
-    for r in build_requests(spec):
-        engine.submit(r)
-    moments = []
-
-    def record(rec):
-        moments.append(Moment(rec.step, rec.t_start_s, rec.t_end_s, rec.members,
-                              {r.id: list(r.block_table) for r in engine.scheduler.running},
-                              tuple(r.id for r in engine.scheduler.waiting), rec.preempted))
-    engine.run(on_step=record)
-    return [request_row(r) for r in engine.requests.values()], moments
+    """Run `spec` under `policy` on the engine's hand-set cost model: (request rows, a Moment after every step)."""
+    return run(policy, spec, config)
 
 
 def _lanes(rows: list[dict], moments: list[Moment]) -> dict[str, list]:
@@ -115,26 +87,12 @@ def static_vs_continuous(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS) 
                              "prefill; light: decode. Time from the cost model.")
 
 
-def _token_times(row: dict, moments: list[Moment]) -> list[float]:
-    """When each output token of a request came, in seconds since it arrived: its first token,
-    then the end of every step where it decoded."""
-    t0 = row["arrival_s"]
-    return [row["first_token_s"] - t0] + [m.t_end_s - t0 for m in moments
-                                          if any(x == row["id"] and p == "decode" for x, p, _ in m.members)]
-
-
-def request_lifecycle(spec: WorkloadSpec = LIFECYCLE_SPEC, slots: int = SLOTS) -> Picture:
+def request_lifecycle() -> Picture:
     """One request's life: queue, prefill, decode tokens; TTFT, TPOT, ITL and E2E marked. The
-    request shown is one that queued and whose token gaps vary the most."""
-    rows, moments = run_recorded(SchedulerPolicy(max_num_seqs=slots), spec)
-
-    def spread(r):
-        t = _token_times(r, moments)
-        gaps = [b - a for a, b in zip(t, t[1:])]
-        return (r["queue_s"] > 0, max(gaps) / min(gaps))
-    row = max((r for r in rows if r["output_tokens"] >= 4), key=spread)
+    request shown (lesson 4's worked example) is one that queued and whose token gaps vary the most."""
+    rows, moments, row = lifecycle_run()
     rid, t0 = row["id"], row["arrival_s"]
-    tokens = _token_times(row, moments)
+    tokens = token_times(row, moments)
     start, first, end = row["first_scheduled_s"] - t0, row["first_token_s"] - t0, row["finish_s"] - t0
     gaps = [b - a for a, b in zip(tokens, tokens[1:])]
     k = max(range(len(gaps)), key=gaps.__getitem__)
@@ -158,7 +116,7 @@ def request_lifecycle(spec: WorkloadSpec = LIFECYCLE_SPEC, slots: int = SLOTS) -
                            arrowhead=2, arrowside="end+start", text="")
         fig.add_annotation(x=(x0 + x1) / 2, y=y + 0.25, text=label, showarrow=False)
     fig.update_layout(barmode="overlay", height=320, margin=dict(l=70, r=20, t=40, b=40),
-                      xaxis=dict(title=dict(text="seconds since the request arrived (cost model)"), rangemode="tozero"),
+                      xaxis=dict(title=dict(text="seconds since the request arrived (simulated)"), rangemode="tozero"),
                       yaxis=dict(range=[-1.4, 2.1], showticklabels=False), legend=dict(orientation="h", y=-0.3),
                       title=dict(text=f"TPOT = (E2E − TTFT) / (tokens − 1) = {row['tpot_s'] * 1000:.0f} ms"))
     alt = (f"One request's life, {row['prompt_tokens']} prompt tokens and {row['output_tokens']} output tokens. "
@@ -167,57 +125,6 @@ def request_lifecycle(spec: WorkloadSpec = LIFECYCLE_SPEC, slots: int = SLOTS) -
            f"between tokens (ITL) are not all equal: the longest is {gaps[k] * 1000:.0f} ms, because {why}. TPOT, their average, is {row['tpot_s'] * 1000:.0f} ms.")
     return Picture(fig, alt, "One request from arrival to last token: TTFT includes the queue; TPOT averages "
                              "the gaps that ITL lists one by one.")
-
-
-def _boxes(fig, col: int, items, y: float, color: str, symbol: str, name: str, show: bool) -> None:
-    fig.add_trace(go.Scatter(name=name, x=[x for x, _ in items], y=[y] * len(items), text=[t for _, t in items],
-                             mode="markers+text", textposition="middle center", showlegend=show,
-                             marker=dict(symbol=symbol, size=34, color=color, line=dict(width=1, color="#555")),
-                             hovertemplate="%{text}<extra>" + name + "</extra>"), row=1, col=col)
-
-
-def two_schedulers(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS, replicas: int = 2) -> Picture:
-    """Cluster placement (once per request: which replica) beside per-step batching (every step:
-    who runs), the waiting and running queues from a real cost-model run."""
-    rows, moments = run_recorded(SchedulerPolicy(max_num_seqs=slots), spec)
-    ids = [r["id"] for r in sorted(rows, key=lambda r: r["arrival_s"])]
-    # four steps around the first time a waiting request takes a freed slot
-    change = next((i for i in range(1, len(moments))
-                   if moments[i - 1].waiting and set(moments[i].running) - set(moments[i - 1].running)), 1)
-    shown = moments[max(0, change - 2):change + 2]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6], horizontal_spacing=0.08,
-                        subplot_titles=["cluster scheduler: where does each request go? (once)",
-                                        "engine scheduler: who runs in this step? (every step)"])
-    load = [0] * replicas
-    for i, rid in enumerate(ids):                    # least-loaded placement, as a cluster router does
-        target = load.index(min(load))
-        load[target] += 1
-        fig.add_trace(go.Scatter(x=[0, 1], y=[i, target * (len(ids) - 1) / max(1, replicas - 1)], mode="lines",
-                                 line=dict(color="#999", width=1), showlegend=False, hoverinfo="skip"), row=1, col=1)
-    _boxes(fig, 1, [(0, rid) for rid in ids], 0, PHASE_COLORS["waiting"], "square", "request", False)
-    fig.data[-1].y = list(range(len(ids)))
-    _boxes(fig, 1, [(1, f"replica {j}") for j in range(replicas)], 0, "#f2e6c9", "square", "replica", False)
-    fig.data[-1].y = [j * (len(ids) - 1) / max(1, replicas - 1) for j in range(replicas)]
-    fig.data[-1].marker.size = 60
-    for j, m in enumerate(shown):
-        x = j * (slots + 2)
-        _boxes(fig, 2, [(x + i, rid) for i, rid in enumerate(m.running)], 1, PHASE_COLORS["decode"], "square",
-               "running (in this step's batch)", j == 0)
-        _boxes(fig, 2, [(x + i, rid) for i, rid in enumerate(m.waiting)], 3, PHASE_COLORS["waiting"],
-               "square-open", "waiting queue", j == 0)
-        fig.add_annotation(x=x + (slots - 1) / 2, y=4.2, text=f"after step {m.step}", showarrow=False,
-                           xref="x2", yref="y2")
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    fig.update_yaxes(range=[-0.8, 4.8], row=1, col=2)
-    fig.update_layout(height=380, margin=dict(l=20, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.05))
-    alt = (f"Left: a cluster scheduler sends each of {len(ids)} requests to one of {replicas} replicas once, "
-           f"when it arrives (here to the least-loaded one), and never looks at it again. Right: inside one "
-           f"replica, the engine's scheduler decides again at every step who runs: after each of steps "
-           f"{', '.join(str(m.step) for m in shown)} it shows the running batch ({slots} slots) and the waiting "
-           f"queue. A request moves from waiting to running when a slot frees.")
-    return Picture(fig, alt, "Two schedulers at two time scales: placement across machines once per request, "
-                             "batching inside an engine every step.")
 
 
 KV_SPEC = WorkloadSpec(num_requests=3, rate=0, prompt_kind="fixed", prompt_lo=24, prompt_hi=24,
@@ -237,23 +144,33 @@ def kv_preemption(spec: WorkloadSpec = KV_SPEC, kv_tokens: int = KV_TOKENS) -> P
     victim = next(rid for rid in before.running if rid not in after.running and rid in after.waiting)
     colors = {rid: REQUEST_COLORS[i % len(REQUEST_COLORS)] for i, rid in enumerate(sorted(before.running))}
     fig = go.Figure()
+    # blocks are rectangles in data units, not fixed-size markers, so they fit a phone's width too
     for y, (label, m) in enumerate((("after", after), ("before", before))):
         owner = {b: rid for rid, table in m.running.items() for b in table}
+        for b in range(blocks):
+            rid = owner.get(b)
+            fig.add_shape(type="rect", x0=b - 0.45, x1=b + 0.45, y0=y - 0.3, y1=y + 0.3, layer="below",
+                          fillcolor=colors[rid] if rid else "white", line=dict(color="#999" if not rid else "white"))
         for rid in sorted(colors):
             xs = [b for b in range(blocks) if owner.get(b) == rid]
-            fig.add_trace(go.Scatter(name=rid, x=xs, y=[y] * len(xs), text=[rid] * len(xs), mode="markers+text",
-                                     marker=dict(symbol="square", size=40, color=colors[rid]), legendgroup=rid,
-                                     showlegend=y == 1, textfont=dict(color=ink_on(colors[rid]), size=9),
+            fig.add_trace(go.Scatter(name=rid, x=xs, y=[y] * len(xs), text=[rid] * len(xs), mode="text+markers",
+                                     marker=dict(symbol="square", size=12, color=colors[rid], opacity=0),
+                                     legendgroup=rid, showlegend=False, textfont=dict(color=ink_on(colors[rid]), size=10),
                                      hovertemplate=f"block %{{x}}: {rid} ({label})<extra></extra>"))
         free = [b for b in range(blocks) if b not in owner]
         fig.add_trace(go.Scatter(name="free block", x=free, y=[y] * len(free), mode="markers", legendgroup="free",
-                                 marker=dict(symbol="square-open", size=40, color="#999"), showlegend=y == 1,
+                                 marker=dict(symbol="square-open", size=1, color="#999", opacity=0), showlegend=False,
                                  hovertemplate="block %{x}: free<extra></extra>"))
-    fig.update_layout(height=300, margin=dict(l=150, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.2),
+    for rid in sorted(colors):          # the legend's swatches
+        fig.add_trace(go.Scatter(name=rid, x=[None], y=[None], mode="markers", legendgroup=rid,
+                                 marker=dict(symbol="square", size=14, color=colors[rid])))
+    fig.add_trace(go.Scatter(name="free block", x=[None], y=[None], mode="markers", legendgroup="free",
+                             marker=dict(symbol="square-open", size=14, color="#999")))
+    fig.update_layout(height=300, margin=dict(l=90, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.25),
                       title=dict(text=f"KV cache of {blocks} blocks: step {before.step} → step {after.step}, "
                                       f"{victim} preempted"),
                       xaxis=dict(title=dict(text="KV block"), dtick=1, range=[-0.7, blocks - 0.3]),
-                      yaxis=dict(tickvals=[0, 1], ticktext=[f"after step {after.step}", f"after step {before.step}"],
+                      yaxis=dict(tickvals=[0, 1], ticktext=[f"after<br>step {after.step}", f"after<br>step {before.step}"],
                                  range=[-0.7, 1.7]))
     used = sum(len(t) for t in before.running.values())
     alt = (f"A KV cache of {blocks} blocks of {EngineConfig().block_size} tokens shared by {len(before.running)} "
@@ -261,10 +178,11 @@ def kv_preemption(spec: WorkloadSpec = KV_SPEC, kv_tokens: int = KV_TOKENS) -> P
            + "; ".join(f"{rid} holds blocks {sorted(t)}" for rid, t in sorted(before.running.items()))
            + f". Every request grows by a token a step; at step {after.step} they need more new blocks than the "
            f"{blocks - used} still free, so {victim}, the newest, is preempted: its blocks are freed for the "
-           "others, and it goes back to the waiting queue, to prefill again later.")
+           "others, and it goes back to the waiting queue, to prefill again later over its prompt and every "
+           "token it had generated.")
     return Picture(fig, alt, "Preemption in the block table: when no block is free, the newest request gives "
-                             "all of its blocks back and must recompute its prompt later.")
+                             "all of its blocks back and must later recompute its prompt and the tokens it had generated.")
 
 
 PICTURES = {"static_vs_continuous": static_vs_continuous, "request_lifecycle": request_lifecycle,
-            "two_schedulers": two_schedulers, "kv_preemption": kv_preemption}
+            "kv_preemption": kv_preemption}

@@ -52,6 +52,9 @@ with st.form("ext_target"):
 if connect:
     try:
         base = engines.base_url(url)
+        engines.check_reachable(base)                 # a classroom's app reaches only its engine
+        if metrics_url.strip():
+            engines.check_reachable(metrics_url)
         name = model.strip() or served_model(base + "/v1")
         choice = engines.EngineChoice("openai", base, name, metrics_url.strip())
     except Exception as exc:        # a bad address or a server that does not answer: say which

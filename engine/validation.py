@@ -12,7 +12,9 @@ make on its own: whether a KV pool fits in this machine's memory.
 """
 from __future__ import annotations
 
+import json
 import os
+import unicodedata
 from dataclasses import dataclass
 
 from .knobs import check_value, range_text, short
@@ -24,6 +26,9 @@ MAX_TEMPERATURE = 100.0    # not quietly made greedy
 SEED_MAX = 2**63 - 1
 PRIORITY_RANGE = (-2**31, 2**31 - 1)
 ID_MAX_CHARS = 128
+TENANT_MAX_CHARS = 64      # a tenant (the server's `user`) is a name on a board, not a document
+STOP_MAX_CHARS = 256       # a stop string's length is text the server holds back from every stream
+MAX_REQUEST_BYTES = 1 << 20    # one request as JSON: an HTTP body, a line of a workload file
 KV_MEMORY_SHARE = 0.8      # the KV pool may take at most this share of the memory available now
 
 REQUEST_FIELDS = ("id", "prompt", "prompt_token_ids", "max_new_tokens", "arrival_s", "tenant",
@@ -46,6 +51,7 @@ class Limits:
     vocab_size: int = SMOLLM2_VOCAB     # token ids run from 0 to vocab_size - 1
     max_model_len: int = 2048           # the model's context: prompt + output
     horizon_s: float = HORIZON_S        # the latest arrival time, in seconds from the start
+    max_prompt_chars: int | None = None  # a longer text prompt cannot fit (max_prompt_chars); None: no check
 
 
 # ----------------------------------------------------------------------------- requests
@@ -72,7 +78,7 @@ def request_from_dict(d, limits: Limits = Limits(), tokenizer=None, default_id: 
         id=request_id(d, default_id), prompt_token_ids=prompt_ids(d, limits, tokenizer),
         max_new_tokens=integer(d, "max_new_tokens", 32, 1, limits.max_model_len, "tokens"),
         arrival_s=number(d, "arrival_s", 0.0, 0.0, limits.horizon_s, f"s (a {limits.horizon_s / 3600:g} h horizon)"),
-        tenant=text(d, "tenant", "default"), priority=integer(d, "priority", 0, *PRIORITY_RANGE),
+        tenant=tenant_text(d, "tenant"), priority=integer(d, "priority", 0, *PRIORITY_RANGE),
         ignore_eos=flag(d, "ignore_eos", True), temperature=temperature, top_p=top_p, seed=seed,
         prompt=d.get("prompt"))
 
@@ -101,6 +107,7 @@ def prompt_ids(d: dict, limits: Limits, tokenizer) -> list[int]:
         raise ValueError("give exactly one of 'prompt' (text) or 'prompt_token_ids' (a list of token ids)")
     if "prompt" in d:
         prompt = text(d, "prompt", "", allow_empty=True)
+        check_prompt_chars("prompt", len(prompt), limits)
         if tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer (cost-model runs take prompt_token_ids)")
         chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
@@ -137,7 +144,88 @@ def text(d: dict, name: str, default: str, allow_empty: bool = False) -> str:
     value = d.get(name, default)
     if not isinstance(value, str) or not (value or allow_empty):
         raise ValueError(f"{name} must be {'a' if allow_empty else 'a non-empty'} string (got {short(value)})")
+    check_unicode(name, value)
     return value
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def check_unicode(name: str, value: str) -> None:
+    """Refuse a string that is not valid Unicode: it holds a lone surrogate (U+D800-U+DFFF)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text: a lone surrogate U+{ord(value[exc.start]):04X} "
+                         f"at character {exc.start:,} (allowed: any Unicode text; a JSON \\u escape must "
+                         "give a whole character)") from None
+
+
+def tenant_text(d: dict, name: str, default: str = "default") -> str:
+    """A tenant name: 1-64 characters of valid Unicode without control characters."""
+    value = text(d, name, default)
+    bad = next((i for i, c in enumerate(value) if unicodedata.category(c) == "Cc"), None)
+    if len(value) > TENANT_MAX_CHARS or bad is not None:
+        why = f"{len(value):,} characters" if bad is None else f"a control character U+{ord(value[bad]):04X} at character {bad}"
+        raise ValueError(f"{name} must be 1–{TENANT_MAX_CHARS} characters without control characters "
+                         f"(got {why}: {short(value)})")
+    return value
+
+
+def stop_texts(d: dict, name: str = "stop", most: int = 16) -> tuple[str, ...]:
+    """Stop strings: one string, or a list of up to `most`, each 1-STOP_MAX_CHARS characters of valid Unicode."""
+    stop = d.get(name)
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not 0 < len(stops) <= most or \
+            not all(isinstance(s, str) and 0 < len(s) <= STOP_MAX_CHARS for s in stops):
+        raise ValueError(f"{name} must be a string of 1–{STOP_MAX_CHARS} characters or a list of up to "
+                         f"{most} of them (got {short(stop)})")
+    for i, s in enumerate(stops):
+        check_unicode(f"{name}[{i}]" if isinstance(stop, list) else name, s)
+    return tuple(stops)
+
+
+def max_prompt_chars(tokenizer, max_model_len: int) -> int:
+    """The most characters a text prompt can have and still fit in the context: every token
+    spells at most as many characters as the longest string in the vocabulary (byte-level tokens
+    spell one character per byte, so this bounds them too), so a longer text needs more tokens
+    than the context holds whatever it says. Checked before tokenizing, whose cost grows with
+    the text."""
+    longest = max(map(len, tokenizer.get_vocab()), default=1)
+    return max_model_len * max(1, longest)
+
+
+def check_prompt_chars(name: str, chars: int, limits: Limits) -> None:
+    if limits.max_prompt_chars is not None and chars > limits.max_prompt_chars:
+        raise ValueError(f"{name} is {chars:,} characters: more than the {limits.max_prompt_chars:,} a prompt "
+                         f"that fits in this model's {limits.max_model_len:,}-token context can have")
+
+
+def parse_json(raw: bytes, what: str, limit_bytes: int = MAX_REQUEST_BYTES):
+    """One request's JSON; ValueError for a body over the limit, bytes that are not UTF-8, text
+    that is not JSON, a name given twice, and nesting too deep to parse (RecursionError)."""
+    if len(raw) > limit_bytes:
+        raise ValueError(f"{what} is over {limit_bytes:,} bytes, the limit")
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to read (allowed: a JSON object of fields)") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} is not valid utf-8: byte {raw[exc.start]:#04x} at {exc.start:,}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object that names a field twice is refused (json.loads would keep the last silently)."""
+    d = {}
+    for key, value in pairs:
+        if key in d:
+            raise ValueError(f"field {short(key)} appears twice")
+        d[key] = value
+    return d
 
 
 # ----------------------------------------------------------------------------- memory

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .knobs import check_all, knob, knobs_of
 from .request import Request
-from .validation import HORIZON_S, Limits, id_of, request_from_dict
+from .validation import HORIZON_S, MAX_REQUEST_BYTES, Limits, id_of, parse_json, request_from_dict
 
 
 PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
@@ -199,35 +199,42 @@ def check_workload_file(path: str) -> None:
         raise ValueError(f"workload {path} is empty")
 
 
-def read_jsonl(path: str, tokenizer=None, limits: Limits = Limits()
+def read_jsonl(path: str, tokenizer=None, limits: Limits = Limits(), max_line_bytes: int = MAX_REQUEST_BYTES
                ) -> tuple[list[Request], list[tuple[int, str, str]]]:
     """Parse a workload file line by line: (requests, [(line number, id, error)]). A bad line costs
-    only itself; a second line with an id already seen is an error that names the first."""
+    only itself, whatever is wrong with it: a line over `max_line_bytes` is skipped unread (it
+    never takes more memory than the limit), and anything a line makes the parser or the
+    tokenizer raise refuses that line alone. A second line with an id already seen is an error
+    that names the first."""
     requests, errors, first_line = [], [], {}
     with open(path, "rb") as f:
-        for no, raw in enumerate(f, 1):
+        for no, raw in enumerate(bounded_lines(f, max_line_bytes), 1):
             rid = f"line{no}"
             try:
-                line = raw.decode("utf-8")
-                if not line.strip():
+                if raw is None:
+                    raise ValueError(f"the line is over {max_line_bytes:,} bytes, the limit for one request")
+                if not raw.strip():
                     continue
-                d = json.loads(line, object_pairs_hook=unique_keys)
+                d = parse_json(raw, "the line", max_line_bytes + 1)
                 rid = id_of(d, rid)
                 if rid in first_line:
                     raise ValueError(f"duplicate id {rid!r}; first seen on line {first_line[rid]}")
                 req = request_from_dict(d, limits, tokenizer, default_id=rid)
                 first_line[rid] = no
                 requests.append(req)
-            except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            except ValueError as exc:
                 errors.append((no, rid, f"line {no}: {exc}"))
+            except Exception as exc:    # a tokenizer or template that chokes: this line only
+                errors.append((no, rid, f"line {no}: could not be read: {type(exc).__name__}: {exc}"))
     return requests, errors
 
 
-def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object that names a field twice is refused (json.loads would keep the last silently)."""
-    d = {}
-    for key, value in pairs:
-        if key in d:
-            raise ValueError(f"field {key!r} appears twice")
-        d[key] = value
-    return d
+def bounded_lines(f, max_bytes: int):
+    """The lines of a binary file; None for a line over `max_bytes`, whose rest is skipped unread."""
+    while line := f.readline(max_bytes + 1):
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            while (rest := f.readline(1 << 16)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+        else:
+            yield line

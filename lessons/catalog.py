@@ -7,6 +7,9 @@ Markdown body. Markers inside bodies, which the pages resolve:
 - a number quoted from a lab's code: ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}`` shows the text
   after ``=``; tests/test_lesson_numbers.py checks it against ``labs/slo_goodput/experiment.py``'s
   ``RATES`` (or a shared ``labs/<name>.py``'s constant; an optional ``:percent`` or ``:gain`` after the name says how the value is written);
+- a number from a worked example: ``{{example:static_end_s=22.1}}`` shows ``22.1``;
+  tests/test_lesson_examples.py checks it against analysis/course_numbers.py's ``numbers()``, which
+  computes it from the course's simulated runs and the engine's constants;
 - a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
@@ -16,7 +19,6 @@ No Streamlit here: pages call these functions and decide the URLs.
 """
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,42 +26,19 @@ from typing import Callable, Mapping, Union
 
 import yaml
 
-from ui.registry import LABS
+from lessons.questions import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
+
+__all__ = ["LAB_IDS", "MEASURE", "QuizQuestion", "Shown", "choice_order"]
 
 FOLDER = Path(__file__).parent
-LAB_IDS = [lab.url_path for lab in LABS]   # what `lab:<id>` links may name
 TYPE_WORDS = {str: "text", int: "a whole number", list: "a list"}
 REQUIRED = {"title": str, "order": int, "summary": str, "labs": list, "glossary": list, "quiz": list}
 LINK = re.compile(r"\[([^\]]+)\]\((glossary#|lab:|lesson:)([\w-]+)\)")
 KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
 LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
+EXAMPLE_NUMBER = re.compile(r"\{\{example:(\w+)=([^{}]+)\}\}")
 BLOCK = re.compile(r"^\{\{(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
-MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
-
-
-@dataclass(slots=True)
-class QuizQuestion:
-    question: str
-    choices: list[str]
-    answer: int          # index into choices of the single right choice
-    explanation: str     # why the right choice is right
-    why: list[str]       # per choice: why it is wrong ("" for the right one)
-    measured_with: str = ""      # a lead sentence with {lab.name} values from the learner's run
-    measured_without: str = ""   # the same lead, worded for when nothing was measured
-
-    def measures(self) -> list[tuple[str, str]]:
-        """(lab id, value name) of every value the lead sentence quotes."""
-        return [(m.group(1), m.group(2)) for m in MEASURE.finditer(self.measured_with)]
-
-    def lead(self, lookup: Callable[[str, str], "str | None"]) -> str:
-        """The lead sentence with the learner's values, or its worded fallback if any is missing."""
-        if not self.measured_with:
-            return ""
-        values = {f"{lab}.{name}": lookup(lab, name) for lab, name in self.measures()}
-        if any(v is None for v in values.values()):
-            return self.measured_without
-        return MEASURE.sub(lambda m: values[f"{m.group(1)}.{m.group(2)}"], self.measured_with)
 
 
 @dataclass(slots=True)
@@ -91,6 +70,7 @@ class GlossaryTerm:
     term: str
     definition: str      # Markdown; may hold glossary#/lesson: markers
     see: list[str] = field(default_factory=list)   # lesson ids
+    sources: list[str] = field(default_factory=list)   # documentation an outside claim was checked against
 
 
 @dataclass(slots=True)
@@ -123,9 +103,19 @@ def find_lab_numbers(text: str) -> list[LabNumber]:
     return [LabNumber(m.group(1), m.group(2), m.group(3) or "", m.group(4)) for m in LAB_NUMBER.finditer(text)]
 
 
+def find_example_numbers(text: str) -> list[tuple[str, str]]:
+    """(name, text shown) of every worked-example number marker."""
+    return [(m.group(1), m.group(2)) for m in EXAMPLE_NUMBER.finditer(text)]
+
+
 def render_numbers(text: str) -> str:
-    """Lab-number markers reduced to the numbers they show."""
-    return LAB_NUMBER.sub(lambda m: m.group(4), text)
+    """Lab-number and example-number markers reduced to the numbers they show."""
+    return EXAMPLE_NUMBER.sub(lambda m: m.group(2), LAB_NUMBER.sub(lambda m: m.group(4), text))
+
+
+def find_blocks(text: str, kind: str) -> list[str]:
+    """Ids of the pictures (kind "picture") or calculators a text places."""
+    return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == kind]
 
 
 def split_pictures(body: str) -> list[tuple[str, str]]:
@@ -167,69 +157,6 @@ def _split_front_matter(text: str) -> tuple[str, str]:
     raise ValueError("front matter is not closed by a second '---' line")
 
 
-def choice_order(n_choices: int, seed: str) -> list[int]:
-    """A shuffled order of a question's choices, the same every time for the same seed."""
-    order = list(range(n_choices))
-    random.Random(seed).shuffle(order)
-    return order
-
-
-def _choices(n: int, items) -> tuple[list[str], list[str]]:
-    if not isinstance(items, list) or len(items) < 2:
-        raise ValueError(f"quiz question {n}: choices must be a list of at least two")
-    texts, whys = [], []
-    for k, c in enumerate(items, 1):
-        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or not c["text"].strip():
-            raise ValueError(f"quiz question {n}, choice {k}: needs a non-empty 'text'")
-        texts.append(c["text"].strip())
-        whys.append(str(c.get("why") or "").strip())
-    if len(set(texts)) != len(texts):
-        raise ValueError(f"quiz question {n}: choices are not unique")
-    return texts, whys
-
-
-def _measured(n: int, m) -> tuple[str, str]:
-    if m is None:
-        return "", ""
-    if not isinstance(m, dict) or not all(isinstance(m.get(k), str) and m[k].strip() for k in ("with", "without")):
-        raise ValueError(f"quiz question {n}: 'measured' needs 'with' and 'without' sentences")
-    names = [(g.group(1), g.group(2)) for g in MEASURE.finditer(m["with"])]
-    if not names:
-        raise ValueError(f"quiz question {n}: 'measured.with' quotes no {{lab.name}} value")
-    unknown = sorted({lab for lab, _ in names} - set(LAB_IDS))
-    if unknown:
-        raise ValueError(f"quiz question {n}: unknown lab id(s) {unknown} in 'measured.with'")
-    if MEASURE.search(m["without"]):
-        raise ValueError(f"quiz question {n}: 'measured.without' must not quote measured values")
-    return m["with"].strip(), m["without"].strip()
-
-
-def _quiz(items: list) -> list[QuizQuestion]:
-    out = []
-    for n, q in enumerate(items, 1):
-        if not isinstance(q, dict):
-            raise ValueError(f"quiz question {n} is not a mapping")
-        missing = [k for k in ("question", "choices", "answer", "explanation") if k not in q]
-        if missing:
-            raise ValueError(f"quiz question {n} is missing {', '.join(missing)}")
-        choices, whys = _choices(n, q["choices"])
-        answer = q["answer"]
-        if isinstance(answer, bool) or not isinstance(answer, int):
-            raise ValueError(f"quiz question {n}: answer must be exactly one choice index, got {answer!r}")
-        if not 0 <= answer < len(choices):
-            raise ValueError(f"quiz question {n}: answer {answer} is out of range 0..{len(choices) - 1}")
-        if not str(q["question"]).strip() or not str(q["explanation"]).strip():
-            raise ValueError(f"quiz question {n}: question and explanation must not be empty")
-        lacking = [k + 1 for k, w in enumerate(whys) if k != answer and not w]
-        if lacking:
-            raise ValueError(f"quiz question {n}: wrong choice(s) {lacking} need a 'why'")
-        if whys[answer]:
-            raise ValueError(f"quiz question {n}: the right choice takes no 'why' (that is the explanation)")
-        out.append(QuizQuestion(str(q["question"]).strip(), choices, answer, str(q["explanation"]).strip(),
-                                whys, *_measured(n, q.get("measured"))))
-    return out
-
-
 def parse_lesson(path: Path) -> Lesson:
     """One lesson file -> Lesson; raises ValueError describing the problem."""
     head, body = _split_front_matter(path.read_text(encoding="utf-8"))
@@ -255,7 +182,7 @@ def parse_lesson(path: Path) -> Lesson:
         raise ValueError("lesson body is empty")
     return Lesson(id=re.sub(r"^\d+-", "", path.stem), path=path, title=meta["title"].strip(),
                   order=meta["order"], summary=meta["summary"].strip(), labs=list(meta["labs"]),
-                  glossary=[str(g) for g in meta["glossary"]], quiz=_quiz(meta["quiz"]), body=body)
+                  glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"]), body=body)
 
 
 def load_lessons(folder: Path | str = FOLDER) -> tuple[list[Lesson], list[LessonError]]:
@@ -278,7 +205,8 @@ HEADING = re.compile(r"^##\s+(.+?)\s*\{#([\w-]+)\}\s*$")
 
 
 def load_glossary(path: Path | str = FOLDER / "glossary.md") -> dict[str, GlossaryTerm]:
-    """Terms from '## Term {#id}' headings; a 'See:' line lists lesson: links."""
+    """Terms from '## Term {#id}' headings; a 'See:' line lists lesson: links, a 'Source:' line the
+    documentation an outside claim in the definition was checked against."""
     path = Path(path)
     terms: dict[str, GlossaryTerm] = {}
     current: GlossaryTerm | None = None
@@ -292,6 +220,8 @@ def load_glossary(path: Path | str = FOLDER / "glossary.md") -> dict[str, Glossa
             current = terms[m.group(2)] = GlossaryTerm(m.group(2), m.group(1), "")
         elif current is not None and line.strip().lower().startswith("see:"):
             current.see += [i for k, i in find_links(line) if k == "lesson"]
+        elif current is not None and line.strip().lower().startswith("source:"):
+            current.sources.append(line.strip()[len("source:"):].strip())
         elif current is not None:
             current.definition += line + "\n"
     for t in terms.values():

@@ -145,6 +145,7 @@ def lesson_pages(lab_pages: Mapping[str, st.Page] | None = None) -> list[st.Page
     st.navigation. lab_pages maps lab ids to the lab pages given to st.navigation; a lab that is
     missing gets plain text instead of a link."""
     site = load_site()
+    pictures.warm()            # the lessons' simulated pictures, drawn once per process in the background
     labs = dict(lab_pages or {})
     pages: dict[str, st.Page] = {}
     glossary = st.Page(lambda: _show_glossary(pages), title="Glossary", icon=GLOSSARY_ICON,
@@ -264,6 +265,8 @@ def _show_glossary(lesson_pages_by_id: dict[str, st.Page]) -> None:
     for t in sorted(shown, key=lambda t: t.term.lower()):
         st.subheader(t.term, anchor=t.id)
         st.markdown(_definition(t, site, lesson_pages_by_id))
+        for source in t.sources:
+            st.caption(f":material/verified: Checked against: {source}")
         _see_links(t, lesson_pages_by_id, key=t.id)
 
 

@@ -13,6 +13,13 @@ Environment variables (all optional; with none set the engine is embedded):
     BATCHING_LAB_ENGINE_KIND     server (the default when a URL is set) or openai
     BATCHING_LAB_ENGINE_MODEL    the model name to send (openai: required; server: read from /v1/models)
     BATCHING_LAB_METRICS_URL     the Prometheus page (default: the URL's /metrics)
+    BATCHING_LAB_ALLOWED_ENGINES more addresses the "Any engine" page may reach when the app is
+                                 attached to an engine (comma-separated, or * for any)
+
+An app attached to an engine is a classroom's: everyone on the network uses it, so its "Any
+engine" page may send requests only to that engine (its address and its metrics page), and to
+the addresses the instructor lists in BATCHING_LAB_ALLOWED_ENGINES. An app on its own (`make
+run`, on loopback) may reach any address: its one user is on this machine.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from urllib.parse import urlparse
 KINDS = ("embedded", "server", "openai")
 URL_ENV, KIND_ENV, MODEL_ENV, METRICS_ENV = ("BATCHING_LAB_ENGINE_URL", "BATCHING_LAB_ENGINE_KIND",
                                              "BATCHING_LAB_ENGINE_MODEL", "BATCHING_LAB_METRICS_URL")
+ALLOWED_ENV = "BATCHING_LAB_ALLOWED_ENGINES"
 
 # What each kind shows, and what it cannot (the page says so next to its charts).
 HIDDEN = {
@@ -113,3 +121,30 @@ def kind_name(url: str, timeout_s: float = 3.0) -> str:
     except Exception:                 # no metrics page, or one without known names
         return ""
     return {"vllm": "a vLLM server", "sglang": "an SGLang server", "tgi": "a TGI server"}.get(found, "")
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of an address, the port filled in from the scheme."""
+    parsed = urlparse(url.strip())
+    try:
+        port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    except ValueError:           # a port that is not a number
+        port = None
+    return parsed.scheme, (parsed.hostname or "").lower(), port
+
+
+def check_reachable(url: str, environ=None) -> None:
+    """Refuse (ValueError) an address the "Any engine" page may not reach from this app."""
+    env = os.environ if environ is None else environ
+    attached = from_env(env)
+    if not attached.remote:
+        return                                   # an app of its own: its user chooses freely
+    allowed = [a.strip() for a in env.get(ALLOWED_ENV, "").split(",") if a.strip()]
+    if "*" in allowed:
+        return
+    targets = {origin(u) for u in (attached.url, attached.metrics, *allowed)}
+    if origin(url) not in targets:
+        scheme, host, port = origin(url)
+        raise ValueError(f"this app is attached to the engine at {attached.url}, so it reaches only that "
+                         f"engine: {scheme}://{host}:{port} is not allowed (the instructor can allow more with "
+                         f"{ALLOWED_ENV})")

@@ -40,7 +40,8 @@ def classroom():
     engine_url = f"http://127.0.0.1:{engine_port}"
     env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
            "PYTHONPATH": str(ROOT)}
-    procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu"],
+    procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu",
+                      "--trusted-client", "127.0.0.1"],
                      env, engine_url + "/health", "classroom-engine.log")]
     try:
         procs.append(started(

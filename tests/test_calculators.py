@@ -98,10 +98,39 @@ def test_mm1_widget_shows_w_and_p99():
     assert "Unstable: the queue grows without end" in text(at)
 
 
-def test_littles_law_widget():
-    at = calculator("littles_law", calc_little_lam=9.5, calc_little_w=4.0)
-    assert metrics(at) == {"Requests in the system L = λW": "38.0"}
-    assert "requests in flight = arrival rate × latency" in text(at) and "about 38.0 are inside" in text(at)
+def test_kv_budget_widget_is_littles_law_times_the_tokens_each_holds():
+    at = calculator("kv_budget", calc_kv_lam=9.5, calc_kv_w=4.0, calc_kv_tokens=512, calc_kv_pool=8192)
+    assert metrics(at) == {"Requests inside L = λW": "38.0", "KV tokens held on average": "19,456",
+                           "Share of the cache": "238%"}
+    assert "does not fit" in text(at)
+    at.slider(key="calc_kv_pool").set_value(32768).run()
+    assert metrics(at)["Share of the cache"] == "59%" and "does not fit" not in text(at)
+
+
+def test_step_table_recomputes_the_table_and_moves_the_knee():
+    from analysis.course import BATCHES
+    at = calculator("step_table", calc_tb_t0=10.0, calc_tb_c=2.0)
+    table = next(m.value for m in at.markdown if m.value.startswith("| Batch B"))
+    assert "| 1 | 12.0 ms | 83 |" in table and "| 64 | 138.0 ms | 464 |" in table
+    assert "half of it at $B = t_0/c$ = **5.0**" in text(at)
+    knees = [line.split(" |")[0] for line in table.splitlines() if "knee" in line]
+    assert knees == ["| 32 ← knee"]                           # 32: 444 of 464 tokens/s, 96%
+    at.slider(key="calc_tb_c").set_value(0.1).run()           # a tiny c: the curve never flattens
+    table = next(m.value for m in at.markdown if m.value.startswith("| Batch B"))
+    assert [line.split(" |")[0] for line in table.splitlines() if "knee" in line] == [f"| {BATCHES[-1]} ← knee"]
+
+
+def test_slots_runs_the_scheduler_static_and_continuous():
+    from analysis.course import slot_grid
+    at = calculator("slots")
+    at.text_input(key="calc_slots_lengths").set_value("2, 4, 3, 4, 1, 1").run()
+    shown = text(at)
+    for mode in ("static", "continuous"):
+        g = slot_grid([2, 4, 3, 4, 1, 1], 4, mode)
+        assert f"**{mode}**: {g['steps']} steps, 15 of {g['held']} slot-steps used" in shown
+    assert slot_grid([2, 4, 3, 4, 1, 1], 4, "continuous")["steps"] < slot_grid([2, 4, 3, 4, 1, 1], 4, "static")["steps"]
+    at.text_input(key="calc_slots_lengths").set_value("2, lots").run()
+    assert at.error and "2 to 8 whole numbers from 1 to 12" in at.error[0].value and "'2, lots'" in at.error[0].value
 
 
 def test_unknown_calculator_is_named():
@@ -162,7 +191,8 @@ def test_lessons_name_only_known_calculators_and_use_each():
     used = {part for l in lessons for kind, part in split_pictures(l.body) if kind == "calculator"}
     assert used == set(CALCULATOR_IDS)
     where = {l.id: [p for k, p in split_pictures(l.body) if k == "calculator"] for l in lessons}
-    assert where["queueing"] == ["mm1", "littles_law"] and where["why-batch"] == ["step_time"]
+    assert where["queueing"] == ["mm1", "kv_budget"] and where["why-batch"] == ["step_table", "step_time"]
+    assert where["static-vs-continuous"] == ["slots"]
 
 
 def lesson(lesson_id: str) -> AppTest:
@@ -175,12 +205,18 @@ def lesson(lesson_id: str) -> AppTest:
 
 
 def test_queueing_lesson_embeds_its_calculators():
+    from analysis import course
     at = lesson("queueing")
-    assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == "200 ms"      # λ = 5, μ = 10
-    assert metrics(at)["Requests in the system L = λW"] == "40.0"           # 20 req/s x 2 s
+    mu, lam = at.slider(key="calc_mm1_mu").value, at.slider(key="calc_mm1_lam").value
+    assert mu == round(course.capacity(), 1) and lam == round(0.9 * mu, 1)   # the lesson's own engine
+    assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == f"{1 / (mu - lam):.2f} s"
+    ex = course.load_example(course.LOADS[-1])
+    assert metrics(at)["Requests inside L = λW"] == f"{round(ex['rate'], 2) * round(ex['w'], 2):.1f}"
     assert not at.warning and "{{" not in text(at)
+    at.slider(key="calc_mm1_mu").set_value(10.0).run()
     at.slider(key="calc_mm1_lam").set_value(9.9).run()
-    assert metrics(at)["p99 time in system = ln(100)·W"] == "46.05 s"       # the lesson's own example
+    assert metrics(at)["p99 time in system = ln(100)·W"] == "46.05 s"
+    assert "| **99.0%** | **9.90** |" in text(at)               # the table marks the chosen utilization
 
 
 def test_why_batch_lesson_embeds_the_step_time_calculator(tmp_path, monkeypatch):
@@ -200,4 +236,4 @@ def test_an_unknown_calculator_marker_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = lesson("queueing")
     assert len(at.warning) == 1 and "calculator 'no_such' is not available" in at.warning[0].value
-    assert "Requests in the system L = λW" in metrics(at), "the other calculator still shows"
+    assert "Requests inside L = λW" in metrics(at), "the other calculator still shows"

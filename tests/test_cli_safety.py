@@ -176,3 +176,128 @@ def test_bad_out_is_refused_before_the_model_loads(kind, tmp_path):
     assert (tmp_path / "results.txt").read_text() == "keep me"
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me too"
     assert no_temporary_folders(tmp_path)
+
+
+# ----------------------------------------------------------------------------- a finished run is never lost
+
+
+def cost_model_run(out, *flags):
+    """An in-process run on the cost model (no model to load): its exit status and stderr."""
+    import contextlib
+    import io
+    from engine.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["run", "--out", str(out), "--cost-model", "--rate", "0", *flags])
+    return rc, err.getvalue()
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """A real mount point (a small tmpfs), as a container's volume is; skipped where mounting is not allowed."""
+    where = tmp_path / "volume"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting needs root")
+    yield where
+    subprocess.run(["umount", str(where)])
+
+
+def test_out_on_a_mount_point_gets_its_files_in_place(mount_point):
+    for n in (9, 4):                        # a first run, then one that replaces it
+        rc, err = cost_model_run(mount_point, "--num-requests", str(n))
+        assert rc == 0, err
+        summary, _ = consistent_folder(mount_point)
+        assert summary["requests"] == n
+        assert "mount point" in err
+        assert sorted(os.listdir(mount_point)) == ["requests.csv", "steps.csv", "summary.json", "workload.jsonl"]
+
+
+def test_when_renames_fail_the_files_are_moved_in_one_by_one_and_the_marker_last(tmp_path, monkeypatch):
+    """The swap of two folders fails (EBUSY, as for a mount point found late): the run's files
+    go into --out one at a time, the old summary.json first out and the new one last in."""
+    import errno
+    from engine.cli import out_dir
+    out = tmp_path / "out"
+    assert cost_model_run(out, "--num-requests", "5")[0] == 0
+    real_rename, real_replace, order = os.rename, os.replace, []
+
+    def busy(src, dst):
+        if os.path.isdir(src):
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_rename(src, dst)
+
+    def noted(src, dst):
+        order.append(os.path.basename(dst))
+        real_replace(src, dst)
+    monkeypatch.setattr(out_dir.os, "rename", busy)
+    monkeypatch.setattr(out_dir.os, "replace", noted)
+    rc, err = cost_model_run(out, "--num-requests", "3")
+    assert rc == 0 and "could not be renamed into place (Device or resource busy)" in err, err
+    assert consistent_folder(out)[0]["requests"] == 3
+    assert order[-1] == "summary.json" and len(order) == 4
+    assert no_temporary_folders(tmp_path)
+
+
+def test_when_nothing_can_be_placed_the_run_is_kept_and_the_error_says_where(tmp_path, monkeypatch):
+    from engine.cli import out_dir
+    out = tmp_path / "out"
+
+    def refused(*_):
+        raise OSError(13, "Permission denied")
+    monkeypatch.setattr(out_dir.os, "rename", refused)
+    monkeypatch.setattr(out_dir.os, "replace", refused)
+    monkeypatch.setattr(out_dir.shutil, "copyfile", refused)
+    rc, err = cost_model_run(out, "--num-requests", "3")
+    assert rc == 2 and "the run finished, but its files could not be put into --out" in err, err
+    kept = err.split("they are kept in ")[1].split()[0]
+    assert os.path.isdir(kept) and sorted(os.listdir(kept)) == ["requests.csv", "steps.csv", "summary.json",
+                                                                 "workload.jsonl"]
+
+
+def test_leftovers_of_killed_runs_are_tidied_and_said(tmp_path):
+    out = tmp_path / "out"
+    assert cost_model_run(out, "--num-requests", "3")[0] == 0
+    dead = tmp_path / ".out.tmp-999999999-abc"                 # a run killed mid-way: its process is gone
+    dead.mkdir()
+    (dead / "requests.csv").write_text("half")
+    live = tmp_path / f".out.tmp-{os.getppid()}-xyz"            # a run of a live process: not ours to touch
+    live.mkdir()
+    (out / ".tmp-999999999-q").write_text("a file half moved in")
+    rc, err = cost_model_run(out, "--num-requests", "4")
+    assert rc == 0, err
+    assert not dead.exists() and live.exists() and not (out / ".tmp-999999999-q").exists()
+    assert err.count("left by an interrupted run") == 2
+    # killed between the two renames: --out is gone and the previous run waits aside; it is put back
+    os.rename(out, tmp_path / ".out.tmp-999999999-def-old")
+    rc, err = cost_model_run(tmp_path / "other", "--num-requests", "2")      # another --out: not touched
+    assert not out.exists()
+    rc, err = cost_model_run(out, "--num-requests", "2")
+    assert rc == 0 and "put back the previous run" in err and consistent_folder(out)[0]["requests"] == 2
+    assert no_temporary_folders(tmp_path) is False and sorted(p.name for p in tmp_path.iterdir()
+                                                               if ".tmp-" in p.name) == [live.name]
+
+
+def test_nothing_served_exits_3_and_summary_is_strict_json(tmp_path):
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"id": "a", "prompt_token_ids": []}\n{"id": "b", "prompt_token_ids": [5], "tenant": "x\\ud800"}\n')
+    out = tmp_path / "out"
+    rc, err = cost_model_run(out, "--workload", str(w))
+    assert rc == 3 and "nothing was served: none of the 2 requests finished (2 rejected" in err, err
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=no_constants)
+    assert summary["ttft_s"]["p50"] is None and summary["finished"] == 0
+
+
+def test_text_the_files_cannot_encode_is_escaped_not_fatal(tmp_path):
+    """Whatever reaches the writers (a Request built in code, not through validation), the run is written."""
+    from engine.metrics import summarize, write_run
+    from engine.request import Request
+    r = Request("r\ud800", [5], 2, tenant="t\udfff")
+    write_run(str(tmp_path), [r], [], summarize([r], []))
+    text = (tmp_path / "requests.csv").read_text()
+    assert "r\\ud800" in text and "t\\udfff" in text
+    json.loads((tmp_path / "summary.json").read_text())

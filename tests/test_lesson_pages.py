@@ -162,7 +162,9 @@ def test_a_check_hints_first_reveals_after_a_second_try_and_scores_only_first_tr
     check(at, lesson.id, 2, next(i for i in range(len(q2.choices)) if i != q2.answer))
     assert progress_line(at).startswith(f"Lessons read 1/{len(LESSONS)}, checks 3/"), "all checks answered: read"
     check(at, lesson.id, 2, q2.answer)                                # a retry solves it but does not score
-    assert [s.value for s in at.success] == [f"**Correct.** {q0.explanation}", f"**Correct on try 2.** {q2.explanation}"]
+    worked = q2.render(lambda lab, name: None)                        # no lab run here: the worked example
+    assert "{=" not in worked.explanation
+    assert [s.value for s in at.success] == [f"**Correct.** {q0.explanation}", f"**Correct on try 2.** {worked.explanation}"]
     assert progress_line(at).endswith(f"checks 3/{N_CHECKS} answered (1 right on the first try)")
 
     # progress and answers survive a trip to another lesson and back

@@ -1,18 +1,16 @@
-"""The lessons' pictures (analysis/pictures.py) render from cost-model runs, with alt text, and
-say what the run shows."""
+"""The lessons' pictures (analysis/pictures.py, analysis/pictures_course.py) render from simulated
+runs, with alt text, and say what the run shows."""
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import pictures
+from analysis import course_serving, pictures
+from analysis.pictures_course import PICTURES
 from ui.pictures import PICTURE_IDS
 
-LESSON_IDS = ("static_vs_continuous", "request_lifecycle", "two_schedulers", "kv_preemption")
 
-
-@pytest.mark.parametrize("picture_id", LESSON_IDS)
+@pytest.mark.parametrize("picture_id", PICTURE_IDS)
 def test_each_picture_renders_with_alt_text(picture_id):
-    assert picture_id in PICTURE_IDS
-    pic = pictures.PICTURES[picture_id]()
+    pic = PICTURES[picture_id]()
     assert sum(1 for t in pic.figure.data if t.x is not None and len(t.x)) >= 2, "traces with points"
     assert len(pic.alt) > 100 and pic.caption
 
@@ -56,3 +54,39 @@ def test_show_picture_draws_chart_caption_and_words():
     at.session_state["picture"] = "no_such_picture"
     at.run()
     assert at.error and "two_schedulers" in at.error[0].value
+
+
+def test_two_schedulers_has_the_gateway_route_and_the_autoscaler_read_the_queue():
+    pic = PICTURES["two_schedulers"]()
+    words = pic.alt
+    assert "cluster scheduler places" in words and "gateway routes each arriving request" in words
+    assert "never sees a request" in words and "autoscaler reads" in words
+    assert "least-loaded" not in words
+    labels = " ".join(a.text.replace("<br>", " ") for a in pic.figure.layout.annotations if a.text)
+    assert "routes each request to a replica" in labels and "places each new pod on a node" in labels
+    assert "reads the waiting count" in labels
+    g = course_serving.gateway_run()
+    assert sum(g["routed"]) == len(course_serving.ramp_requests(g["mu"]))     # every request routed once
+    assert g["alarm_s"] is not None and g["alarm_s"] > course_serving.RAMP_AT_S
+
+
+def test_the_roofline_picture_turns_compute_bound_where_the_arithmetic_passes_the_read():
+    pic = PICTURES["weights_per_step"]()
+    assert "memory-bound before" in pic.alt and "compute-bound after" in pic.alt
+    assert "between 64 and 128 sequences" in pic.alt
+
+
+def test_a_picture_is_kept_on_disk_under_the_digest_of_the_code_that_draws_it(tmp_path, monkeypatch):
+    from ui import pictures as glue
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(glue, "_drawn", {})
+    drawn = []
+    monkeypatch.setitem(glue.PICTURES, "kv_preemption", lambda: drawn.append(1) or pictures.kv_preemption())
+    first = glue.picture("kv_preemption")
+    assert drawn == [1] and list((tmp_path / "results").glob("picture-kv_preemption-*.pkl"))
+    monkeypatch.setattr(glue, "_drawn", {})                     # a new process: read from disk
+    assert glue.picture("kv_preemption").alt == first.alt and drawn == [1]
+    monkeypatch.setattr(glue, "_drawn", {})
+    monkeypatch.setattr(glue, "code_digest", lambda: "changed-code")   # the code changed: drawn afresh
+    glue.picture("kv_preemption")
+    assert drawn == [1, 1]

@@ -40,7 +40,7 @@ def test_the_right_choice_is_not_systematically_the_longest():
 def test_every_wrong_choice_says_why():
     for q in QUESTIONS:
         assert all(w.strip() for i, w in enumerate(q.why) if i != q.answer), q.question
-        assert q.why[q.answer] == "" and q.explanation
+        assert (q.why[q.answer] == "" or q.answer_rule) and q.explanation
 
 
 def test_choice_order_is_stable_per_learner_and_differs_between_learners():
@@ -63,12 +63,67 @@ def test_each_lesson_asks_about_the_learners_own_measurement(lesson):
 
 def test_a_measured_question_uses_the_value_or_its_fallback():
     q = next(q for l in LESSONS if l.id == "latency-metrics" for q in l.quiz if q.measured_with)
-    values = {("slo_goodput", "top_rate"): "8 req/s", ("slo_goodput", "ttft_p95_top_rate"): "3.2 s"}
-    lead = q.lead(lambda lab, name: values.get((lab, name)))
-    assert "8 req/s" in lead and "3.2 s" in lead and "{" not in lead
-    assert q.lead(lambda lab, name: None) == q.measured_without
-    half = q.lead(lambda lab, name: "3.2 s" if name == "ttft_p95_top_rate" else None)
-    assert half == q.measured_without, "a lead with one value missing falls back as a whole"
+    values = {("slo_goodput", "top_rate"): "6 requests/s", ("slo_goodput", "ttft_p95_top_rate"): "3.20 s"}
+    shown = q.render(lambda lab, name: values.get((lab, name)))
+    assert "6 requests/s" in shown.lead and "3.20 s" in shown.lead and "{" not in shown.lead and shown.measured
+    assert shown.choices[shown.answer] == "About 5.70 requests/s"          # 0.95 x the learner's 6
+    fallback = q.render(lambda lab, name: None)
+    assert fallback.lead == q.measured_without and not fallback.measured
+    assert fallback.choices[fallback.answer] == "About 7.60 requests/s"    # 0.95 x the example's 8
+    half = q.render(lambda lab, name: "3.20 s" if name == "ttft_p95_top_rate" else None)
+    assert half.lead == q.measured_without, "a lead with one value missing falls back as a whole"
+    assert q.render(lambda lab, name: "n/a").lead == q.measured_without, "text that is no number falls back"
+
+
+MEASURED = [(l.id, n, q) for l in LESSONS for n, q in enumerate(l.quiz) if q.measured_with]
+
+
+def right_answer(q, values) -> str:
+    s = q.shown(values)
+    return s.choices[s.answer]
+
+
+def answer_depends_on_the_measurement(q) -> bool:
+    """Some other plausible measurement (each value 0.6 to 1.6 times the example) makes another right answer."""
+    base = right_answer(q, q.example)
+    for factor in (0.6, 0.8, 1.25, 1.6):
+        for key in q.example:
+            try:
+                if right_answer(q, {**q.example, key: q.example[key] * factor}) != base:
+                    return True
+            except (ValueError, ArithmeticError):
+                continue
+    return False
+
+
+@pytest.mark.parametrize("lesson_id, n, q", MEASURED, ids=[f"{l}-{n}" for l, n, _ in MEASURED])
+def test_the_answer_of_a_measured_question_depends_on_the_measurement(lesson_id, n, q):
+    assert set(q.example) == {f"{lab}.{name}" for lab, name in q.measures()}
+    for lab, name in q.measures():
+        assert f"{q.example[f'{lab}.{name}']:g}" in q.measured_without.replace(",", "") or \
+            f"{q.example[f'{lab}.{name}'] / 1000:g}" in q.measured_without, \
+            f"the worked fallback states the example's {name}"
+    assert answer_depends_on_the_measurement(q), f"{lesson_id} question {n + 1}: same answer whatever was measured"
+
+
+def test_the_dependence_check_can_fail():
+    from lessons.questions import parse_quiz
+    fixed = parse_quiz([{"question": "Which?", "answer": 0, "explanation": "Because.",
+                         "measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.",
+                                      "example": {"queueing.mu": 2}},
+                         "choices": [{"text": "0.9 mu"}, {"text": "0.5 mu", "why": "No."}]}])[0]
+    assert not answer_depends_on_the_measurement(fixed)
+
+
+def test_a_measured_value_reads_with_its_unit():
+    from lessons.formulas import evaluate, fill, number
+    assert number("21.0 ms") == 21.0 and number("1.23 s") == 1230 and number("2.10 requests/s") == 2.1
+    assert number("16") == 16 and number("1,024 tokens") == 1024 and number("—") is None and number(None) is None
+    assert fill("{= a / 2 :.1f} and {= max(a, 10) }", {"a": 5}) == "2.5 and 10"
+    with pytest.raises(ValueError, match="only arithmetic"):
+        evaluate("open('x')", {})
+    with pytest.raises(ValueError, match="unknown name"):
+        evaluate("a.b + z", {"a.b": 1})
 
 
 def test_only_a_right_first_try_scores():

@@ -14,7 +14,6 @@ import time
 import httpx2 as httpx
 import openai
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.build import build_engine
@@ -22,6 +21,8 @@ from engine.cli import main as cli_main
 from engine.config import EngineConfig, SchedulerPolicy
 from engine.model import load_model
 from engine.server.app import create_app
+from engine.server.connections import Server, server_config
+from engine.server.limits import ServerLimits
 from engine.server.service import ENGINE_NICE, THREAD_NAME, EngineService
 
 TOKEN = "teacher-secret"
@@ -45,11 +46,15 @@ def tiny():
 
 
 @contextlib.contextmanager
-def serving(model, name="tiny", policy=SchedulerPolicy(max_num_seqs=32, kv_capacity_tokens=16384), **service_kw):
-    """A server for `model` on a free port of 127.0.0.1; yields (base url, service)."""
+def serving(model, name="tiny", policy=SchedulerPolicy(max_num_seqs=32, kv_capacity_tokens=16384),
+            limits=ServerLimits(), docs=False, tokenizer=None, **service_kw):
+    """A server for `model` on a free port of 127.0.0.1, as `engine serve` runs it (its
+    connection guard, its stop); yields (base url, service). `tokenizer` replaces the model's."""
     engine = build_engine(EngineConfig(model=name), policy, model)
+    engine.tokenizer = tokenizer or engine.tokenizer
     service = EngineService(engine, name, **service_kw)
-    server = uvicorn.Server(uvicorn.Config(create_app(service, name, TOKEN), log_level="warning"))
+    app = create_app(service, name, TOKEN, limits, docs=docs)
+    server = Server(server_config(app, limits, log_level="warning"), on_stop=app.state.stop_streams)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -273,7 +278,7 @@ BAD = [
      "only text parts"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
      400, "max_completion_tokens"),
-    ("/v1/completions", {"prompt": "x" * (1 << 20)}, 400, "over 1,048,576 bytes, the limit"),
+    ("/v1/completions", {"prompt": "x" * (1 << 20)}, 413, "over 1,048,576, the limit"),
 ]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine.cli import main
 from engine.validation import Limits, request_from_dict
-from engine.workload import unique_keys
+from engine.validation import unique_keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,6 +84,18 @@ BAD = [
     (None, "[1, 2]", ["JSON object", "[1, 2]"]),
     (None, "{not json", ["line", "Expecting property name"]),
     (None, b'{"id": "\xff\xfe", "prompt_token_ids": [5]}', ["utf-8"]),
+    # text that is not Unicode (JSON's \\ud800 escape: a lone surrogate), and tenants that are not names
+    ("tenant-surrogate", '{"id": "tenant-surrogate", "prompt_token_ids": [5], "tenant": "a\\ud800"}',
+     ["tenant", "not valid Unicode", "U+D800", "character 1"]),
+    ("prompt-surrogate", '{"id": "prompt-surrogate", "prompt": "x\\udcff"}', ["prompt", "not valid Unicode", "U+DCFF"]),
+    (None, '{"id": "\\ud800", "prompt_token_ids": [5]}', ["id", "not valid Unicode"]),
+    ("tenant-escape", {"id": "tenant-escape", "prompt_token_ids": [5], "tenant": "a\x1b[2J"},
+     ["tenant", "control character U+001B"]),
+    ("tenant-long", {"id": "tenant-long", "prompt_token_ids": [5], "tenant": "t" * 65}, ["tenant", "1–64", "65 characters"]),
+    # lines that made the parser raise what it does not usually raise, or take the memory of their size
+    (None, "[" * 100_000 + "]" * 100_000, ["nested too deeply"]),
+    (None, '{"id": "deep", "prompt_token_ids": ' + "[" * 50_000 + "]" * 50_000 + "}", ["nested too deeply"]),
+    (None, '{"id": "huge", "prompt": "' + "x" * (1 << 20) + '"}', ["over 1,048,576 bytes"]),
     # duplicate ids: rejected rows of their own
     ("good1", {"id": "good1", "prompt_token_ids": [5, 6, 7], "max_new_tokens": 3}, ["duplicate id 'good1'", "first seen on line 1"]),
 ]
@@ -152,7 +164,7 @@ def test_validator_refuses_every_bad_dict(index):
     if isinstance(line, (str, bytes)):
         try:
             line = json.loads(line, object_pairs_hook=unique_keys)
-        except ValueError:
+        except (ValueError, RecursionError):
             return                                   # not a JSON object the reader accepts: its business
     if isinstance(line, dict) and line.get("id") == "good1":
         return                                       # a duplicate is valid on its own
@@ -169,6 +181,28 @@ def test_validator_keeps_types_and_defaults():
     with pytest.raises(ValueError, match="max_new_tokens must be at most 64"):
         request_from_dict({"prompt_token_ids": [1], "max_new_tokens": 65}, Limits(max_model_len=64))
     assert math.isfinite(request_from_dict({"prompt_token_ids": [1], "arrival_s": 86400}).arrival_s)
+
+
+def test_a_prompt_too_long_to_fit_is_refused_by_its_characters_before_tokenizing():
+    class NeverCalled:
+        def apply_chat_template(self, *a, **kw):
+            raise AssertionError("tokenized")
+    limits = Limits(max_model_len=64, max_prompt_chars=640)
+    with pytest.raises(ValueError, match="prompt is 641 characters: more than the 640"):
+        request_from_dict({"prompt": "x" * 641}, limits, NeverCalled())
+
+
+def test_the_prompt_character_bound_holds_for_the_real_tokenizer():
+    """No text of max_prompt_chars characters or fewer that fits is refused: the bound is the
+    longest token's spelling times the context, and real text takes far fewer characters a token."""
+    from engine.model import load_model
+    from engine.validation import max_prompt_chars
+    tok = load_model("tiny", "cpu", "fp32").tokenizer
+    bound = max_prompt_chars(tok, 2048)
+    longest = max(len(tok.decode([i])) for i in range(len(tok)))
+    assert bound >= 2048 * longest
+    worst = tok.decode([max(range(len(tok)), key=lambda i: len(tok.decode([i])))]) * 2048
+    assert len(tok.encode(worst)) >= 2048 * 0.5 and len(worst) <= bound
 
 
 # ----------------------------------------------------------------------------- settings

@@ -120,7 +120,7 @@ def main(argv=None):
     t_begin, procs, rows = time.monotonic(), [], []
     try:
         procs.append(started([sys.executable, "-m", "engine", "serve", "--host", "127.0.0.1",
-                              "--port", str(engine_port), "--model", args.model],
+                              "--port", str(engine_port), "--model", args.model, "--trusted-client", "127.0.0.1"],
                              env, engine_url + "/health", logs / "engine.log"))
         procs.append(started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                               "--server.port", str(app_port), "--server.address", "127.0.0.1",

@@ -75,7 +75,7 @@ def start_server(args, kv_tokens: int, port: int) -> subprocess.Popen:
            "--dtype", args.dtype, "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
            "--max-num-batched-tokens", str(args.max_num_batched_tokens),
            "--kv-capacity-tokens", str(kv_tokens), "--kv-pool-tokens", str(kv_tokens),
-           "--max-inflight-per-tenant", str(args.concurrency)]
+           "--max-inflight-per-tenant", str(args.concurrency), "--trusted-client", "127.0.0.1"]
     server = subprocess.Popen(cmd, env={**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"})
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -1,12 +1,15 @@
 """The lessons' instant calculators: a lesson line `{{calculator:<id>}}` shows one (lessons/views.py).
 
 - `mm1`: arrival and service rate -> utilization, mean and p99 time in system, and the p99 curve;
-- `littles_law`: arrival rate and time in system -> requests inside, L = lambda W;
 - `step_time`: batch size -> decode step time, time per token and tokens/s, from this machine's
-  step model (its calibrated profile, or the hand-set guess when it has none; no model runs).
+  step model (its calibrated profile, or the hand-set guess when it has none; no model runs);
+- `step_table`: t0 and c -> lesson 1's table of t(B) = t0 + cB, its throughput and the knee, recomputed;
+- `slots`: output lengths and slots -> the engine's scheduler, static and continuous, slot by slot;
+- `kv_budget`: arrival rate and time in system -> requests inside (Little's Law, L = lambda W), and with
+  the tokens each holds and the cache size -> the KV memory they need.
 
-The formulas live in analysis.queueing and engine.step_model. Each calculator is a fragment, so
-moving its sliders reruns it alone, not the lesson around it. Widget keys start with `calc_`.
+The formulas live in analysis.queueing, analysis.course and engine.step_model. Each calculator is a
+fragment, so moving its sliders reruns it alone, not the lesson around it. Widget keys start with `calc_`.
 """
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ import math
 
 import streamlit as st
 
+from analysis import course
+from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
 from engine import step_fit
+from engine.config import EngineConfig
 from engine.profile import load_profile
 from engine.results import cache_dir
 from engine.step_model import UNCALIBRATED, StepModel
@@ -31,8 +37,9 @@ def mm1() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the M/M/1 queue**")
         left, right = st.columns(2)
-        lam = left.slider("Arrival rate λ (requests/s)", 0.0, 20.0, 5.0, 0.1, key="calc_mm1_lam")
-        mu = right.slider("Service rate μ (requests/s)", 0.5, 20.0, 10.0, 0.1, key="calc_mm1_mu")
+        mu0 = round(course.capacity(), 1)
+        mu = right.slider("Service rate μ (requests/s)", 0.5, 20.0, mu0, 0.1, key="calc_mm1_mu")
+        lam = left.slider("Arrival rate λ (requests/s)", 0.0, 20.0, round(0.9 * mu0, 1), 0.05, key="calc_mm1_lam")
         w, p99 = mm1_time_in_system(lam, mu), mm1_time_in_system_quantile(lam, mu, 0.99)
         cols = st.columns(3)
         cols[0].metric("Utilization ρ = λ/μ", f"{lam / mu:.0%}")
@@ -41,22 +48,26 @@ def mm1() -> None:
         if math.isinf(w):
             st.markdown(":red[**Unstable: the queue grows without end.**] Requests arrive at least as "
                         "fast as they are finished, so there is no steady state and no mean to give.")
+        st.markdown(mm1_table(mu, lam / mu))
         st.plotly_chart(mm1_p99_chart(lam, mu), width="stretch", key="calc_mm1_chart",
                         config={"displaylogo": False})
 
 
-@st.fragment
-def littles_law() -> None:
-    with st.container(border=True):
-        st.markdown("**Try it: Little's Law**")
-        left, right = st.columns(2)
-        lam = left.slider("Arrival rate λ (requests/s)", 0.0, 50.0, 20.0, 0.5, key="calc_little_lam")
-        w = right.slider("Time in system W (s)", 0.1, 30.0, 2.0, 0.1, key="calc_little_w")
-        inside = littles_law_in_system(lam, w)
-        st.metric("Requests in the system L = λW", f"{inside:.1f}")
-        st.markdown(f"In a serving engine, requests in flight = arrival rate × latency: at {lam:g} requests/s "
-                    f"that each take {w:g} s, about {inside:.1f} are inside at once, waiting or in the "
-                    "running batch, and each holds its KV cache all that time.")
+MM1_ROWS = (0.4, 0.6, 0.7, 0.85, 0.95, 0.98)
+
+
+def mm1_table(mu: float, rho_now: float) -> str:
+    """The M/M/1 table at service rate `mu`: W in units of 1/mu and in seconds, with the row nearest
+    the chosen utilization in bold."""
+    rows = sorted(set(MM1_ROWS) | ({round(rho_now, 3)} if 0 < rho_now < 1 else set()))
+    lines = ["| ρ | λ (req/s) | W in units of 1/μ | W | vs 40% |",
+             "|---|---|---|---|---|"]
+    for rho in rows:
+        cells = [f"{rho:.0%}" if rho in MM1_ROWS else f"{rho:.1%}", f"{rho * mu:.2f}", f"{1 / (1 - rho):.1f}",
+                 _seconds(1 / (mu * (1 - rho))), f"×{0.6 / (1 - rho):.1f}"]
+        bold = abs(rho - rho_now) < 1e-9
+        lines.append("| " + " | ".join(f"**{c}**" if bold else c for c in cells) + " |")
+    return "\n".join(lines)
 
 
 @st.cache_resource(ttl=60, show_spinner=False)
@@ -64,6 +75,12 @@ def _profiled(model_name: str, folder: str):
     """This machine's saved profile of the model (None: none, or stale). `folder` (the results
     cache, where profiles live) is only a cache key: pointing BATCHING_LAB_CACHE elsewhere reads afresh."""
     return load_profile(model_name)
+
+
+def warm() -> None:
+    """Read this machine's step model into the cache off the page (ui/pictures.py calls it on its thread)."""
+    from ui.session import model_name
+    _profiled(model_name(), cache_dir())
 
 
 def machine_step_model() -> tuple[StepModel, bool]:
@@ -99,7 +116,82 @@ def step_time() -> None:
                    f"This machine has no step model yet, so the numbers are a guess: {model.label}.")
 
 
-CALCULATORS = {"mm1": mm1, "littles_law": littles_law, "step_time": step_time}
+@st.fragment
+def step_table() -> None:
+    with st.container(border=True):
+        st.markdown("**Try it: the table for your own t₀ and c**")
+        t0_0, c_0 = course.linear_terms()
+        left, right = st.columns(2)
+        t0 = left.slider("t₀: what every step pays (ms)", 0.5, 200.0, round(t0_0, 1), 0.5, key="calc_tb_t0")
+        c = right.slider("c: cost of each sequence (ms)", 0.05, 20.0, round(c_0, 2), 0.05, key="calc_tb_c")
+        batches = course.BATCHES
+        tok_s = [1000 * b / (t0 + c * b) for b in batches]
+        k = knee(batches, tok_s)
+        lines = ["| Batch B | Step t(B) | Tokens/s | Of the best |", "|---|---|---|---|"]
+        for b, tps in zip(batches, tok_s):
+            mark = " ← knee" if b == k else ""
+            lines.append(f"| {b}{mark} | {t0 + c * b:.1f} ms | {tps:,.0f} | {tps / max(tok_s):.0%} |")
+        st.markdown("\n".join(lines))
+        st.markdown(f"Each user waits the whole step, t(B), between two of its tokens. Ceiling $1/c$ = **{1000 / c:,.0f} tokens/s**; half of it at $B = t_0/c$ = **{t0 / c:.1f}**; "
+                    f"{KNEE_SHARE:.0%} of it only at $9\\,t_0/c$ = **{9 * t0 / c:.0f}**. The knee by the course's "
+                    f"rule, over these rows: **{k}**.")
+
+
+@st.fragment
+def slots() -> None:
+    with st.container(border=True):
+        st.markdown("**Try it: the engine's scheduler, slot by slot**")
+        default = ", ".join(map(str, course.grid_lengths()))
+        left, right = st.columns([3, 1])
+        text = left.text_input("Output tokens of each request (2 to 8 requests, 1 to 12 tokens each)", default,
+                               key="calc_slots_lengths")
+        n_slots = right.number_input("Slots", 1, 6, course.GRID_SLOTS, key="calc_slots_n")
+        try:
+            lengths = [int(x) for x in text.replace(",", " ").split()]
+            if not 2 <= len(lengths) <= 8 or not all(1 <= x <= 12 for x in lengths):
+                raise ValueError
+        except ValueError:
+            st.error(f"Write 2 to 8 whole numbers from 1 to 12, separated by commas (got {text!r}).")
+            return
+        cols = st.columns(2)
+        for col, mode in zip(cols, ("static", "continuous")):
+            g = course.slot_grid(lengths, int(n_slots), mode)
+            head = "| Step | " + " | ".join(f"Slot {i + 1}" for i in range(int(n_slots))) + " |"
+            rule = "|---" * (int(n_slots) + 1) + "|"
+            body = [f"| {i + 1} | " + " | ".join(cell or "·" for cell in line) + " |" for i, line in enumerate(g["grid"])]
+            col.markdown(f"**{mode}**: {g['steps']} steps, {g['used']} of {g['held']} slot-steps used "
+                         f"({g['used'] / g['held']:.0%})\n\n" + "\n".join([head, rule, *body]))
+        st.caption("Every request is waiting at the start; step 1 prefills and gives each its first token. "
+                   "✓ marks a request's last token, · an empty slot.")
+
+
+@st.fragment
+def kv_budget() -> None:
+    with st.container(border=True):
+        st.markdown("**Try it: the KV cache Little's Law asks for**")
+        ex = course.load_example(course.LOADS[-1])
+        a, b = st.columns(2)
+        lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, round(ex["rate"], 2), 0.01, key="calc_kv_lam")
+        w = b.slider("Time in system W (s)", 0.1, 30.0, round(ex["w"], 2), 0.01, key="calc_kv_w")
+        c, d = st.columns(2)
+        tokens = c.slider("Tokens each request holds (prompt + output)", 16, 4096,
+                          course.QUEUE_SPEC.prompt_hi + course.QUEUE_SPEC.output_hi, 16, key="calc_kv_tokens")
+        pool = d.slider("KV cache (tokens)", 1024, 131072, EngineConfig().kv_pool_tokens, 1024, key="calc_kv_pool")
+        inside = littles_law_in_system(lam, w)
+        need = inside * tokens
+        kib = course.kv_bytes_bf16() / 1024
+        cols = st.columns(3)
+        cols[0].metric("Requests inside L = λW", f"{inside:.1f}")
+        cols[1].metric("KV tokens held on average", f"{need:,.0f}", help=f"{need * kib / 1024:,.0f} MiB in bf16")
+        cols[2].metric("Share of the cache", f"{need / pool:.0%}")
+        st.markdown((":red[**The average alone does not fit:** the engine must queue, preempt or shed load.]"
+                     if need > pool else "It fits on average; bursts above the average still need headroom.")
+                    + f" At {kib:.1f} KiB a token (SmolLM2-135M in bf16), {need:,.0f} tokens are "
+                    f"{need * kib / 1024:,.0f} MiB.")
+
+
+CALCULATORS = {"mm1": mm1, "step_time": step_time, "step_table": step_table,
+               "slots": slots, "kv_budget": kv_budget}
 CALCULATOR_IDS = tuple(CALCULATORS)
 
 

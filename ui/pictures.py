@@ -1,17 +1,82 @@
-"""Streamlit glue for the lessons' pictures (analysis/pictures.py): `show_picture(picture_id)`
-draws one with its caption and, under it, its alt text (the picture told in words)."""
+"""Streamlit glue for the lessons' pictures (analysis/pictures_course.py): `show_picture(picture_id)`
+draws one with its caption and, under it, its alt text (the picture told in words).
+
+A picture is a simulated run, the same for everyone and every machine: each is drawn once and kept
+on disk beside the results cache, under a digest of the code that draws it (analysis/ and engine/),
+so a change to that code draws it afresh. `warm()` loads or draws them all on a background thread,
+at the OS's lowest priority, the first time the lesson pages are built, with the calculators'
+defaults, so that the first learner to open a lesson does not wait for its runs (about ten seconds
+for all of them on two cores) or for the step-time calculator's first read of this machine's step
+model (which imports torch: 20-30 s on a busy two-core machine).
+"""
 from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import threading
+from pathlib import Path
 
 import streamlit as st
 
-from analysis.pictures import PICTURES, Picture
+from analysis.pictures import Picture
+from analysis.pictures_course import PICTURES
+from engine.results import cache_dir
+from engine.threads import lower_os_priority
 
 PICTURE_IDS = tuple(PICTURES)
+DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on
+_drawn: dict[str, Picture] = {}
+_locks = {picture_id: threading.Lock() for picture_id in PICTURES}
 
 
-@st.cache_resource(show_spinner=False)
-def _picture(picture_id: str) -> Picture:
-    return PICTURES[picture_id]()      # a cost-model run: the same for everyone, drawn once per process
+def code_digest() -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha1()
+    for folder in DRAWN_BY:
+        for path in sorted((root / folder).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stored(picture_id: str) -> Path:
+    return Path(cache_dir()) / f"picture-{picture_id}-{code_digest()}.pkl"
+
+
+def picture(picture_id: str) -> Picture:
+    """The picture, from this process, else from disk, else drawn (a second caller waits for the first)."""
+    with _locks[picture_id]:
+        if picture_id not in _drawn:
+            path = _stored(picture_id)
+            try:
+                _drawn[picture_id] = pickle.loads(path.read_bytes())
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+                _drawn[picture_id] = PICTURES[picture_id]()
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                try:
+                    tmp.write_bytes(pickle.dumps(_drawn[picture_id]))
+                    tmp.replace(path)
+                except OSError:
+                    pass            # a read-only cache only costs the next process a redraw
+        return _drawn[picture_id]
+
+
+def warm() -> None:
+    """Load or draw every picture on a daemon thread, once per process."""
+    if not getattr(warm, "started", False):
+        warm.started = True
+        threading.Thread(target=_draw_all, name="bl-pictures", daemon=True).start()
+
+
+def _draw_all() -> None:
+    from analysis import course
+    from ui import calculators
+    lower_os_priority(19)                      # the pages' own work goes first
+    calculators.warm()                         # this machine's step model (and the torch it imports)
+    course.load_example(course.LOADS[-1])      # the queueing calculators' defaults
+    for p in PICTURE_IDS:
+        picture(p)
 
 
 def show_picture(picture_id: str) -> None:
@@ -19,7 +84,7 @@ def show_picture(picture_id: str) -> None:
     if picture_id not in PICTURES:
         st.error(f"No picture named {picture_id!r}: pictures are {', '.join(PICTURE_IDS)}.")
         return
-    pic = _picture(picture_id)
+    pic = picture(picture_id)
     st.plotly_chart(pic.figure, config={"displaylogo": False, "toImageButtonOptions": {"format": "png"}},
                     width="stretch", key=f"picture_{picture_id}")
     st.caption(pic.caption)

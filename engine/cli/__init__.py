@@ -16,7 +16,6 @@ import sys
 
 from ..config import EngineConfig, SchedulerPolicy
 from ..knobs import knobs_of
-from ..server.cli import add_serve_parser, serve_command
 from ..workload import WorkloadSpec
 from .bench import add_bench_flags, bench_command
 from .calibrate import add_calibrate_parser, calibrate_command
@@ -25,6 +24,7 @@ from .run import run_command
 from .validate_sim import add_validate_sim_parser, validate_sim_command
 
 def parser() -> argparse.ArgumentParser:
+    from ..server.cli import add_serve_parser     # here: engine.server.cli imports this package's flags
     ap = argparse.ArgumentParser(prog="python -m engine", description="Batching Lab inference engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="serve a workload and write requests.csv, steps.csv, summary.json")
@@ -46,12 +46,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run a command; every error ends as one line on stderr, never a traceback
-    (BATCHING_LAB_DEBUG=1 shows it). Status 2: bad input or settings; 1: anything else."""
+    (BATCHING_LAB_DEBUG=1 shows it). Status 2: bad input or settings; 1: anything else; `run` exits
+    with 3 when it wrote its files but no request finished."""
     args = parser().parse_args(argv)
     try:
         if args.cmd == "run":
             return run_command(args, policy_from(args), spec_from(args))
         if args.cmd == "serve":
+            from ..server.cli import serve_command
             return serve_command(args)
         if args.cmd == "calibrate":
             return calibrate_command(args)

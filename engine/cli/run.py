@@ -6,7 +6,8 @@ end, so --out holds one whole run, the previous one or this one, never a mix. Ct
 stops the run at the next step: nothing more is admitted, the requests not finished are aborted
 (finishing them could take minutes on a slow model), what there is gets written with
 "partial": true in summary.json, and the exit status is 130 or 143. A second Ctrl-C quits at
-once without writing.
+once without writing. A run in which no request finished (every one refused or failed) still
+writes its files, says so, and exits with status 3 (NOTHING_SERVED), so a script notices.
 
 --simulate runs the same engine on a virtual clock with step times from a profile
 (engine/simulate.py); --cost-model is --simulate --profile hand-set. The files are the same,
@@ -24,9 +25,11 @@ from ..config import EngineConfig
 from ..metrics import SLO, summarize, write_run
 from ..request import Request
 from ..simulate import HAND_SET, SimProfile, build_simulation, resolve_profile
-from ..validation import Limits
+from ..validation import Limits, max_prompt_chars
 from ..workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
 from .out_dir import OutDir
+
+NOTHING_SERVED = 3         # the exit status of a run that wrote its files but finished no request
 
 
 def run_command(args, policy, spec) -> int:
@@ -37,6 +40,8 @@ def run_command(args, policy, spec) -> int:
     profile = simulation_profile(args, config)
     # One handler for the whole command: a signal while the model loads stops the run before its first step.
     with StopOnSignal() as stop, OutDir(args.out) as out:     # a bad --out is refused here, before the run
+        for note in out.notes:                                # leftovers of an interrupted run, tidied
+            print(note, file=sys.stderr)
         engine, model = start_engine(args, config, policy, profile)
         rows = submit_all(engine, args, spec, model)
         run_with_progress(engine, should_stop=lambda: bool(stop.signum))
@@ -53,7 +58,10 @@ def run_command(args, policy, spec) -> int:
         write_run(out.tmp, rows, engine.steps, summary)
         if not args.workload:
             write_jsonl(f"{out.tmp}/workload.jsonl", rows)
+        tidied = len(out.notes)
         out.commit()
+    for note in out.notes[tidied:]:                          # how the files were placed, if not the usual way
+        print(note, file=sys.stderr)
     print_summary(summary)
     if profile is not None:
         print(f"simulated with the {profile.label}; token ids are stand-ins")
@@ -61,7 +69,14 @@ def run_command(args, policy, spec) -> int:
         if r.error:
             print(f"  {r.id}: {r.status.value}: {r.error}", file=sys.stderr)
     print(f"wrote {args.out}/requests.csv, steps.csv, summary.json" + (" (partial)" if partial else ""))
-    return 128 + stop.signum if stop.signum else 0
+    if stop.signum:
+        return 128 + stop.signum
+    if not summary["finished"]:
+        print(f"nothing was served: none of the {summary['requests']:,} requests finished "
+              f"({summary['rejected']:,} rejected, {summary['failed']:,} failed, {summary['aborted']:,} aborted)",
+              file=sys.stderr)
+        return NOTHING_SERVED
+    return 0
 
 
 def simulation_profile(args, config: EngineConfig) -> SimProfile | None:
@@ -94,7 +109,9 @@ def submit_all(engine, args, spec, model) -> list[Request]:
     if not args.workload:
         return submit_each(engine, args, build_requests(spec, PromptMaker(tokenizer) if tokenizer else None))
     vocab = model.config.vocab_size if model is not None else engine.executor.vocab_size
-    requests, errors = read_jsonl(args.workload, tokenizer, Limits(vocab, engine.scheduler.max_model_len))
+    max_len = engine.scheduler.max_model_len
+    limits = Limits(vocab, max_len, max_prompt_chars=max_prompt_chars(tokenizer, max_len) if tokenizer else None)
+    requests, errors = read_jsonl(args.workload, tokenizer, limits)
     if not requests and not errors:
         raise ValueError(f"workload {args.workload} is empty")
     rows = submit_each(engine, args, requests)

@@ -4,21 +4,27 @@
     POST /v1/completions, /v1/chat/completions     (streaming as server-sent events, or not)
     GET  /lab/steps       live step records with their members, as server-sent events
                           (?since=N replays from step N; ?stream=false answers once, as JSON)
-    GET  /lab/requests    recent request rows, in the requests.csv columns (?limit=N)
+    GET  /lab/requests    recent request rows, in the requests.csv columns (?limit=N, 0-5000)
     GET  /lab/policy      the live scheduler policy
     PUT  /lab/policy      change some knobs; needs the instructor token (Authorization: Bearer ...)
     GET  /lab/load        the background load: running or not, its workload, requests sent
     PUT  /lab/load        start it ({"running": true, workload knobs...}) or stop it; instructor
     POST /lab/reset       abort everything in flight and start a fresh engine; instructor
 
-Every check that can be made at once (body, fields, context length, a full queue, a tenant
-over its limit) answers with its status before anything is sent. A client that goes away,
-mid-stream or while waiting for a whole answer, has its request aborted: its KV blocks are
-freed at once.
+Every check that can be made at once (content type, body size, fields, text, context length, a
+full queue, a client or tenant over its limit) answers with its status before anything is
+sent, and before any costly work: a prompt is tokenized off the event loop, and only once it
+passed every check that needs no tokenizer (engine/server/limits.py). Every error, 404, 422
+and 500 included, has OpenAI's shape, {"error": {"message", "type", "param", "code"}}; a
+traceback goes to the server's log, never to the client. A client that goes away, mid-stream
+or while waiting for a whole answer, has its request aborted: its KV blocks are freed at once.
+Bodies must be sent as application/json: a web page can post text/plain to any address without
+asking, but not JSON. /docs and /openapi.json exist only when asked for (`docs=True`).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 import uuid
@@ -26,41 +32,95 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 
 from fastapi import FastAPI, Request as HttpRequest
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..metrics import request_row
 from ..request import Request, Status
+from ..validation import max_prompt_chars
 from . import openai_schema as oa
 from .background import spec_from
+from .lab_feed import MAX_REQUEST_ROWS, LabFeed
+from .limits import ServerLimits, Tokenizing
 from .service import EngineService, Stream
 from .text import TextStream
 
-MAX_BODY_BYTES = 1 << 20
-STEP_POLL_S = 0.05
+log = logging.getLogger("batching_lab.server")
+DRAIN_S = 3.0              # at a stop, how long open streams get to send their last chunk and [DONE]
+PARSE_INLINE_BYTES = 64 << 10   # longer bodies are parsed on the tokenizing threads, off the event loop
 
 
 class ClientGone(Exception):
     pass
 
 
+def json_response(data, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(oa.json_bytes(data) if not isinstance(data, bytes) else data, status,
+                    headers=headers, media_type="application/json")
+
+
+def error_response(exc: oa.ApiError) -> Response:
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+    return json_response(exc.body(), exc.status, headers)
+
+
 def create_app(service: EngineService, model_name: str, instructor_token: str,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+               limits: ServerLimits = ServerLimits(), docs: bool = False) -> FastAPI:
     tokenizer = service.engine.tokenizer          # the same model after a reset
     max_model_len = service.engine.scheduler.max_model_len
+    vocab = len(tokenizer)
+    max_chars = max_prompt_chars(tokenizer, max_model_len)
+    tokenizing = Tokenizing()
+    feed = LabFeed(service, service.engine.keep_steps or 20_000)
+    open_streams = set()                          # answers being streamed now
 
     @asynccontextmanager
     async def lifespan(_):
         service.start()
+        poll = asyncio.create_task(feed.poll())
         yield
+        feed.close()
+        poll.cancel()
         service.stop()
+        tokenizing.close()
 
-    app = FastAPI(title="Batching Lab engine", lifespan=lifespan)
+    app = FastAPI(title="Batching Lab engine", lifespan=lifespan, docs_url="/docs" if docs else None,
+                  redoc_url=None, openapi_url="/openapi.json" if docs else None)
+
+    async def stop_streams() -> None:
+        """A stop begins: every stream ends with its finish reason and [DONE], and every
+        /lab/steps follower ends, before uvicorn closes the connections."""
+        service.close()
+        feed.close()
+        deadline = time.monotonic() + DRAIN_S
+        while open_streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    app.state.stop_streams = stop_streams
+
+    # ----- errors: OpenAI's shape for every one
 
     @app.exception_handler(oa.ApiError)
     async def api_error(_, exc: oa.ApiError):
-        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_, exc: StarletteHTTPException):
+        return json_response(oa.error_body(exc.status_code, str(exc.detail)), exc.status_code, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(_, exc: RequestValidationError):
+        first = exc.errors()[0]
+        name = str(first["loc"][-1]) if first.get("loc") else None
+        got = f" (got {oa.short(first['input'], 40)})" if "input" in first else ""
+        return json_response(oa.error_body(400, f"{name}: {first.get('msg', 'invalid')}{got}", name), 400)
+
+    @app.exception_handler(Exception)
+    async def internal_error(_, exc: Exception):      # uvicorn logs the traceback
+        return json_response(oa.error_body(500, "the server failed to answer this request; "
+                                                "the error is in the server's log"), 500)
+
+    # ----- the OpenAI API
 
     @app.get("/health")
     async def health():
@@ -83,16 +143,39 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
     async def chat_completions(http: HttpRequest):
         return await generate(http, chat=True)
 
+    def client_of(http: HttpRequest) -> str | None:
+        """The client a request counts against: its address; None for the instructor and the
+        trusted addresses, which no per-client limit holds."""
+        host = http.client.host if http.client else ""
+        if host in limits.trusted_clients or is_instructor(http, instructor_token):
+            return None
+        return host
+
     async def generate(http: HttpRequest, chat: bool):
-        body = oa.read_json(await read_body(http, max_body_bytes), max_body_bytes)
-        oa.check_model(body, model_name)
-        prompt_ids = oa.chat_prompt(body, tokenizer) if chat else oa.completion_prompt(body, tokenizer)
-        s = oa.parse_sampling(body, len(prompt_ids), max_model_len, chat)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        req = Request(rid, prompt_ids, s.max_tokens, tenant=s.tenant, priority=s.priority,
-                      ignore_eos=s.ignore_eos or s.min_tokens > 0, temperature=s.temperature,
-                      top_p=s.top_p, seed=s.seed)
-        stream = service.submit(req, s)
+        client = client_of(http)
+        service.admit(client)                     # 429 before reading the body: every cost after is bounded
+        try:
+            raw = await read_json_body(http, limits, parse=False)
+            if len(raw) > PARSE_INLINE_BYTES:     # a long body's JSON is read off the event loop too
+                body = await tokenizing.run(client, oa.read_json, raw, limits.max_body_bytes)
+            else:
+                body = oa.read_json(raw, limits.max_body_bytes)
+            oa.check_model(body, model_name)
+            prompt = oa.chat_messages(body, max_chars) if chat else oa.completion_prompt(body, vocab, max_chars)
+            if isinstance(prompt, list) and not chat:
+                prompt_ids = prompt
+            else:
+                encode = oa.encode_chat if chat else oa.encode_text
+                prompt_ids = await tokenizing.run(client, encode, prompt, tokenizer)
+            s = oa.parse_sampling(body, len(prompt_ids), max_model_len, chat)
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+            req = Request(rid, prompt_ids, s.max_tokens, tenant=s.tenant, priority=s.priority,
+                          ignore_eos=s.ignore_eos or s.min_tokens > 0, temperature=s.temperature,
+                          top_p=s.top_p, seed=s.seed)
+            stream = service.submit(req, s, client)
+        except BaseException:
+            service.release(client)
+            raise
         text = TextStream(tokenizer, s.stop)
         if s.stream:
             return StreamingResponse(sse_events(stream, text, chat), media_type="text/event-stream")
@@ -126,13 +209,15 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
         async for piece, reason in updates_from(stream, text):
             pieces.append(piece)
         used = oa.usage(stream.req.prompt_tokens, stream.seen)
-        return oa.response(chat, stream.req.id, model_name, "".join(pieces), reason, used)
+        return json_response(oa.response(chat, stream.req.id, model_name, "".join(pieces), reason, used))
 
     async def sse_events(stream: Stream, text: TextStream, chat: bool):
         """The answer as server-sent events. The headers are already sent, so a request the
-        engine turns away late (a rare race with a full queue) ends with an error event."""
+        engine turns away late (a rare race with a full queue) ends with an error event, as
+        does any failure on the way; a stop of the server ends it with finish reason "abort"."""
         rid, created, s = stream.req.id, int(time.time()), stream.sampling
         finished = False                      # has the engine finished this request?
+        open_streams.add(stream)
         try:
             if chat:
                 yield oa.sse(oa.chunk(chat, rid, model_name, created, "", role=True))
@@ -148,39 +233,31 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
             finished = True
             yield oa.sse(exc.body())
             yield oa.sse("[DONE]")
+        except Exception as exc:               # not a disconnect (that is a cancellation)
+            log.error("stream %s failed", rid, exc_info=exc)
+            yield oa.sse(oa.error_body(500, "the server failed while streaming this answer; "
+                                            "the error is in the server's log"))
+            yield oa.sse("[DONE]")
         finally:
+            open_streams.discard(stream)
             if not finished:                  # the client went away mid-stream
                 service.abort(stream)
 
-    # ----- the lab's endpoints -----
-
-    def step_json(rec) -> dict:
-        return {**asdict(rec), "members": [list(m) for m in rec.members]}
+    # ----- the lab's endpoints: read from the feed, which reads the engine once for everyone
 
     @app.get("/lab/steps")
     async def lab_steps(since: int | None = None, stream: bool = True):
-        start = service.engine.step_count if since is None else since
+        if since is not None and since < 0:
+            raise oa.ApiError(400, f"since must be a step number, 0 or more (got {since})", "since")
         if not stream:
-            run, marks = service.run, [asdict(m) for m in service.engine.marks]
-            steps = service.steps_since(start)
-            return {"steps": [step_json(r) for r in steps], "next": steps[-1].step + 1 if steps else start,
-                    "run": run, "marks": marks}
-
-        async def follow():
-            nxt, run = start, service.run
-            while True:
-                if service.run != run:           # a reset: the fresh engine counts from step 0
-                    nxt, run = 0, service.run
-                for rec in service.steps_since(nxt):
-                    yield oa.sse(step_json(rec))
-                    nxt = rec.step + 1
-                await asyncio.sleep(STEP_POLL_S)
-        return StreamingResponse(follow(), media_type="text/event-stream")
+            return json_response(feed.steps_once(since))
+        return StreamingResponse(feed.follow(since), media_type="text/event-stream")
 
     @app.get("/lab/requests")
     async def lab_requests(limit: int = 200):
-        recent = list(service.engine.requests.values())[-max(0, limit):]
-        return {"requests": [request_row(r) for r in recent]}
+        if not 0 <= limit <= MAX_REQUEST_ROWS:
+            raise oa.ApiError(400, f"limit must be 0 to {MAX_REQUEST_ROWS:,} rows (got {limit:,})", "limit")
+        return json_response(feed.requests(limit))
 
     @app.get("/lab/policy")
     async def get_policy():
@@ -205,7 +282,7 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
         body = await instructor_body(http, "changing the background load")
         running = body.pop("running", True)
         if not isinstance(running, bool):
-            raise oa.ApiError(400, f"running must be true or false (got {running!r:.40})", "running")
+            raise oa.ApiError(400, f"running must be true or false (got {oa.short(running, 40)})", "running")
         try:
             spec = spec_from(body) if running else None
         except (ValueError, TypeError) as exc:
@@ -221,18 +298,44 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
 
     async def instructor_body(http: HttpRequest, what: str) -> dict:
         check_instructor(http, instructor_token, what)
-        return oa.read_json(await read_body(http, max_body_bytes), max_body_bytes)
+        return await read_json_body(http, limits)
 
     return app
 
 
-def check_instructor(http: HttpRequest, token: str, what: str) -> None:
-    given = http.headers.get("authorization", "").removeprefix("Bearer ").strip() \
+def given_token(http: HttpRequest) -> str:
+    return http.headers.get("authorization", "").removeprefix("Bearer ").strip() \
         or http.headers.get("x-instructor-token", "")
-    if not given:
+
+
+def is_instructor(http: HttpRequest, token: str) -> bool:
+    given = given_token(http)
+    return bool(given) and secrets.compare_digest(given.encode(), token.encode())
+
+
+def check_instructor(http: HttpRequest, token: str, what: str) -> None:
+    if not given_token(http):
         raise oa.ApiError(401, f"{what} needs the instructor token (Authorization: Bearer TOKEN)")
-    if not secrets.compare_digest(given.encode(), token.encode()):
+    if not is_instructor(http, token):
         raise oa.ApiError(403, "wrong instructor token")
+
+
+async def read_json_body(http: HttpRequest, limits: ServerLimits, parse: bool = True):
+    """The body as a JSON object (or its bytes, not `parse`): sent as application/json (415),
+    declared and read within the size limit (413) and within the body timeout (408)."""
+    kind = http.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise oa.ApiError(415, f"the body must be sent as application/json (got {oa.short(kind or 'no content type', 60)})")
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise oa.ApiError(413, f"request body is {int(declared):,} bytes: over {limits.max_body_bytes:,}, the limit")
+    try:
+        raw = await asyncio.wait_for(read_body(http, limits.max_body_bytes), limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise oa.ApiError(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
+    if len(raw) > limits.max_body_bytes:
+        raise oa.ApiError(413, f"request body is over {limits.max_body_bytes:,} bytes, the limit")
+    return oa.read_json(raw, limits.max_body_bytes) if parse else raw
 
 
 async def read_body(http: HttpRequest, limit_bytes: int) -> bytes:

@@ -1,7 +1,8 @@
 """`python -m engine serve`: the policy, model, device and dtype flags of `run`, plus where to listen.
 
 The instructor token (needed to change the policy) comes from BATCHING_LAB_INSTRUCTOR_TOKEN,
-or is made up at start and printed.
+or is made up at start and printed. The waiting line is capped by default (SERVE_MAX_WAITING:
+more get 429 with Retry-After); the per-client limits are engine/server/limits.py's.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from ..build import build_engine
 from ..cli.flags import add_knob_flags, add_model_flags, policy_from
 from ..config import EngineConfig, SchedulerPolicy
 from ..threads import in_passing_thread
+from . import limits
 
 TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
 KEEP_STEPS = 20_000        # a server runs for days: keep a window of recent steps, not all of them
+SERVE_MAX_WAITING = 256    # a server's waiting line is capped unless --max-waiting says otherwise (0: no cap)
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -28,9 +31,24 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kv-pool-tokens", type=int, default=EngineConfig().kv_pool_tokens)
     p.add_argument("--max-inflight-per-tenant", type=int, default=64,
                    help="requests one tenant (the `user` field) may have in flight; more get 429")
+    p.add_argument("--max-inflight-per-client", type=int, default=limits.MAX_INFLIGHT_PER_CLIENT,
+                   help="requests one client address may have in flight, whatever `user` says; more get 429")
+    p.add_argument("--max-connections-per-client", type=int, default=limits.MAX_CONNECTIONS_PER_CLIENT,
+                   help="open connections one client address may hold; more are closed at once")
+    p.add_argument("--trusted-client", action="append", default=[], metavar="ADDRESS",
+                   help="an address no per-client limit holds (the classroom app's, which speaks for every "
+                        "student); repeat for more")
+    p.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     add_knob_flags(p, SchedulerPolicy)
+    p.set_defaults(max_waiting=SERVE_MAX_WAITING)
     add_model_flags(p)
     return p
+
+
+def server_limits(args) -> limits.ServerLimits:
+    return limits.ServerLimits(max_inflight_per_client=args.max_inflight_per_client,
+                               max_connections_per_client=args.max_connections_per_client,
+                               trusted_clients=frozenset(args.trusted_client))
 
 
 def build_app(args, policy: SchedulerPolicy, token: str):
@@ -47,12 +65,13 @@ def build_app(args, policy: SchedulerPolicy, token: str):
     engine.keep_steps = KEEP_STEPS
     name = args.served_model_name or args.model
     service = EngineService(engine, name, args.max_inflight_per_tenant,
-                            rebuild=lambda p: build_engine(config, p, model))
-    return create_app(service, name, token)
+                            rebuild=lambda p: build_engine(config, p, model),
+                            max_inflight_per_client=args.max_inflight_per_client)
+    return create_app(service, name, token, server_limits(args), docs=args.docs)
 
 
 def serve_command(args) -> int:
-    import uvicorn
+    from .connections import Server, server_config
 
     policy = policy_from(args)
     token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(16)
@@ -66,8 +85,11 @@ def serve_command(args) -> int:
     gc.collect()
     gc.freeze()
     print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr)
-    # A stop (Ctrl-C) waits at most 5 s for open streams: an endless client must not hold it up
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    # A stop (Ctrl-C) first ends every open stream with a finish reason and [DONE], then waits
+    # at most 5 s for the connections: an endless client must not hold it up
+    config = server_config(app, server_limits(args), host=args.host, port=args.port, log_level="warning",
+                           timeout_graceful_shutdown=5)
+    Server(config, on_stop=app.state.stop_streams).run()
     return 0
 
 

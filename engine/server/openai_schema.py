@@ -1,9 +1,11 @@
 """OpenAI's request and response shapes, for /v1/completions and /v1/chat/completions.
 
-A request body becomes a `Sampling` (what to generate, and how) and a list of prompt token
-ids. Every check names the field, the value it got and what is allowed, and raises ApiError,
-which the app turns into OpenAI's error JSON: {"error": {"message", "type", "param", "code"}}.
-Fields this engine cannot honour (n > 1, logprobs, tools...) are refused, never ignored.
+A request body becomes a `Sampling` (what to generate, and how) and a prompt: text (or chat
+messages) checked here, to be tokenized off the event loop, or token ids. Every check names the
+field, the value it got and what is allowed, and raises ApiError, which the app turns into
+OpenAI's error JSON: {"error": {"message", "type", "param", "code"}}. The text checks are
+engine.validation's, the same as the CLI's. Fields this engine cannot honour (n > 1, logprobs,
+tools...) are refused, never ignored.
 """
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ import json
 import time
 from dataclasses import dataclass
 
-from ..validation import MIN_TEMPERATURE, PRIORITY_RANGE, SEED_MAX, flag, integer, number
+from ..knobs import short
+from ..validation import (MIN_TEMPERATURE, PRIORITY_RANGE, SEED_MAX, check_unicode, flag, integer, number,
+                          parse_json, stop_texts, tenant_text)
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 429: "rate_limit_error", 500: "server_error"}
+               404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
+               409: "conflict_error", 413: "invalid_request_error", 415: "invalid_request_error",
+               429: "rate_limit_error", 431: "invalid_request_error", 500: "server_error",
+               503: "service_unavailable_error"}
 
 # Fields we refuse unless they hold their "off" value (what a client sends by default).
 UNSUPPORTED = {"n": (None, 1), "best_of": (None, 1), "logprobs": (None, False),
@@ -27,7 +34,6 @@ UNSUPPORTED = {"n": (None, 1), "best_of": (None, 1), "logprobs": (None, False),
 
 MAX_TEMPERATURE = 2.0      # OpenAI's range
 MAX_STOP_STRINGS = 16
-MAX_TENANT_CHARS = 64
 
 
 class ApiError(Exception):
@@ -36,8 +42,12 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.retry_after_s = status, message, param, retry_after_s
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "server_error"),
-                          "param": self.param, "code": self.status}}
+        return error_body(self.status, self.message, self.param)
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+                      "param": param, "code": status}}
 
 
 @dataclass(slots=True)
@@ -60,11 +70,11 @@ class Sampling:
 
 def read_json(raw: bytes, limit_bytes: int) -> dict:
     if len(raw) > limit_bytes:
-        raise ApiError(400, f"request body is over {limit_bytes:,} bytes, the limit")
+        raise ApiError(413, f"request body is over {limit_bytes:,} bytes, the limit")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+        body = parse_json(raw, "request body", limit_bytes)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -101,43 +111,32 @@ def top_p_field(body: dict) -> float:
 
 
 def stop_field(body: dict) -> tuple[str, ...]:
-    stop = body.get("stop")
-    if stop is None:
-        return ()
-    stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) \
-            or len(stops) > MAX_STOP_STRINGS:
-        raise ApiError(400, f"stop must be a non-empty string or a list of up to {MAX_STOP_STRINGS} "
-                            f"of them (got {stop!r})", "stop")
-    return tuple(stops)
+    return checked(stop_texts, body, "stop", MAX_STOP_STRINGS)
 
 
 def tenant_field(body: dict) -> str:
-    user = body.get("user")
-    if user is None:
-        return "default"
-    if not isinstance(user, str) or not 0 < len(user) <= MAX_TENANT_CHARS:
-        raise ApiError(400, f"user must be a string of 1 to {MAX_TENANT_CHARS} characters (got {user!r})", "user")
-    return user
+    return checked(tenant_text, body, "user", "default")
 
 
 def check_model(body: dict, served_name: str) -> None:
     model = body.get("model", served_name)
     if model != served_name:
-        raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_name}`", "model")
+        raise ApiError(404, f"The model {short(model)} does not exist; this server serves `{served_name}`", "model")
 
 
 # ----------------------------------------------------------------------------- the two endpoints
 
 
-def completion_prompt(body: dict, tokenizer) -> list[int]:
-    """/v1/completions: `prompt` is a string, a list holding one string, or a list of token ids."""
+def completion_prompt(body: dict, vocab: int, max_chars: int) -> str | list[int]:
+    """/v1/completions: `prompt` is a string, a list holding one string, or a list of token ids.
+    A string comes back checked (valid Unicode, not longer than a prompt that fits can be), to be
+    tokenized with `encode_text` off the event loop."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
-        return tokenizer.encode(prompt)
-    vocab = len(tokenizer)
+        checked_text("prompt", prompt, max_chars)
+        return prompt
     # whole-list checks (type, then range): a per-token Python test was a server's main cost
     # per request when a burst of long prompts arrived at once
     if isinstance(prompt, list) and prompt and set(map(type, prompt)) == {int} \
@@ -146,13 +145,14 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (str, list)):
         i, bad = next((i, t) for i, t in enumerate(prompt)
                       if type(t) is not int or not 0 <= t < vocab)
-        raise ApiError(400, f"prompt[{i}] is {bad!r:.40}; token ids are integers from 0 to {vocab - 1:,}", "prompt")
+        raise ApiError(400, f"prompt[{i}] is {short(bad, 40)}; token ids are integers from 0 to {vocab - 1:,}", "prompt")
     raise ApiError(400, "prompt must be a non-empty string or a list of token ids below "
                         f"{vocab:,} (one prompt per request)", "prompt")
 
 
-def chat_prompt(body: dict, tokenizer) -> list[int]:
-    """/v1/chat/completions: the messages through the model's chat template."""
+def chat_messages(body: dict, max_chars: int) -> list[dict]:
+    """/v1/chat/completions: the messages as plain {role, content} strings, checked, to be
+    tokenized through the model's chat template with `encode_chat` off the event loop."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list of {role, content} objects", "messages")
@@ -160,10 +160,31 @@ def chat_prompt(body: dict, tokenizer) -> list[int]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
             raise ApiError(400, f"messages[{i}] needs a role of system, user, assistant or developer "
-                                f"(got {m!r:.80})", "messages")
+                                f"(got {short(m, 80)})", "messages")
         role = "system" if m["role"] == "developer" else m["role"]
         plain.append({"role": role, "content": message_text(m.get("content"), i)})
-    text = tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=False)
+    checked_text("messages", "".join(m["content"] for m in plain), max_chars)
+    return plain
+
+
+def checked_text(name: str, text: str, max_chars: int) -> None:
+    """No longer than a prompt that fits can be (counted first: it costs nothing), and valid
+    Unicode (engine.validation's rule)."""
+    if len(text) > max_chars:
+        raise ApiError(400, f"{name} is {len(text):,} characters: more than the {max_chars:,} a prompt that "
+                            "fits in this model's context can have", name)
+    try:
+        check_unicode(name, text)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), name) from None
+
+
+def encode_text(prompt: str | list[int], tokenizer) -> list[int]:
+    return tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+
+
+def encode_chat(messages: list[dict], tokenizer) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -176,7 +197,7 @@ def message_text(content, i: int) -> str:
         for p in content:
             if p.get("type") != "text" or not isinstance(p.get("text"), str):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported "
-                                    f"(got type {p.get('type')!r})", "messages")
+                                    f"(got type {short(p.get('type'), 40)})", "messages")
             parts.append(p["text"])
         return "".join(parts)
     raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", "messages")
@@ -247,3 +268,12 @@ def chunk(chat: bool, rid: str, model: str, created: int, text: str | None,
 
 def sse(data: dict | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def json_bytes(data) -> bytes:
+    """JSON for a response: UTF-8, or, for text UTF-8 cannot hold, with every non-ASCII
+    character escaped (valid JSON either way: one odd string never turns a reply into a 500)."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(data, allow_nan=False, separators=(",", ":")).encode()

@@ -9,6 +9,12 @@ hand-over goes through loop.call_soon_threadsafe: once per step, for all request
 The classroom's controls go through the inbox too: background load on or off, and a reset
 (every request in flight aborted, a fresh engine with the live policy and an empty history,
 on the same clock; `run` counts resets so a reader of /lab/steps knows to start over).
+
+Admission counts requests in flight per tenant and per client (its connection's address, see
+limits.py): `admit` takes a client's place before its prompt is tokenized, `submit` hands the
+request to the engine, and the engine thread gives both places back when the request ends.
+`close` (the server stopping) ends every request in flight with finish reason "abort", so each
+stream still gets its last chunk and [DONE], and refuses new ones with 503.
 """
 from __future__ import annotations
 
@@ -53,12 +59,14 @@ class Stream:
     sampling: Sampling
     loop: asyncio.AbstractEventLoop
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
+    client: str | None = None          # the address whose place it holds (None: exempt)
     seen: int = 0                      # tokens already handed over
     abort_reason: str | None = None    # finish reason to report for an abort (a stop string: "stop")
 
 
 class EngineService:
-    def __init__(self, engine: Engine, model_name: str, max_inflight_per_tenant: int = 64, rebuild=None):
+    def __init__(self, engine: Engine, model_name: str, max_inflight_per_tenant: int = 64, rebuild=None,
+                 max_inflight_per_client: int = 64):
         """`rebuild(policy)` builds a fresh engine for a reset (None: this server cannot reset)."""
         self.engine = engine
         self.rebuild = rebuild
@@ -66,6 +74,9 @@ class EngineService:
         self.background = BackgroundLoad(engine.tokenizer)
         self.metrics = ServerMetrics(model_name)
         self.max_inflight_per_tenant = max_inflight_per_tenant
+        self.max_inflight_per_client = max_inflight_per_client
+        self.closing = False
+        self._clients: dict[str, int] = defaultdict(int)   # client address -> requests in flight
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._active: dict[str, Stream] = {}           # engine thread only
         self._inflight: dict[str, int] = defaultdict(int)
@@ -88,8 +99,34 @@ class EngineService:
     def waiting_now(self) -> int:
         return len(self.engine.scheduler.waiting) + len(self.engine.pending) + self._inbox.qsize()
 
-    def submit(self, req: Request, sampling: Sampling) -> Stream:
-        """Queue `req` for the engine; 429 (ApiError) when the queue or the tenant is full."""
+    def admit(self, client: str | None) -> None:
+        """Take a place for a request of `client` (None: exempt); 429 when it has no more, 503
+        when the server is stopping. Give it back with `release` unless `submit` takes it over."""
+        if self.closing:
+            raise ApiError(503, "the server is shutting down", retry_after_s=5)
+        if client is None:
+            return
+        with self._inflight_lock:
+            n = self._clients[client]
+            if n >= self.max_inflight_per_client:
+                raise ApiError(429, f"this client ({client}) has {n:,} requests in flight; the limit is "
+                                    f"{self.max_inflight_per_client:,} per client address (the server's "
+                                    "--max-inflight-per-client; --trusted-client lifts it)", retry_after_s=1)
+            self._clients[client] = n + 1
+
+    def release(self, client: str | None) -> None:
+        if client is None:
+            return
+        with self._inflight_lock:
+            self._clients[client] -= 1
+            if not self._clients[client]:
+                del self._clients[client]
+
+    def submit(self, req: Request, sampling: Sampling, client: str | None = None) -> Stream:
+        """Queue `req` for the engine; 429 (ApiError) when the queue or the tenant is full. A
+        `client` must have been admitted: its place is now the request's, given back when it ends."""
+        if self.closing:
+            raise ApiError(503, "the server is shutting down", retry_after_s=5)
         limit = self.engine.policy.max_waiting
         waiting = self.waiting_now()
         if limit and waiting >= limit:
@@ -102,7 +139,7 @@ class EngineService:
                                     f"{self.max_inflight_per_tenant:,} per tenant", "user", retry_after_s=1)
             self._inflight[req.tenant] = n + 1
         req.arrival_s = self.engine.clock.now()
-        stream = Stream(req, sampling, asyncio.get_running_loop())
+        stream = Stream(req, sampling, asyncio.get_running_loop(), client=client)
         self._inbox.put(("submit", stream))
         return stream
 
@@ -110,6 +147,14 @@ class EngineService:
         """Stop generating for `stream` (client gone, or a stop string seen) and free its KV."""
         stream.abort_reason = finish_reason
         self._inbox.put(("abort", stream))
+
+    def close(self) -> None:
+        """Refuse new requests, and end every one in flight ("the server is shutting down")."""
+        self.closing = True
+        self._inbox.put(("close", None))
+
+    def in_flight(self) -> int:
+        return sum(self._inflight.values())
 
     def set_policy(self, policy) -> None:
         self.engine.set_policy(policy)       # thread-safe: applies from the next step
@@ -169,6 +214,10 @@ class EngineService:
                 self._set_background(stream)
             elif kind == "reset":
                 self._reset()
+            elif kind == "close":
+                for active in list(self._active.values()):
+                    active.abort_reason = "abort"
+                    self.engine.abort(active.req, "the server is shutting down")
             elif kind == "submit":
                 self._active[stream.req.id] = stream
                 self.engine.submit(stream.req)
@@ -239,6 +288,7 @@ class EngineService:
             self._inflight[req.tenant] -= 1
             if not self._inflight[req.tenant]:
                 del self._inflight[req.tenant]
+        self.release(stream.client)
 
 
 def _put_all(items) -> None:

@@ -1,0 +1,293 @@
+"""The course's own worked examples: the engine's scheduler on the simulator, and the engine's constants.
+
+A lesson quotes a number from here with a marker, ``{{example:static_end_s=5.1}}``: the reader
+sees ``5.1`` and tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``,
+so the text says what this code computes. The pictures (analysis/pictures*.py) draw the same runs.
+
+Every run uses COURSE_MODEL, one recorded calibration of this engine (SmolLM2-135M in fp32 on a
+two-core CPU, `python -m engine calibrate`), frozen here so that the lessons' numbers are the same
+on every machine. It is a record, not this machine: the labs measure this machine.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from analysis.knee import knee
+from engine.arrivals import build_requests
+from engine.build import build_engine, size_kv_pool
+from engine.clock import VirtualClock
+from engine.engine import Engine
+from engine.executor import CostModelExecutor
+from engine.kv_cache import BlockPool
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.metrics import request_row
+from engine.roofline import MODELS, RooflineStepModel
+from engine.step_model import StepModel
+from engine.validation import kv_bytes_per_token
+from engine.workload import WorkloadSpec
+
+COURSE_MODEL = StepModel(fixed_ms=67.6, knots=(), token_ms=(3.53,), sample_ms=0.0, decode_read_ms=7.97,
+                         prefill_pair_ms=0.0,
+                         label="the course's recorded step model: SmolLM2-135M in fp32 on a two-core CPU")
+SMOLLM2 = MODELS["smollm2-135m"]
+CONTEXT = 128              # tokens of context per sequence in the decode-step examples
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """What the engine held right after one step."""
+    step: int
+    t_start_s: float
+    t_end_s: float
+    members: tuple          # (request id, phase, tokens)
+    running: dict           # request id -> its KV block table (block numbers)
+    waiting: tuple          # request ids in the waiting queue, in order
+    preempted: int
+
+
+def run(policy: SchedulerPolicy, spec: WorkloadSpec, config: EngineConfig | None = None,
+        cost=None, requests=None) -> tuple[list[dict], list[Moment]]:
+    """Run `spec` (or `requests`) under `policy` on the simulator: (request rows, a Moment after
+    every step). `cost`: a step model; None is the engine's hand-set cost model."""
+    engine = _simulated_engine(config or EngineConfig(), policy, cost)
+    for r in (requests if requests is not None else build_requests(spec)):
+        engine.submit(r)
+    moments = []
+
+    def record(rec):
+        moments.append(Moment(rec.step, rec.t_start_s, rec.t_end_s, rec.members,
+                              {r.id: list(r.block_table) for r in engine.scheduler.running},
+                              tuple(r.id for r in engine.scheduler.waiting), rec.preempted))
+    engine.run(on_step=record)
+    return [request_row(r) for r in engine.requests.values()], moments
+
+
+def kv_bytes_bf16() -> int:
+    """SmolLM2-135M's keys and values of one token in bf16, from its shape."""
+    return kv_bytes_per_token(SMOLLM2.layers, SMOLLM2.kv_heads, SMOLLM2.head_dim, 2)
+
+
+def _simulated_engine(config: EngineConfig, policy: SchedulerPolicy, cost):
+    """build_engine on the cost model; for a roofline model of named hardware, without the check that
+    the KV pool fits this machine's memory (a simulated GPU allocates nothing here)."""
+    if not isinstance(cost, RooflineStepModel):
+        return build_engine(config, policy, cost=cost)
+    config.validate()
+    policy.validate()
+    config = size_kv_pool(config, policy)
+    clock = VirtualClock()
+    return Engine(CostModelExecutor(clock, cost), clock, policy,
+                  BlockPool(config.kv_pool_tokens // config.block_size, config.block_size), config.max_model_len)
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0-100), linearly interpolated, as engine.metrics reports them."""
+    v = sorted(values)
+    if not v:
+        return math.nan
+    k = (len(v) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+# ---- lesson 1: one decode step, shared -------------------------------------------------------
+
+def step_table(model: StepModel = COURSE_MODEL, context: int = CONTEXT, batches=BATCHES) -> list[dict]:
+    """A decode step at each batch size: its time, tokens per second and the knee by the course's rule."""
+    rows = [{"batch": b, "step_ms": model.decode_ms(b, context)} for b in batches]
+    for r in rows:
+        r["tok_s"] = 1000 * r["batch"] / r["step_ms"]
+    k = knee([r["batch"] for r in rows], [r["tok_s"] for r in rows])
+    for r in rows:
+        r["knee"] = r["batch"] == k
+    return rows
+
+
+def linear_terms(model: StepModel = COURSE_MODEL, context: int = CONTEXT) -> tuple[float, float]:
+    """(t0, c) of t(B) = t0 + c B for decode steps at `context`: the fixed cost and the cost per sequence."""
+    t0 = model.decode_ms(0, context)
+    return t0, model.decode_ms(1, context) - t0
+
+
+# ---- lesson 2: static against continuous ------------------------------------------------------
+
+SHORT_LONG = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="fixed", prompt_lo=32, prompt_hi=32,
+                          output_kind="short_plus_long", output_lo=8, output_hi=160, seed=3)
+SHORT_LONG_SLOTS = 8
+
+
+def static_vs_continuous_runs(spec: WorkloadSpec = SHORT_LONG, slots: int = SHORT_LONG_SLOTS) -> dict:
+    return {mode: run(SchedulerPolicy(mode=mode, max_num_seqs=slots), spec, cost=COURSE_MODEL)
+            for mode in ("static", "continuous")}
+
+
+def slot_steps(rows: list[dict], moments: list[Moment], slots: int) -> dict:
+    """Slot-steps used and offered, and the useful share, over a run's steps."""
+    used = sum(sum(1 for _, phase, _ in m.members if phase == "decode") for m in moments)
+    decode_steps = sum(1 for m in moments if any(p == "decode" for _, p, _ in m.members))
+    return {"used": used, "offered": decode_steps * slots, "share": used / max(1, decode_steps * slots)}
+
+
+# ---- lesson 4: one request's timeline, and goodput ---------------------------------------------
+
+SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.15      # the course's own SLO for this small CPU model
+LIFECYCLE = WorkloadSpec(num_requests=5, rate=1.5, prompt_kind="uniform", prompt_lo=64, prompt_hi=256,
+                         output_kind="uniform", output_lo=8, output_hi=16, seed=0)
+GOODPUT_SPEC = WorkloadSpec(num_requests=60, rate=1.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
+                            output_kind="uniform", output_lo=16, output_hi=64, seed=4)
+GOODPUT_SLOTS = 16
+
+
+def token_times(row: dict, moments: list[Moment]) -> list[float]:
+    """When each output token of a request came, in seconds since it arrived: its first token,
+    then the end of every step where it decoded."""
+    t0 = row["arrival_s"]
+    return [row["first_token_s"] - t0] + [m.t_end_s - t0 for m in moments
+                                          if any(x == row["id"] and p == "decode" for x, p, _ in m.members)]
+
+
+def lifecycle_run(spec: WorkloadSpec = LIFECYCLE, slots: int = 3) -> tuple[list[dict], list[Moment], dict]:
+    """A few requests a little apart; (rows, moments, the request whose token gaps vary the most)."""
+    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), spec, cost=COURSE_MODEL)
+
+    def spread(r):
+        t = token_times(r, moments)
+        gaps = [b - a for a, b in zip(t, t[1:])]
+        return (r["queue_s"] > 0, max(gaps) / min(gaps))
+    return rows, moments, max((r for r in rows if r["output_tokens"] >= 4), key=spread)
+
+
+def goodput_run(spec: WorkloadSpec = GOODPUT_SPEC, slots: int = GOODPUT_SLOTS) -> dict:
+    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), spec, cost=COURSE_MODEL)
+    duration = max(r["finish_s"] for r in rows) - min(r["arrival_s"] for r in rows)
+    ttft_ok = [r for r in rows if r["ttft_s"] <= SLO_TTFT_S]
+    both = [r for r in ttft_ok if r["tpot_s"] is not None and r["tpot_s"] <= SLO_TPOT_S]
+    return {"requests": len(rows), "tokens": sum(r["output_tokens"] for r in rows), "duration_s": duration,
+            "ttft_ok": len(ttft_ok), "both_ok": len(both)}
+
+
+# ---- lesson 5: queueing ------------------------------------------------------------------------
+
+QUEUE_SPEC = WorkloadSpec(num_requests=200, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=64,
+                          output_kind="uniform", output_lo=16, output_hi=48, seed=5)
+QUEUE_SLOTS = 8
+LOADS = (0.7, 0.95)        # the picture's moderate and high utilization
+
+
+def capacity(spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS) -> float:
+    """mu: requests a second the engine finishes with every slot busy, all of `spec` sent at once."""
+    return _capacity(tuple(sorted(spec.to_dict().items())), slots)
+
+
+@functools.lru_cache(maxsize=8)
+def _capacity(spec_items: tuple, slots: int) -> float:
+    """Counted while the batch is full (until the last request is admitted), not over the run's
+    draining tail, where fewer and fewer slots are busy."""
+    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), WorkloadSpec(**dict(spec_items)), cost=COURSE_MODEL)
+    full_until = next(m.t_end_s for m in moments if not m.waiting)
+    return sum(1 for r in rows if r["finish_s"] <= full_until) / full_until
+
+
+def at_load(load: float, spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS):
+    """`spec` arriving as Poisson traffic at `load` x capacity: (rows, moments, arrival rate)."""
+    rate = load * capacity(spec, slots)
+    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), WorkloadSpec(**{**spec.to_dict(), "rate": rate}),
+                        cost=COURSE_MODEL)
+    return rows, moments, rate
+
+
+@functools.lru_cache(maxsize=4)
+def load_example(load: float) -> dict:
+    """At `load` x capacity: the arrival rate, mean time in system and mean wait for a slot."""
+    rows, _, rate = at_load(load)
+    return {"rate": rate, "w": sum(r["e2e_s"] for r in rows) / len(rows),
+            "queue": sum(r["queue_s"] for r in rows) / len(rows)}
+
+
+# ---- lesson 6: the knee -------------------------------------------------------------------------
+# On this CPU the throughput curve is still rising at 64 sequences (t0/c is about 15, so 90% of the
+# ceiling needs about 135); the knee shows best on a GPU's roofline model, from spec-sheet figures.
+
+KNEE_GPU = "a100-80gb:llama-3.1-8b"
+KNEE_SPEC = WorkloadSpec(num_requests=256, rate=0, prompt_kind="uniform", prompt_lo=128, prompt_hi=512,
+                         output_kind="uniform", output_lo=16, output_hi=48, seed=6)
+KNEE_VALUES = (8, 16, 32, 64, 128, 256)
+KNEE_TPOT_SLO_MS = 50
+
+
+def knee_gpu_name() -> str:
+    from engine.roofline import roofline_profile
+    m = roofline_profile(KNEE_GPU)
+    return f"{m.model.name} on an {m.device.name}"
+
+
+@functools.lru_cache(maxsize=1)
+def knee_sweep() -> list[dict]:
+    """Each max_num_seqs on the same requests: throughput, p95 TPOT and p95 TTFT; the knee marked."""
+    from engine.roofline import roofline_profile
+    gpu = roofline_profile(KNEE_GPU)
+    config = EngineConfig(kv_pool_tokens=1 << 17, max_model_len=4096)
+    out = []
+    for v in KNEE_VALUES:
+        policy = SchedulerPolicy(max_num_seqs=v, max_num_batched_tokens=8192, kv_capacity_tokens=1 << 17)
+        rows, _ = run(policy, KNEE_SPEC, config, cost=gpu)
+        end = max(r["finish_s"] for r in rows)
+        out.append({"max_num_seqs": v, "tok_s": sum(r["output_tokens"] for r in rows) / end,
+                    "tpot_p95_ms": 1000 * percentile([r["tpot_s"] for r in rows if r["tpot_s"] is not None], 95),
+                    "ttft_p95_s": percentile([r["ttft_s"] for r in rows], 95)})
+    k = knee([r["max_num_seqs"] for r in out], [r["tok_s"] for r in out])
+    for r in out:
+        r["knee"] = r["max_num_seqs"] == k
+    return out
+
+
+def mixed(*specs: WorkloadSpec) -> list:
+    """The requests of several workloads over the same span, in arrival order, named apart."""
+    out = []
+    for k, spec in enumerate(specs):
+        for r in build_requests(spec):
+            r.id = f"{'sl'[k] if k < 2 else k}{r.id}"
+            out.append(r)
+    return sorted(out, key=lambda r: r.arrival_s)
+
+
+# ---- lesson 2's slot grid --------------------------------------------------------------------------
+
+GRID_SPEC = WorkloadSpec(num_requests=6, rate=0, prompt_kind="fixed", prompt_lo=8, prompt_hi=8,
+                         output_kind="uniform", output_lo=2, output_hi=6, seed=2)
+GRID_SLOTS = 4
+
+
+def grid_lengths() -> list[int]:
+    """The output lengths of the grid's default requests, drawn by the engine's workload generator."""
+    return [r.max_new_tokens for r in build_requests(GRID_SPEC)]
+
+
+def slot_grid(lengths: list[int], slots: int, mode: str) -> dict:
+    """Requests r0, r1, ... needing `lengths` tokens, all waiting at the start, run by the engine's
+    scheduler in `mode`: each step's slots (a request keeps its slot; "" for an empty one; a final
+    ✓ marks a request's last token), and the slot-steps used and held."""
+    from engine.request import Request
+    requests = [Request(id=f"r{i}", prompt_token_ids=[1] * GRID_SPEC.prompt_lo, max_new_tokens=n)
+                for i, n in enumerate(lengths)]
+    rows, moments = run(SchedulerPolicy(mode=mode, max_num_seqs=slots, max_wait_ms=0), None, requests=requests)
+    need = {r["id"]: r["output_tokens"] for r in rows}
+    made = dict.fromkeys(need, 0)
+    place: dict[str, int] = {}
+    grid = []
+    for m in moments:
+        line = [""] * slots
+        for rid, _, _ in m.members:
+            if rid not in place:
+                free = [s for s in range(slots) if s not in place.values()]
+                place[rid] = free[0]
+            made[rid] += 1
+            line[place[rid]] = rid + (" ✓" if made[rid] == need[rid] else "")
+        for rid in [r for r, n in made.items() if n == need[r] and r in place]:
+            place.pop(rid)
+        grid.append(line)
+    used = sum(lengths)
+    return {"grid": grid, "steps": len(grid), "used": used, "held": len(grid) * slots}

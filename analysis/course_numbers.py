@@ -1,0 +1,136 @@
+"""Every worked-example number the lessons quote, computed from the course's runs (analysis/course.py).
+
+A lesson writes ``{{example:static_end_s=22.1}}``; the reader sees ``22.1``, and
+tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``.
+"""
+from __future__ import annotations
+
+import math
+
+from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_SPEC, KNEE_TPOT_SLO_MS, LOADS,
+                             QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
+                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
+                             percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
+from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, TAIL_SLOTS, WAITING_ALARM, gateway_run,
+                                     oldest_wait, tail_run, tail_stats)
+from engine.config import EngineConfig, SchedulerPolicy
+from engine.validation import kv_bytes_per_token
+
+
+def _r(x: float, digits: int = 0):
+    return round(x) if digits == 0 else round(x, digits)
+
+
+def numbers() -> dict:
+    """Every worked-example number a lesson quotes, rounded as the text writes it."""
+    n = {}
+    # lesson 1
+    t0, c = linear_terms()
+    rows = {r["batch"]: r for r in step_table()}
+    n.update(t0_ms=_r(t0, 1), c_ms=_r(c, 2), half_b=_r(t0 / c), ninety_b=_r(9 * t0 / c), context=CONTEXT,
+             knee_b=next(b for b, r in rows.items() if r["knee"]), ceiling_tok_s=_r(1000 / c))
+    for b in (1, 8, 32, 64):
+        n[f"step_ms_{b}"] = _r(rows[b]["step_ms"])
+        n[f"tok_s_{b}"] = _r(rows[b]["tok_s"])
+    n["gain_1_8"] = _r(rows[8]["tok_s"] / rows[1]["tok_s"], 1)
+    n["wait_1_8"] = _r(rows[8]["step_ms"] / rows[1]["step_ms"], 1)
+    n["gain_32_64"] = _r(100 * (rows[64]["tok_s"] / rows[32]["tok_s"] - 1))
+    n["share_32_of_64"] = _r(100 * rows[32]["tok_s"] / rows[64]["tok_s"])
+    n["wait_32_64"] = _r(100 * (rows[64]["step_ms"] / rows[32]["step_ms"] - 1))
+    head = 2 * SMOLLM2.hidden * SMOLLM2.vocab
+    body = 2 * SMOLLM2.layers * SMOLLM2.layer_params
+    n.update(gflop_token=_r((body + head) / 1e9, 2), gflop_token_no_head=_r(body / 1e9, 2),
+             kv_bytes_bf16=kv_bytes_per_token(SMOLLM2.layers, SMOLLM2.kv_heads, SMOLLM2.head_dim, 2))
+    # lesson 2
+    runs = static_vs_continuous_runs()
+    for mode, (rs, ms) in runs.items():
+        end = max(r["finish_s"] for r in rs)
+        long = max(rs, key=lambda r: r["output_tokens"])
+        n[f"{mode}_end_s"] = _r(end, 1)
+        n[f"{mode}_tok_s"] = _r(sum(r["output_tokens"] for r in rs) / end, 1)
+        n[f"{mode}_ttft_p95_s"] = _r(percentile([r["ttft_s"] for r in rs], 95), 2)
+        n[f"{mode}_long_e2e_s"] = _r(long["e2e_s"], 1)
+        n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
+    rs, ms = runs["static"]
+    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
+    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
+    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
+             sl_max_wait_ms=round(SchedulerPolicy().max_wait_ms))
+    n.update(sl_requests=SHORT_LONG.num_requests, sl_long=SHORT_LONG.output_hi, sl_short_lo=SHORT_LONG.output_lo,
+             sl_short_hi=2 * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
+    lengths = grid_lengths()
+    grids = {mode: slot_grid(lengths, GRID_SLOTS, mode) for mode in ("static", "continuous")}
+    n.update(grid_n=len(lengths), grid_slots=GRID_SLOTS, grid_lengths=", ".join(map(str, lengths[:-1])) + " and "
+             + str(lengths[-1]), grid_static_steps=grids["static"]["steps"],
+             grid_cont_steps=grids["continuous"]["steps"], grid_used=grids["static"]["used"],
+             grid_static_held=grids["static"]["held"], grid_cont_held=grids["continuous"]["held"])
+    # lesson 4
+    rows4, moments4, row = lifecycle_run()
+    times = token_times(row, moments4)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    rest = [g for g in gaps if g != max(gaps)]
+    n.update(lc_queue_s=_r(row["queue_s"], 2), lc_ttft_s=_r(row["ttft_s"], 2), lc_e2e_s=_r(row["e2e_s"], 2),
+             lc_tokens=row["output_tokens"], lc_tpot_ms=_r(1000 * row["tpot_s"]), lc_gap_ms=_r(1000 * max(gaps)),
+             lc_other_gap_ms=_r(1000 * sum(rest) / len(rest)), lc_prefill_s=_r(row["ttft_s"] - row["queue_s"], 2))
+    gp = goodput_run()
+    n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_r(gp["duration_s"]),
+             gp_tok_s=_r(gp["tokens"] / gp["duration_s"], 1), gp_req_s=_r(gp["requests"] / gp["duration_s"], 2),
+             gp_ttft_ok=gp["ttft_ok"], gp_both_ok=gp["both_ok"], gp_goodput=_r(gp["both_ok"] / gp["duration_s"], 2),
+             slo_ttft_s=SLO_TTFT_S, slo_tpot_ms=_r(1000 * SLO_TPOT_S), gp_rate=GOODPUT_SPEC.rate, gp_slots=GOODPUT_SLOTS)
+    # lesson 5
+    mu = capacity()
+    n.update(mu=_r(mu, 2), q_slots=QUEUE_SLOTS, q_requests=QUEUE_SPEC.num_requests)
+    for share in (0.7, 0.95, 0.98):
+        n[f"w_{round(100 * share)}"] = _r(1 / (mu - share * mu), 1)
+        n[f"lam_{round(100 * share)}"] = _r(share * mu, 2)
+        n[f"mm1_l_{round(100 * share)}"] = _r(share / (1 - share))
+    for load in LOADS:
+        rs, _, rate = at_load(load)
+        key = round(100 * load)
+        w = sum(r["e2e_s"] for r in rs) / len(rs)
+        n[f"sim_w_{key}"] = _r(w, 1)
+        n[f"sim_q_{key}"] = _r(sum(r["queue_s"] for r in rs) / len(rs), 2)
+        n[f"sim_lam_{key}"] = _r(rate, 2)
+        n[f"sim_l_{key}"] = _r(rate * w, 1)
+    n["sim_q_ratio"] = _r(load_example(LOADS[1])["queue"] / load_example(LOADS[0])["queue"], 1)
+    tokens = QUEUE_SPEC.prompt_hi + QUEUE_SPEC.output_hi
+    pool = EngineConfig().kv_pool_tokens
+    n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_l_95'] * tokens):,}",
+             l_long_tokens=f"{round(n['sim_l_95'] * (1000 + QUEUE_SPEC.output_hi)):,}")
+    # lesson 6
+    sweep = knee_sweep()
+    k = next(r for r in sweep if r["knee"])
+    for r in sweep:
+        v = r["max_num_seqs"]
+        n[f"kn_tok_s_{v}"] = f"{round(r['tok_s']):,}"
+        n[f"kn_tpot_{v}"] = _r(r["tpot_p95_ms"])
+        n[f"kn_ttft_{v}"] = _r(r["ttft_p95_s"], 1)
+    n.update(knee=k["max_num_seqs"], kn_slo_ms=KNEE_TPOT_SLO_MS, kn_requests=KNEE_SPEC.num_requests,
+             kn_slo_best=max(r["max_num_seqs"] for r in sweep if r["tpot_p95_ms"] <= KNEE_TPOT_SLO_MS),
+             kn_ttft_target=10, kn_ttft_best=min(r["max_num_seqs"] for r in sweep if r["ttft_p95_s"] <= 10))
+    n["kv_64_seqs_gb"] = _r(64 * 1000 * n["kv_bytes_bf16"] / 1e9, 1)
+    # lesson 7
+    a, b = tail_stats(tail_run()), tail_stats(tail_run(64))
+    n.update(tl_slots=TAIL_SLOTS, tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
+             tl_p50=_r(a["p50"], 2), tl_p99=_r(a["p99"], 2), tl_mean=_r(a["mean"], 2),
+             tl_short_p50=_r(a["short_p50"], 2), tl_short_p99=_r(a["short_p99"], 2), tl_long_p50=_r(a["long_p50"], 2),
+             tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
+             tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
+    # lesson 8
+    for order in ("fcfs", "sjf"):
+        _, ages, longest = oldest_wait(order)
+        n[f"sv_{order}_oldest_s"] = _r(max(ages))
+        n[f"sv_{order}_longest_prompt"] = longest["prompt_tokens"]
+    # lesson 9
+    g = gateway_run()
+    n.update(gw_mu=_r(g["mu"], 2), gw_before=_r(g["rates"][0], 1), gw_after=_r(g["rates"][1], 1),
+             gw_ramp_s=_r(RAMP_AT_S), gw_alarm_s=None if g["alarm_s"] is None else _r(g["alarm_s"]),
+             gw_threshold=WAITING_ALARM, gw_hold_s=_r(ALARM_FOR_S), gw_replicas=REPLICAS,
+             gw_needed=math.ceil(g["rates"][1] / (0.8 * g["mu"])), gw_per_replica=_r(0.8 * g["mu"], 2),
+             gw_capacity=_r(REPLICAS * g["mu"], 1), gw_excess=_r(g["rates"][1] - REPLICAS * g["mu"], 2),
+             gw_30s_queue=_r(30 * (g["rates"][1] - REPLICAS * g["mu"])),
+             gw_30s_wait=_r(30 * (g["rates"][1] - REPLICAS * g["mu"]) / (REPLICAS * g["mu"]), 1),
+             gw_routed=f"{g['routed'][0]} and {g['routed'][1]}",
+             weights_mb_fp32=_r(SMOLLM2.params * 4 / 1e6), kv_pool_mb_fp32=_r(EngineConfig().kv_pool_tokens
+                                                                                  * kv_bytes_per_token(30, 3, 64, 4) / 1e6))
+    return n
