@@ -5,10 +5,12 @@ engine differently: OpenMP workers that sleep between loops, a page refreshing t
 browser drawing, the loop's own bookkeeping between steps. So the app keeps a `StepFit` per model:
 every real step its live runs take is recorded with its shape and its time, from the end of the
 step before to its own end when the engine went straight on (the step plus the loop's gap), and
-every REFIT_EVERY steps the model is refit by least squares on relative error over the latest
-WINDOW steps as
+every REFIT_EVERY steps the model is refit over the latest WINDOW steps as
 
     step_ms = offset_ms + scale × profile(shape)
+
+by least squares on relative error, or by the median ratio of real to profile time alone,
+whichever predicts these steps with the smaller median error.
 
 Two numbers, so a run that only ever meets a few shapes cannot bend the profile's shape out of
 true, while the app's constant overheads (offset) and its slower or faster loops (scale) are
@@ -84,8 +86,11 @@ class StepFit:
         keep = y / x <= OUTLIER * np.median(y / x)
         if keep.sum() >= MIN_STEPS:
             x, y = x[keep], y[keep]
-        offset, scale = fit_offset_scale(x, y)
-        self.offset_ms, self.scale = offset, scale
+        # Two candidates: least squares (offset + scale), and the median ratio alone. A few slow steps
+        # (a page refreshing, another program) pull the first up; the one whose median error over
+        # these steps is smaller is kept, since the median error is what the pages show.
+        candidates = [fit_offset_scale(x, y), (0.0, float(np.median(y / x)))]
+        self.offset_ms, self.scale = min(candidates, key=lambda c: float(np.median(np.abs(c[0] + c[1] * x - y) / y)))
         self.model = self._build()
 
     # ----- reading
