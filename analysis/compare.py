@@ -81,13 +81,22 @@ def queue_trend(steps: pd.DataFrame | None) -> tuple[float, float]:
     return float(np.nanmean(waiting[:third])), float(np.nanmean(waiting[-third:]))
 
 
-def _effects(table: pd.DataFrame, most: int = 2) -> list[str]:
-    """Sentences for the metrics that moved most (better or worse)."""
+def _effects(table: pd.DataFrame) -> list[str]:
+    """A sentence for every metric the table marks better or worse (a change over SAME_WITHIN),
+    the largest change first, whichever way it went."""
     moved = table[table["verdict"].isin(["better", "worse"])]
-    moved = moved.loc[moved["change %"].abs().sort_values(ascending=False).index[:most]]
+    moved = moved.loc[moved["change %"].abs().sort_values(ascending=False, kind="stable").index]
     return [f"{metric} went from {a:.3g} to {b:.3g} {unit} ({word}, {pct:+.0f}%)."
             for metric, unit, a, b, pct, word in zip(moved["metric"], moved["unit"], moved["before"],
                                                       moved["after"], moved["change %"], moved["verdict"])]
+
+
+def _counts(headline_a: dict, headline_b: dict, names: tuple[str, str]) -> str:
+    """How many finished requests each side's numbers come from: the table's own counts."""
+    a, b = headline_a.get("finished", math.nan), headline_b.get("finished", math.nan)
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (a, b)):
+        return ""
+    return f"The numbers cover {int(a):,} finished requests in the {names[0]} and {int(b):,} in {names[1]}."
 
 
 def _suggest(after: dict, policy: SchedulerPolicy | None, tables: Tables | None) -> str:
@@ -126,9 +135,11 @@ def _suggest(after: dict, policy: SchedulerPolicy | None, tables: Tables | None)
 
 
 def run_summary(headline_a: dict, headline_b: dict, changed: Sequence[str] = (),
-                policy: SchedulerPolicy | None = None, tables: Tables | None = None) -> list[str]:
-    """A few plain sentences about two runs: what changed between them (`changed`, e.g. from
-    changes_between), the metrics that moved most, and the next experiment.
+                policy: SchedulerPolicy | None = None, tables: Tables | None = None,
+                names: tuple[str, str] = ("earlier run", "this run")) -> list[str]:
+    """Plain sentences about two runs: what changed between them (`changed`, e.g. from
+    changes_between), every headline number that moved by more than SAME_WITHIN, better and worse,
+    largest first (the table's verdicts), how many requests each side counts, and the next experiment.
 
     policy and tables are the later run's: its knobs and SLO targets, and its steps (for the
     queue's trend) and requests (for prompt lengths)."""
@@ -136,5 +147,8 @@ def run_summary(headline_a: dict, headline_b: dict, changed: Sequence[str] = (),
             "Nothing changed between the two runs' settings, so differences are run-to-run noise."]
     effects = _effects(before_after(headline_a, headline_b))
     said += effects or [f"No headline number moved by more than {SAME_WITHIN:.0%}."]
+    counted = _counts(headline_a, headline_b, names)
+    if counted:
+        said.append(counted)
     said.append(_suggest(headline_b, policy, tables))
     return said

@@ -28,9 +28,15 @@ def meets_slo(requests: pd.DataFrame, slo_ttft: float | None = None,
     return np.array(metrics.SLO(slo_ttft, slo_tpot).met_rows(requests), dtype=bool)
 
 
-def wasted_slot_steps(steps: pd.DataFrame, max_slots: int) -> int:
-    """engine.metrics.wasted_slot_steps over a steps table."""
-    return 0 if is_empty(steps, "members") else metrics.wasted_slot_steps(steps["members"].tolist(), max_slots)
+def wasted_slot_steps(steps: pd.DataFrame, max_slots: int | None = None) -> int:
+    """engine.metrics.wasted_slot_steps over a steps table: each step against its own
+    max_num_seqs where the table records it, else against `max_slots`."""
+    if is_empty(steps, "members"):
+        return 0
+    members = steps["members"].tolist()
+    if "max_num_seqs" in steps.columns and (pd.to_numeric(steps["max_num_seqs"], errors="coerce") > 0).all():
+        return metrics.wasted_slot_steps(members, steps["max_num_seqs"].astype(int).tolist())
+    return metrics.wasted_slot_steps(members, max_slots) if max_slots else 0
 
 
 def _latest(steps: pd.DataFrame | None, col: str) -> int:
@@ -38,25 +44,49 @@ def _latest(steps: pd.DataFrame | None, col: str) -> int:
     return 0 if is_empty(steps, col) else int(steps[col].iloc[-1])
 
 
+# The headline's percentiles count every request as soon as it has the value (TTFT with its first
+# token, TPOT with its second), in flight or finished; until this many have finished they are
+# marked provisional: the requests still waiting for their first token are not in them yet.
+PROVISIONAL_UNTIL = 20
+IN_FLIGHT_OR_FINISHED = (metrics.FINISHED, "running", "waiting")
+
+
+def so_far(requests: pd.DataFrame | None, name: str) -> list[float]:
+    """A column's measured values over the requests finished or still in flight."""
+    return [v for v, s in zip(metrics.column(requests, name), metrics.column(requests, "status"))
+            if s in IN_FLIGHT_OR_FINISHED and metrics.measured(v)]
+
+
 def headline(requests: pd.DataFrame | None, steps: pd.DataFrame | None,
              slo_ttft: float | None = None, slo_tpot: float | None = None,
-             max_slots: int | None = None, retired: metrics.Retired | None = None) -> dict:
+             max_slots: int | None = None, retired: metrics.Retired | None = None,
+             counts: metrics.Counts | None = None) -> dict:
     """The numbers for the page's metric strip. NaN where there is nothing to measure.
-    Counts and rates cover the whole run (`retired`: what a live run's window has dropped);
-    percentiles cover the tables."""
+    Counts and rates cover the whole run (`retired`: what a live run's window has dropped;
+    `counts`: where every request is now, else the latest step's); percentiles cover the tables'
+    requests that have the value so far (`provisional` until PROVISIONAL_UNTIL have finished)."""
     totals = metrics.run_totals(requests, steps, metrics.SLO(slo_ttft, slo_tpot), retired)
-    ttft = metrics.finished_values(requests, "ttft_s")
-    tpot = metrics.finished_values(requests, "tpot_s")
+    ttft = so_far(requests, "ttft_s")
+    tpot = so_far(requests, "tpot_so_far_s") if "tpot_so_far_s" in (requests if requests is not None else {}) \
+        else metrics.finished_values(requests, "tpot_s")
+    if counts is None:
+        counts = metrics.Counts() if is_empty(steps, "step") else (
+            metrics.Counts.of_step(steps.iloc[-1]) if "arrived" in steps.columns
+            else metrics.Counts(waiting=_latest(steps, "waiting"), running=_latest(steps, "running")))
+    wasted = wasted_slot_steps(steps, max_slots) + (retired.wasted_slot_steps if retired else 0)
     return {
         "ttft_p50_s": metrics.percentile(ttft, 50),
         "ttft_p95_s": metrics.percentile(ttft, 95),
         "tpot_p50_s": metrics.percentile(tpot, 50),
         "tpot_p95_s": metrics.percentile(tpot, 95),
+        "ttft_n": len(ttft), "tpot_n": len(tpot),
+        "provisional": totals["finished"] < PROVISIONAL_UNTIL,
         "throughput_tok_s": totals["output_throughput_tok_s"],
         "goodput_req_s": totals["goodput_req_s"],
         "finished": totals["finished"],
         "duration_s": totals["duration_s"],
-        "waiting_now": _latest(steps, "waiting"),
-        "running_now": _latest(steps, "running"),
-        "wasted_slot_steps": wasted_slot_steps(steps, max_slots) if max_slots else 0,
+        "waiting_now": counts.waiting,
+        "running_now": counts.running,
+        "counts": counts,
+        "wasted_slot_steps": wasted,
     }

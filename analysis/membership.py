@@ -197,10 +197,24 @@ def _legend(phase: np.ndarray, shapes: list, hits: bool = False) -> list:
             for name, drawn, marker in entries if drawn] + mark_legend(shapes)
 
 
+def owner_hues(names: np.ndarray, owners: dict, hue_of: dict) -> np.ndarray:
+    """A palette index per request (index into names) from its owner's hue; -1 for "" and for a
+    request whose owner has no hue (drawn in OTHER_HUE)."""
+    return np.array([hue_of.get(owners.get(str(n)), OTHER_HUE) if n else -1 for n in names], dtype=np.int64)
+
+
+OTHER_HUE = len(REQUEST_COLORS) - 1      # requests of no one named: the palette's last colour
+
+
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
-                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False) -> dict:
+                     max_steps: int = MAX_GRID_STEPS, presenter: bool = False,
+                     owners: dict | None = None, owner_hue: dict | None = None) -> dict:
     """Who shares each engine step: x = step, y = batch slot, one colour per request.
+
+    owners (request id -> owner, e.g. a student's name) and owner_hue (owner -> palette index):
+    one colour per owner instead, cells labelled with the owner's name, and a legend that names
+    every owner drawn (a classroom).
 
     window: show the last N steps (live scrolling); upto_step: replay position. The x-axis
     always spans the whole window (or the whole table, up to max_steps columns), from the first
@@ -210,7 +224,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     """
     title = "Batch membership: who runs in each step"
     good = ("One colour per request (hover or label: its id); ╱\u00a0=\u00a0prefill step, plain = "
-            "decode step, grey = empty slot. Good: few grey cells — a grey cell is a slot that did no work.")
+            "decode step, grey = empty slot (blank: above that step's max_num_seqs). Good: few grey cells — "
+            "a grey cell is a slot that did no work.")
     xlabel, ylabel = "engine step", "batch slot"
     if is_empty(steps, "step", "members"):
         return empty_figure(title, good, xlabel, ylabel, presenter)
@@ -231,16 +246,36 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     idle = np.flatnonzero(member_counts(steps.iloc[start:lo + 1]) == 0)
     if len(idle):
         start += int(idle[-1])
+    # Each step's own limit, where the table records it: the rows are the most slots any step
+    # shown had, and a step's rows above its own limit are no slot at all (left blank), so
+    # lowering max_num_seqs does not draw empty slots that no longer exist.
+    limits = None
+    if "max_num_seqs" in steps.columns:
+        shown_limits = num(steps.iloc[lo:hi], "max_num_seqs")
+        if len(shown_limits) and (shown_limits > 0).all():
+            limits, max_slots = shown_limits.astype(np.int64), int(shown_limits.max())
     grid = slot_grid(steps.iloc[start:hi], max_slots)
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
     cached = grid.cached[keep]
 
-    hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
-    z = np.where(phase == 0, 0, hue + 1)
+    by_owner = owners is not None
+    if by_owner:
+        owner_hue = owner_hue or {}
+        hue = owner_hues(grid.names, owners, owner_hue)[code]
+        shown = np.array([owners.get(str(n), "other") if n else "" for n in grid.names], dtype=str)
+        title, good = (title, "One colour per student (hover: the request); ╱\u00a0=\u00a0prefill step, plain = "
+                       "decode step, grey = empty slot. Good: few grey cells.")
+    else:
+        hue = request_hues(code, grid.names)[code]      # -1 (empty) where code is -1
+        shown = grid.names
+    z = np.where(phase == 0, 0, hue + 1).astype(float)
+    if limits is not None:                   # no slot: above the step's own max_num_seqs
+        z[(np.arange(grid.n_slots)[None, :] >= limits[:, None]) & (phase == 0)] = np.nan
     # One hover string per cell, looked up from a small table: plotly deep-copies every
     # string of a text array, so the fewer string arrays the faster the chart.
-    labels = np.array([f"{name} {p}" for name in grid.names for p in ("prefill", "decode")]
+    labels = np.array([(f"{who} · {name} {p}" if by_owner else f"{name} {p}")
+                       for name, who in zip(grid.names, shown) for p in ("prefill", "decode")]
                       + ["empty slot"])
     label = labels[np.where(phase == 0, -1, 2 * code + phase - 1)]
     heat = dict(
@@ -251,7 +286,8 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                       "<extra></extra>",
     )
     px = font_px(presenter)
-    plot_h = max(220, min(520, ROW_PX * grid.n_slots))
+    # In presenter mode the chart fits a projector's screen under the page's controls.
+    plot_h = max(160, min(250, ROW_PX * grid.n_slots)) if presenter else max(220, min(520, ROW_PX * grid.n_slots))
     cell_w, cell_h = PLOT_WIDTH_PX / columns, plot_h / grid.n_slots
     # Prefill cells get a diagonal stroke in the ink of their colour: told apart without colour.
     # Each ink gets its own trace: plotly checks a colour array point by point, slowly.
@@ -264,7 +300,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                for c in INK_COLORS]
     # A request's id on each stretch of decode cells wide and tall enough to hold it.
     slot, col, length = _runs(np.where(phase == 2, code, -1).T)
-    name = grid.names[code.T[slot, col]]
+    name = shown[code.T[slot, col]]
     fits = (length * cell_w >= np.char.str_len(name) * 0.62 * px + 4) & (cell_h >= px + 2)
     slot, col, length, name = slot[fits], col[fits], length[fits], name[fits]
     ink, mid = INKS[hue.T[slot, col]], x[col] + (length - 1) / 2
@@ -279,6 +315,9 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                       text=[f"{grid.names[code[i, j]]}: {cached[i, j]} prompt tokens from the prefix cache, "
                             f"{tokens[i, j]} computed" for i, j in zip(hit_step, hit_slot)],
                       hovertemplate="step %{x} · slot %{y}<br>%{text}<extra></extra>")] if len(hit_step) else []
+    if presenter:                  # one line, readable from the back of the room
+        good = ("One colour per student" if by_owner else "One colour per request") + \
+            "; ╱\u00a0=\u00a0prefill, plain = decode, grey = empty slot."
     note = good if hi <= columns else f"Showing the last {len(x)} steps. " + good
     x_first = int(x[0])
     shapes, notes = mark_lines(marks, "step", lo=x_first - 0.5, hi=x_first + columns - 0.5,
@@ -290,4 +329,11 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))
     out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
-    return figure(data=[heat, *prefill, *ids, *hit_marks, *_legend(phase, shapes, bool(hit_marks))], layout=out)
+    legend = _legend(phase, shapes, bool(hit_marks))
+    if by_owner:                             # the students drawn, each in their colour
+        drawn = sorted({str(shown[c]) for c in np.unique(code[code >= 0])})
+        legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=who, hoverinfo="skip",
+                       marker=dict(symbol="square", size=12,
+                                   color=REQUEST_COLORS[owner_hue.get(who, OTHER_HUE)]))
+                  for who in drawn] + legend
+    return figure(data=[heat, *prefill, *ids, *hit_marks, *legend], layout=out)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Retired, step_csv_row, step_row, write_csv
+from engine.metrics import LIVE_REQUEST_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, Counts, Retired, step_csv_row, step_row, write_csv
 
 MARK_COLUMNS = ["step", "t_s", "label"]
 
@@ -21,9 +21,16 @@ MARK_COLUMNS = ["step", "t_s", "label"]
 @dataclass(frozen=True, slots=True)
 class Tables:
     steps: pd.DataFrame       # STEP_COLUMNS (steps.csv)
-    requests: pd.DataFrame    # REQUEST_COLUMNS (requests.csv) + partial_text
+    requests: pd.DataFrame    # LIVE_REQUEST_COLUMNS: requests.csv's + TPOT so far and the text so far
     marks: pd.DataFrame       # step, t_s, label: policy and workload changes
     retired: Retired = field(default_factory=Retired)   # a live run's counts beyond its window
+    counts: Counts | None = None   # the whole run's requests now (None: read them off the latest step)
+
+    def now(self) -> Counts:
+        """Where every request that has arrived is now: the snapshot's counts, else the latest step's."""
+        if self.counts is not None:
+            return self.counts
+        return Counts() if len(self.steps) == 0 else Counts.of_step(self.steps.iloc[-1])
 
 
 class TraceTables:
@@ -53,11 +60,11 @@ class TraceTables:
 
     def update(self, snapshot, extra_marks=()) -> Tables:
         requests = pd.DataFrame.from_records(list(snapshot.requests),
-                                             columns=REQUEST_COLUMNS + ["partial_text"])
+                                             columns=LIVE_REQUEST_COLUMNS)
         marks = [(m.step, m.t_s, m.label) for m in snapshot.marks] + list(extra_marks)
         marks.sort(key=lambda m: m[1])
         return Tables(self.steps(snapshot.steps), requests,
-                      pd.DataFrame(marks, columns=MARK_COLUMNS), snapshot.retired)
+                      pd.DataFrame(marks, columns=MARK_COLUMNS), snapshot.retired, snapshot.counts)
 
 
 def _csv(rows, columns) -> str:

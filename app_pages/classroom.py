@@ -8,14 +8,16 @@ This page only reads boards that classroom.feed builds once for every viewer.
 """
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from classroom.board import CLASS, Board
+from classroom.board import BACKGROUND, CLASS, Board, readable, requests_of, student
 from classroom.feed import shared_feed
 from classroom.names import check_name
 from engine.config import SchedulerPolicy
 from engine.knobs import knobs_of
+from engine.metrics import Counts
 from engine.workload import WorkloadSpec
 from remote import engines
 from remote.lab_control import LabControl, LabRefused
@@ -28,7 +30,18 @@ LOAD_KNOBS = ("rate", "num_requests")
 BURST_MAX, OUTPUT_MAX = 16, 256
 POLICY, WORKLOAD = knobs_of(SchedulerPolicy), knobs_of(WorkloadSpec)
 
-st.title(":material/groups: Classroom: one engine, everyone's requests")
+st.html("""<style>
+/* The shared chart above the fold on a projector (1280x720): less padding above the title. */
+@media (min-width: 640px) {
+  [data-testid='stMainBlockContainer'] { padding-top: 2.5rem; padding-bottom: 3rem; }
+}
+[data-testid='stElementContainer'][data-stale='true'] { opacity: 1 !important; transition: none !important; }
+</style>""")
+st.markdown("### :material/groups: Classroom: one engine, everyone's requests")
+st.markdown("1. Type **your name** under the chart: it is your colour on the chart and your row in the table.  \n"
+            "2. Press **Send** (one request) or **Send a burst** (many at once).  \n"
+            "3. Find **your colour** in the shared batch chart (your cells carry a dot) and compare "
+            "**your TTFT and TPOT** with the class's in the table.")
 try:
     choice = engines.from_env()
 except ValueError as exc:
@@ -60,26 +73,28 @@ def generator(name: str) -> LoadGenerator:
 # ----------------------------------------------------------------------------- who are you
 
 
-name = st.text_input("Your name (your requests carry it as their tenant)", key="cr_name", max_chars=64)
-me = ""
-if name:
-    try:
-        me = check_name(name)
-    except ValueError as exc:
-        st.error(widgets.plain(exc))
-
-if me:
-    with st.container(border=True, key="cr_send"):
-        prompt = st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
-        cols = st.columns(3)
-        tokens = cols[0].number_input("Output tokens", 1, OUTPUT_MAX, 64, key="cr_tokens")
-        burst = cols[1].number_input("Burst size", 1, BURST_MAX, 8, key="cr_burst")
-        if cols[2].button("Send", key="cr_send_one", type="primary"):
-            generator(me).send_prompt(prompt, int(tokens), ignore_eos=True)
-        if cols[2].button(f"Send a burst of {int(burst)}", key="cr_send_burst"):
-            generator(me).send_prompt(prompt, int(tokens), n=int(burst), ignore_eos=True)
-else:
-    st.caption("Pick a name to send requests; you can watch without one.")
+def who_are_you() -> str:
+    """The name box and the send buttons; returns the student's checked name ("" for none)."""
+    name = st.text_input("Your name (your requests carry it as their tenant)", key="cr_name", max_chars=64)
+    me = ""
+    if name:
+        try:
+            me = check_name(name)
+        except ValueError as exc:
+            st.error(widgets.plain(exc))
+    if me:
+        with st.container(border=True, key="cr_send"):
+            prompt = st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
+            cols = st.columns(3)
+            tokens = cols[0].number_input("Output tokens", 1, OUTPUT_MAX, 64, key="cr_tokens")
+            burst = cols[1].number_input("Burst size", 1, BURST_MAX, 8, key="cr_burst")
+            if cols[2].button("Send", key="cr_send_one", type="primary"):
+                generator(me).send_prompt(prompt, int(tokens), ignore_eos=True)
+            if cols[2].button(f"Send a burst of {int(burst)}", key="cr_send_burst"):
+                generator(me).send_prompt(prompt, int(tokens), n=int(burst), ignore_eos=True)
+    else:
+        st.caption("Pick a name to send requests; you can watch without one.")
+    return me
 
 
 # ----------------------------------------------------------------------------- instructor
@@ -124,69 +139,106 @@ def instructor_panel(board: Board) -> None:
             if apply or start or stop or reset:
                 feed.board(session_id, fresh=True)
                 st.toast("Done: the whole class sees it from the next refresh.")
+        if token:
+            per_student(board)
+
+
+def per_student(board: Board) -> None:
+    """The instructor's view: a table of each student's latest requests, in their colour."""
+    requests = board.tables.requests
+    tenants = [t for t in dict.fromkeys(requests["tenant"].astype(str)) if student(t) != BACKGROUND] \
+        if len(requests) else []
+    st.markdown("**Each student's latest requests** (times in seconds since the class's run began)")
+    if not tenants:
+        st.caption("No student has sent a request yet.")
+    for i in range(0, len(tenants), 2):
+        for col, tenant in zip(st.columns(2), tenants[i:i + 2]):
+            color = board.colors.get(tenant, "#999")
+            col.markdown(f"<span style='color:{color}'>■</span> **{widgets.plain(tenant)}**", unsafe_allow_html=True)
+            col.dataframe(requests_of(requests, tenant), hide_index=True, width="stretch", key=f"cr_student_{i}_{tenant}")
 
 
 # ----------------------------------------------------------------------------- the shared view
 
 
-def status_line(board: Board) -> None:
+def status_line(board: Board, me: str) -> None:
     steps = board.tables.steps
     last = steps.iloc[-1] if len(steps) else None
     kv = f"{last['kv_used_blocks'] / last['kv_total_blocks']:.0%}" if last is not None and last["kv_total_blocks"] else "—"
     load = board.load
+    counts = Counts.of_step(last) if last is not None and "arrived" in steps.columns else Counts()
+    slots = int(last["max_num_seqs"]) if last is not None and "max_num_seqs" in steps.columns and last["max_num_seqs"] \
+        else board.policy["max_num_seqs"]
+    mine = ""
+    if me and len(board.tables.requests):
+        reqs = board.tables.requests[board.tables.requests["tenant"].astype(str) == me]
+        waiting, running = int((reqs["status"] == "waiting").sum()), int((reqs["status"] == "running").sum())
+        mine = f" · **yours:** {running} running, {waiting} waiting"
     st.markdown(
-        f"**Running:** {0 if last is None else int(last['running'])} of {board.policy['max_num_seqs']} slots · "
-        f"**waiting:** {0 if last is None else int(last['waiting'])} · **KV used:** {kv} · "
-        f"background load: {'on' if load['running'] else 'off'} · viewers: {feed.viewers} · "
-        f"refresh every {feed.interval_s():.1f} s")
+        f"**Running:** {counts.running} of {slots} slots · **waiting:** {counts.waiting}{mine} · "
+        f"{counts.text()} · **KV used:** {kv} · background load: {'on' if load['running'] else 'off'} · "
+        f"viewers: {feed.viewers} · refresh every {feed.interval_s():.1f} s")
 
 
-def tenant_table(board: Board) -> None:
+def tenant_table(board: Board, me: str) -> None:
     table = board.tenants.copy()
-    table.insert(0, "", ["← you" if who == me else "" for who in table["who"]])
-    st.dataframe(table, hide_index=True, width="stretch", key="cr_tenants",
-                 column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                for c in ("TTFT p50 (s)", "TPOT p50 (s)")})
-    if CLASS in set(table["who"]):
-        st.caption("TTFT and TPOT as the engine measured them, medians over finished requests.")
+    table.insert(0, "", ["← you" if who == me else "" for who in table["student"]])
+    table["TTFT p50 (s)"] = [f"{v:.2f}" if v == v else "—" for v in table["TTFT p50 (s)"]]
+    table["TPOT p50 (ms)"] = [f"{v:.0f}" if v == v else "—" for v in table["TPOT p50 (ms)"]]
+    st.dataframe(table, hide_index=True, width="stretch", key="cr_tenants")
+    if CLASS in set(table["student"]):
+        st.caption("Where each student's recent requests are now, and TTFT and TPOT as the engine measured "
+                   "them: medians over finished requests (— until one has finished).")
 
 
 def own_requests() -> None:
     gen = st.session_state.get("cr_generator")
     if gen is None or not gen.records:
         return
-    rows = gen.table().tail(10)[["id", "status", "output_tokens", "ttft_s", "tpot_s", "e2e_s"]]
+    table = gen.table()
+    table["arrival_s"] = pd.NA                           # this app's clock, not the class's
     st.caption("Your latest requests, timed by this app from the stream (network included):")
-    st.dataframe(rows.iloc[::-1], hide_index=True, width="stretch", key="cr_own")
+    st.dataframe(readable(table.tail(10).iloc[::-1]).drop(columns=["sent at (s)"]), hide_index=True,
+                 width="stretch", key="cr_own")
 
 
-def draw_board() -> None:
+def draw_top() -> None:
+    """The status line and the shared batch chart: the first thing on the page."""
     board = feed.board(session_id)
     if feed.error:
         st.warning(widgets.plain(feed.error))
     if board is None:
         st.info("Waiting for the engine's first answer…")
         return
-    status_line(board)
+    me = st.session_state.get("cr_me", "")
+    status_line(board, me)
     # Charts that update in place (ui/live_chart.py): each viewer's browser redraws only what
     # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
     # The board's figures are ready to send: built once per refresh for every session.
     show_figure(board.membership_for(me), key="cr_membership")
-    if me:
-        st.caption("Your requests are outlined in black.")
+
+
+def draw_rest() -> None:
+    """The queue and KV charts and the tables, under the name box."""
+    board = feed.board(session_id)
+    if board is None:
+        return
+    me = st.session_state.get("cr_me", "")
     left, right = st.columns(2)
     with left:
         show_figure(board.figures["queue"], key="cr_queue")
     with right:
         show_figure(board.figures["kv"], key="cr_kv")
-    tenant_table(board)
+    tenant_table(board, me)
     own_requests()
     if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:
         st.rerun(scope="app")                  # the class grew or shrank: refresh at the new pace
 
 
 st.session_state["cr_every"] = feed.interval_s()
-st.fragment(run_every=st.session_state["cr_every"])(draw_board)()
+st.fragment(run_every=st.session_state["cr_every"])(draw_top)()
+st.session_state["cr_me"] = who_are_you()
+st.fragment(run_every=st.session_state["cr_every"])(draw_rest)()
 first = feed.board(session_id)
 if first is not None:
     instructor_panel(first)

@@ -66,6 +66,8 @@ if connect:
         st.session_state["ext_choice"] = choice
         st.session_state["ext_generator"] = LoadGenerator(choice.api_url, choice.model, "you")
         st.session_state["ext_gauges"] = []
+        st.session_state["ext_kind"] = engines.kind_name(choice.url)
+        st.session_state["ext_started"] = None
 
 choice: engines.EngineChoice | None = st.session_state.get("ext_choice")
 if choice is None:
@@ -74,7 +76,9 @@ if choice is None:
     st.stop()
 
 gen: LoadGenerator = st.session_state["ext_generator"]
-st.caption(f"Connected to **{widgets.plain(choice.url)}**, model **{widgets.plain(choice.model)}**.")
+kind = st.session_state.get("ext_kind", "")
+st.caption(f"Connected to **{widgets.plain(choice.url)}**, model **{widgets.plain(choice.model)}**"
+           + (f": {widgets.plain(kind)}." if kind else "."))
 
 with st.container(border=True, key="ext_load"):
     cols = st.columns(len(LOAD_KNOBS) + 1)
@@ -90,6 +94,8 @@ with st.container(border=True, key="ext_load"):
             st.error(widgets.plain(exc))
         else:
             gen.run_feed(ArrivalFeed(spec))
+            if st.session_state.get("ext_started") is None:    # the run's time axis starts here
+                st.session_state["ext_started"] = now_s()
             st.toast(f"Sending {spec.num_requests} requests at {spec.rate:g} per second.")
     if stop:
         gen.stop()
@@ -112,18 +118,38 @@ def read_gauges() -> None:
     del readings[:max(0, len(readings) - KEEP_GAUGES)]
 
 
+def run_time() -> float:
+    """Seconds on this run's own axis: since this page first sent load to the server."""
+    return now_s() - (st.session_state.get("ext_started") or 0.0)
+
+
+X_TITLE = "seconds since you first pressed Send this load"
+
+
 def gauge_figure(readings: list[dict]) -> go.Figure:
     fig = go.Figure()
     frame = pd.DataFrame(readings)
+    origin = st.session_state.get("ext_started") or 0.0
     for name, label in (("running", "running"), ("waiting", "waiting")):
         if len(frame) and frame[name].notna().any():
-            fig.add_trace(go.Scatter(x=frame["t"], y=frame[name], name=label, mode="lines"))
-    engine = frame["engine"].iloc[-1] if len(frame) else "the engine"
-    fig.update_layout(title=f"Running and waiting, from {engine}'s metrics page",
-                      xaxis_range=style.live_x_range(now_s(), WINDOW_S),
-                      xaxis_title="time (s)", yaxis_title="requests", height=300,
+            fig.add_trace(go.Scatter(x=frame["t"] - origin, y=frame[name], name=label, mode="lines"))
+    names = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI"}
+    engine = st.session_state.get("ext_kind") or (names.get(frame["engine"].iloc[-1]) if len(frame) else "") \
+        or "the engine"
+    fig.update_layout(title=f"Running and waiting, from the metrics page of {engine}",
+                      xaxis_range=style.live_x_range(run_time(), WINDOW_S),
+                      xaxis_title=X_TITLE, yaxis_title="requests", height=300,
                       margin=dict(l=50, r=10, t=50, b=40))
     return fig
+
+
+def on_run_axis(table: pd.DataFrame) -> pd.DataFrame:
+    """The requests table with its times on the run's own axis."""
+    origin = st.session_state.get("ext_started") or 0.0
+    out = table.copy()
+    for col in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"):
+        out[col] = pd.to_numeric(out[col], errors="coerce") - origin
+    return out
 
 
 def headline(table: pd.DataFrame) -> None:
@@ -152,8 +178,10 @@ def live() -> None:
         st.caption(f"KV cache in use: {readings[-1]['kv']:.0%} (from the metrics page)")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(latency.request_timeline(table, now_s=now_s(), x_range=style.live_x_range(now_s(), WINDOW_S)),
-                        width="stretch", key="ext_timeline")
+        timeline = latency.request_timeline(on_run_axis(table), now_s=run_time(),
+                                            x_range=style.live_x_range(run_time(), WINDOW_S))
+        timeline["layout"].setdefault("xaxis", {})["title"] = {"text": X_TITLE}
+        st.plotly_chart(timeline, width="stretch", key="ext_timeline")
     with right:
         st.plotly_chart(gauge_figure(readings), width="stretch", key="ext_gauges_chart")
     st.info(widgets.plain(engines.HIDDEN["openai"]), icon=":material/visibility_off:")

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from lessons.catalog import load_lessons
+from lessons.pages import pages as lesson_pages
 from ui.registry import LABS
 
 st.title("Batching Lab")
@@ -24,15 +25,24 @@ st.markdown(
 for lab in LABS[:1]:
     st.page_link(lab.path, label=f"Open the {lab.title}", icon=lab.icon)
 
+# Every lesson and lab as a link, all of them on the page: on a phone the navigation folds most
+# of them away ("View 14 more"), so Home lists them in full.
 lessons, _errors = load_lessons()
 if lessons:
     st.header("Lessons")
+    links = {page.title: page for page in lesson_pages()}
     for lesson in sorted(lessons, key=lambda l: l.order):
-        st.markdown(f"**{lesson.order}. {lesson.title}** · {lesson.minutes} min  \n{lesson.summary}")
+        title = f"{lesson.order} · {lesson.title}"
+        if title in links:
+            st.page_link(links[title], label=f"{lesson.order}. {lesson.title} · {lesson.minutes} min")
+        else:
+            st.markdown(f"**{lesson.order}. {lesson.title}** · {lesson.minutes} min")
+        st.caption(lesson.summary)
 
 st.header("The labs")
 for lab in LABS:
-    st.markdown(f"**{lab.title}** — {lab.shows}")
+    st.page_link(lab.path, label=lab.title, icon=lab.icon)
+    st.caption(lab.shows)
 
 st.header("What you are looking at")
 st.markdown(

@@ -17,7 +17,9 @@ import time
 from remote.lab_control import LabControl
 from remote.lab_stream import LabStream
 
-from .board import Board, build
+from analysis.membership import OTHER_HUE
+
+from .board import BACKGROUND, Board, build, student
 
 BASE_S, PER_VIEWER_S, MIN_S, MAX_S = 0.5, 0.1, 1.0, 5.0
 VIEWER_TIMEOUT_S = 3 * MAX_S        # a session not seen for this long has left
@@ -42,6 +44,9 @@ class ClassroomFeed:
         self._board: Board | None = None
         self._built_at = 0.0
         self.error = ""
+        self.hues: dict[str, int] = {BACKGROUND: OTHER_HUE}   # each student's colour, theirs for the whole class
+        self._origin_of: tuple = ()                 # (run, first step seen) the origin was worked out for
+        self._origin_s = 0.0
 
     @property
     def viewers(self) -> int:
@@ -74,8 +79,21 @@ class ClassroomFeed:
             return
         self.error = ""
         version = 1 if self._board is None else self._board.version + 1
-        self._board = build(version, tables, policy, load)
+        for who in tables.requests["tenant"].astype(str).map(student).unique() if len(tables.requests) else ():
+            if who not in self.hues:             # the next colour in turn (the last one is the background's)
+                self.hues[who] = (len(self.hues) - 1) % OTHER_HUE
+        self._board = build(version, tables, policy, load, dict(self.hues), self._origin(tables))
         self._built_at = time.monotonic()
+
+
+    def _origin(self, tables) -> float:
+        """When the class's run began, on the server's clock: its first step seen, or the first
+        arrival before it (a request arrives before the step that takes it in)."""
+        if self._origin_of != (self.stream.run, self.stream.origin_s):
+            arrivals = tables.requests["arrival_s"] if len(tables.requests) else []
+            first = min([t for t in (self.stream.origin_s, *arrivals) if t is not None and t == t], default=0.0)
+            self._origin_of, self._origin_s = (self.stream.run, self.stream.origin_s), first
+        return self._origin_s
 
 
 _feeds: dict[str, ClassroomFeed] = {}

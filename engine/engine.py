@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from .config import SchedulerPolicy
 from .executor import Executor
 from .kv_cache import BlockPool
-from .metrics import SLO, Retired
+from .metrics import SLO, Counts, Retired
 from .request import Event, EventKind, Request, Status
 from .scheduler import Scheduler, ScheduledChunk, StepPlan
+from .step_model import step_shape
 
 
 @dataclass(slots=True, frozen=True)
@@ -41,6 +42,15 @@ class StepRecord:
     error: str = ""
     prefix_queries: int = 0                          # tokens looked up in the prefix cache this step
     prefix_hits: tuple[tuple[str, int], ...] = ()    # (request id, prompt tokens the cache saved it)
+    # This step's batch limit, and the whole run's counts at its end (Engine.counts): arrived =
+    # waiting + running + finished + rejected + failed + aborted, where `running` counts the
+    # requests holding a batch slot once the step is done (`members` are the ones that ran in it).
+    max_num_seqs: int = 0
+    arrived: int = 0
+    finished: int = 0
+    rejected: int = 0
+    failed: int = 0
+    aborted: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -77,6 +87,12 @@ class Engine:
         self.marks: list[PolicyMark] = []
         self.keep_steps = keep_steps
         self.retired = Retired()             # exact counts of what left the window
+        self.arrived = 0                     # requests whose arrival came (or that ended before it)
+        # step_observer(shape, ms): told each real step's shape and its time since the step before
+        # ended, when the engine went straight on (engine.step_fit records them); None: nobody asks
+        self.step_observer = None
+        self._went_on_from: float | None = None
+        self.ended: dict[Status, int] = {}   # requests ended, by status
 
     # ----- inputs -----
 
@@ -113,6 +129,8 @@ class Engine:
         with self._lock:
             if self.requests.setdefault(req.id, req) is not req:
                 self.rejected_duplicates.append(req)
+        self.arrived += 1
+        self._count_end(Status.REJECTED)
         self.events.append(Event(self.clock.now(), EventKind.REJECTED, req.id, reason))
 
     def all_requests(self) -> list[Request]:
@@ -132,6 +150,7 @@ class Engine:
             with self._lock:
                 if req in self.pending:
                     self.pending.remove(req)
+                    self.arrived += 1            # it ends before its arrival: counted as both
             self._end(req, Status.ABORTED, self.clock.now(), reason)
             return True
 
@@ -141,6 +160,14 @@ class Engine:
     def step_count(self) -> int:
         """Steps taken so far, the ones that left the window included."""
         return self.retired.steps + len(self.steps)
+
+    def counts(self) -> Counts:
+        """The whole run's requests as they stand now; they always add up (Counts.adds_up).
+        Read between steps: from the engine's thread, or under the lock its owner steps with."""
+        e = self.ended
+        return Counts(self.arrived, len(self.scheduler.waiting), len(self.scheduler.running),
+                      e.get(Status.FINISHED, 0), e.get(Status.REJECTED, 0), e.get(Status.FAILED, 0),
+                      e.get(Status.ABORTED, 0))
 
     def has_work(self) -> bool:
         return bool(self.pending) or self.scheduler.has_work()
@@ -154,7 +181,10 @@ class Engine:
     def step(self) -> StepRecord | None:
         """Run one engine step; None when there was nothing to run right now."""
         with self._stepping:
-            return self._step()
+            rec = self._step()
+            if rec is None:
+                self._went_on_from = None        # idle: the next step's time starts afresh
+            return rec
 
     def _step(self) -> StepRecord | None:
         now = self.clock.now()
@@ -168,12 +198,15 @@ class Engine:
                 self._end(req, Status.FAILED, now, reason)
             return None
         for req, reason in plan.rejected:
+            self._count_end(Status.REJECTED)
             self.events.append(Event(now, EventKind.REJECTED, req.id, reason))
         for req in plan.preempted:
-            self.events.append(Event(now, EventKind.PREEMPTED, req.id, "KV cache full: recompute later"))
+            why = ("max_num_seqs lowered below the batch" if req in plan.over_limit else "KV cache full")
+            self.events.append(Event(now, EventKind.PREEMPTED, req.id, f"{why}: recompute later"))
         if not plan.chunks:
             return None
 
+        shape = step_shape(plan) if self.step_observer is not None else None   # before the tokens change it
         t0 = self.clock.now()
         tokens, failed = self._run_isolating(plan.chunks, self.step_count)
         t1 = self.clock.now()
@@ -190,17 +223,22 @@ class Engine:
                 failed_ids.setdefault(reason, []).append(req.id)
         error = "; ".join(f"{reason} ({', '.join(ids)})" for reason, ids in failed_ids.items())
 
+        n = self.counts()
         rec = StepRecord(
             step=self.step_count, t_start_s=t0, t_end_s=t1,
-            waiting=len(self.scheduler.waiting),
-            running=len(plan.chunks),
+            waiting=n.waiting, running=n.running,
             prefill_tokens=plan.prefill_tokens, decode_tokens=plan.decode_tokens,
             kv_used_blocks=self.pool.used_blocks, kv_total_blocks=self.pool.capacity_blocks,
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
             preempted=len(plan.preempted), error=error, prefix_queries=plan.prefix_queries,
-            prefix_hits=tuple((r.id, n) for r, n in plan.prefix_hits))
+            prefix_hits=tuple((r.id, hit) for r, hit in plan.prefix_hits), max_num_seqs=policy.max_num_seqs,
+            arrived=n.arrived, finished=n.finished, rejected=n.rejected, failed=n.failed,
+            aborted=n.aborted)
         self.steps.append(rec)
         self._forget_old()
+        if shape is not None and self._went_on_from is not None and not error:
+            self.step_observer(shape, 1000 * (t1 - self._went_on_from))
+        self._went_on_from = t1
         return rec
 
     def run(self, on_step=None, should_stop=None) -> None:
@@ -265,11 +303,14 @@ class Engine:
             i = bisect.bisect_right([r.arrival_s for r in self.pending], now)
             due, self.pending = self.pending[:i], self.pending[i:]
         for req in due:
+            self.arrived += 1
             try:
                 reason = self.scheduler.add(req)
             except Exception as exc:  # a field the scheduler cannot compute with: refuse it alone
                 reason = f"could not be queued: {_describe(exc)}"
                 req.status, req.error = Status.REJECTED, reason
+            if reason:
+                self._count_end(Status.REJECTED)
             kind = EventKind.REJECTED if reason else EventKind.QUEUED
             self.events.append(Event(now, kind, req.id, reason or ""))
 
@@ -316,7 +357,11 @@ class Engine:
             if status is Status.FINISHED:
                 status, error = Status.FAILED, f"decoding its output failed: {_describe(exc)}"
         req.status, req.finish_s, req.error = status, t, error
+        self._count_end(status)
         self.events.append(Event(t, _END_EVENT[status], req.id, error))
+
+    def _count_end(self, status: Status) -> None:
+        self.ended[status] = self.ended.get(status, 0) + 1
 
     def decode(self, req: Request) -> str:
         if self.tokenizer is None:

@@ -30,8 +30,9 @@ from .build import build_engine
 from .clock import VirtualClock
 from .config import EngineConfig, SchedulerPolicy
 from .engine import PolicyMark, StepRecord
+from . import step_fit
 from .threads import name_os_thread
-from .metrics import SLO, Retired, request_row, summarize
+from .metrics import SLO, Counts, Retired, request_row, summarize
 from .workload import PromptMaker, WorkloadSpec
 
 THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About page counts them)
@@ -58,6 +59,7 @@ class Snapshot:
     arrived: int
     message: str = ""
     retired: Retired = field(default_factory=Retired)   # exact counts of what left the window
+    counts: Counts = field(default_factory=Counts)      # the whole run's requests, as the snapshot was taken
 
 
 class LiveRun:
@@ -73,6 +75,11 @@ class LiveRun:
         self.config = config or EngineConfig()
         self.engine = build_engine(self.config, policy, model, cost)
         self.engine.keep_steps = keep_steps
+        self.engine.clock.stop()                 # the run's time starts with its first step
+        if model is not None:                    # the app's step model learns from every real step
+            fit = step_fit.existing(step_fit.model_key(model))
+            if fit is not None:
+                self.engine.step_observer = fit.observe
         if prompts is None and model is not None:
             prompts = PromptMaker(model.tokenizer)
         self.feed = ArrivalFeed(spec, prompts)
@@ -187,6 +194,9 @@ class LiveRun:
                 self._release()
                 return
             if self.state != "running" and self._step_requests == 0:
+                # Paused (or done): the run's clock stands still, so no arrivals pile up meanwhile
+                # and nobody's wait grows; it goes on from where it stopped.
+                self.engine.clock.stop()
                 self._wake.wait(0.2)
                 self._wake.clear()
                 continue
@@ -203,6 +213,7 @@ class LiveRun:
             self._anchor = (time.monotonic(), self.engine.clock.now())
         self._let_reader_in()
         with self._lock:
+            self.engine.clock.go()
             self._admit(self.feed.due(self.engine.clock.now()))
             rec = self.engine.step()
             self._forget_old_marks()
@@ -317,9 +328,10 @@ class LiveRun:
             self._rows = kept                    # rows of requests that left the window go
             policy = eng.policy
             now = eng.clock.now()
+            counts = eng.counts()
         # Outside the lock, so the engine steps on meanwhile: only finished requests (which never
         # change again) enter the percentiles.
         slo = SLO(policy.ttft_slo_s, policy.tpot_slo_s)
         stats = summarize(requests, steps, slo, retired) if summary else {}
         return Snapshot(self.state, now, steps, tuple(rows), marks, policy, self.feed.spec, stats,
-                        self.feed.count, self.message, retired)
+                        self.feed.count, self.message, retired, counts)

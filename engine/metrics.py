@@ -27,9 +27,13 @@ FINISHED = Status.FINISHED.value
 REQUEST_COLUMNS = ["id", "tenant", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
                    "prompt_tokens", "cached_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
                    "preemptions", "status", "error", "output_token_ids", "output_text"]
+# A live run's request rows carry these too (never written to requests.csv): TPOT over the tokens
+# so far, so a headline has TPOT from a request's second token, and the text so far.
+LIVE_REQUEST_COLUMNS = REQUEST_COLUMNS + ["tpot_so_far_s", "partial_text"]
 STEP_COLUMNS = ["step", "t_start_s", "t_end_s", "waiting", "running", "prefill_tokens",
                 "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted", "error",
-                "prefix_queries", "prefix_hits"]
+                "prefix_queries", "prefix_hits",
+                "max_num_seqs", "arrived", "finished", "rejected", "failed", "aborted"]
 
 DEFINITIONS = """
 Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
@@ -47,8 +51,12 @@ Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
 - **Prefix cache hit rate** = prompt tokens found in the prefix cache / prompt tokens looked up
   there, as vLLM counts them (`vllm:prefix_cache_hits` / `vllm:prefix_cache_queries`): a request
   looks its tokens up each time it starts (again after a preemption); 0 with caching off.
-- **Wasted slot-steps** = over every step that ran something, the batch slots (`max_num_seqs`)
-  left empty, summed. A step with 8 slots and 5 requests wastes 3.
+- **Arrived** = waiting + running + finished + rejected + failed + aborted, at every step:
+  every request whose arrival time has come is in exactly one of these.
+- **Running** = requests holding a batch slot at the end of a step (admitted, not yet done);
+  the step's **batch** is the ones that ran in it.
+- **Wasted slot-steps** = over every step that ran something, the batch slots left empty,
+  summed, each step against its own `max_num_seqs`. A step with 8 slots and 5 requests wastes 3.
 """
 
 
@@ -68,6 +76,13 @@ def tpot(r: Request) -> float | None:
     if r.status is not Status.FINISHED or n < 2:
         return None
     return (e2e(r) - ttft(r)) / (n - 1)
+
+
+def tpot_so_far(r: Request) -> float | None:
+    """TPOT over the tokens made so far: from the second token on, finished or not. For a
+    finished request it is its TPOT (its last token is its finish)."""
+    n = len(r.token_times)
+    return None if n < 2 else (r.token_times[-1] - r.token_times[0]) / (n - 1)
 
 
 def queue_time(r: Request) -> float | None:
@@ -182,13 +197,47 @@ def run_totals(requests, steps, slo: SLO | None = None, retired: Retired | None 
             "goodput_req_s": per_second(good, span)}
 
 
-def wasted_slot_steps(members, max_slots: int) -> int:
+def wasted_slot_steps(members, slots) -> int:
     """Empty batch slots summed over every step that ran at least one sequence.
 
-    `members` holds each step's members. Idle steps are not counted: an engine with no work is
-    not wasting its batch.
+    `members` holds each step's members; `slots` is each step's own max_num_seqs (a list), or
+    one number for them all. Idle steps are not counted: an engine with no work is not wasting
+    its batch.
     """
-    return sum(max_slots - n for n in map(len, members) if 0 < n < max_slots)
+    members = list(members)
+    limits = [slots] * len(members) if isinstance(slots, (int, float)) else list(slots)
+    return sum(int(limit) - n for n, limit in zip(map(len, members), limits) if 0 < n < limit)
+
+
+@dataclass(slots=True, frozen=True)
+class Counts:
+    """Where every request that has arrived is now. Engine.counts() keeps them adding up:
+    arrived = waiting + running + finished + rejected + failed + aborted."""
+    arrived: int = 0
+    waiting: int = 0
+    running: int = 0         # holding a batch slot
+    finished: int = 0
+    rejected: int = 0
+    failed: int = 0
+    aborted: int = 0
+
+    def adds_up(self) -> bool:
+        return self.arrived == (self.waiting + self.running + self.finished + self.rejected
+                                + self.failed + self.aborted)
+
+    @classmethod
+    def of_step(cls, step) -> "Counts":
+        """The counts a StepRecord (or a steps-table row: a dict, a pandas row) carries at its end."""
+        get = step.__getitem__ if hasattr(step, "__getitem__") else lambda f: getattr(step, f)
+        return cls(*(int(get(f)) for f in ("arrived", "waiting", "running", "finished", "rejected",
+                                           "failed", "aborted")))
+
+    def text(self) -> str:
+        """'31 arrived = 15 waiting + 4 running + 12 finished' (+ the ends that happened)."""
+        parts = [f"{self.waiting:,} waiting", f"{self.running:,} running", f"{self.finished:,} finished"]
+        parts += [f"{n:,} {name}" for name, n in (("rejected", self.rejected), ("failed", self.failed),
+                                                  ("aborted", self.aborted)) if n]
+        return f"{self.arrived:,} arrived = " + " + ".join(parts)
 
 
 def summarize(requests, steps, slo: SLO | None = None, retired: Retired | None = None) -> dict:
@@ -252,6 +301,7 @@ class Retired:
     good: int = 0                 # finished requests that met the SLO in force when they left
     first_arrival_s: float | None = None
     last_end_s: float | None = None
+    wasted_slot_steps: int = 0    # each step against its own max_num_seqs
 
     def count(self, status: str) -> int:
         return self.by_status.get(status, 0)
@@ -261,6 +311,7 @@ class Retired:
         self.busy_s += s.t_end_s - s.t_start_s
         self.prefix_queries += s.prefix_queries
         self.prefix_hits += sum(n for _, n in s.prefix_hits)
+        self.wasted_slot_steps += wasted_slot_steps([s.members], [s.max_num_seqs])
         self._ends_at(s.t_end_s)
 
     def add_request(self, r: Request, slo: SLO) -> None:
@@ -292,6 +343,7 @@ def request_row(r: Request) -> dict:
         "e2e_s": e2e(r), "queue_s": queue_time(r), "preemptions": r.preemptions,
         "status": r.status.value, "error": r.error,
         "output_token_ids": " ".join(map(str, r.output_token_ids)), "output_text": r.output_text,
+        "tpot_so_far_s": tpot_so_far(r),
     }
 
 

@@ -12,6 +12,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field
 
+from . import step_fit
 from .arrivals import build_requests
 from .build import build_engine
 from .config import EngineConfig, SchedulerPolicy
@@ -19,8 +20,9 @@ from .engine import Engine
 from .metrics import SLO, request_row, step_row, summarize
 from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
 
-CACHE_VERSION = 4     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
-                      # 4: prompt content drawn from its own stream (other lengths and arrivals)
+CACHE_VERSION = 5     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
+                      # 4: prompt content drawn from its own stream (other lengths and arrivals);
+                      # 5: a step's `running` counts the slots held at its end, and steps carry their counts
 
 
 def cache_dir() -> str:
@@ -80,6 +82,9 @@ def run_workload(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: Eng
                  progress=None, prompts: PromptMaker | None = None, label: str = "") -> RunResult:
     """One seeded workload through the real engine, start to finish. progress(fraction, text) is optional."""
     engine = build_engine(config or EngineConfig(), policy, model)
+    fit = step_fit.existing(step_fit.model_key(model))    # the app's step model learns from a lab's real steps too
+    if fit is not None:
+        engine.step_observer = fit.observe
     for r in build_requests(spec, prompts or PromptMaker(model.tokenizer)):
         engine.submit(r)
     return run_to_end(engine, policy, progress, label)

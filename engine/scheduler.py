@@ -18,6 +18,11 @@ Every step, in `continuous` mode (iteration-level batching, as in vLLM v1):
 In `static` mode (request-level batching) nobody joins a batch in flight: a new batch is
 formed only when the previous one has fully finished, and only once max_num_seqs
 requests wait or the oldest has waited max_wait_ms.
+
+Lowering max_num_seqs below the requests running preempts the newest of them (under
+`priority`, the least important) at the next step, as a full KV cache does: they go back to
+the front of the waiting queue and redo their prompt once a slot is free. So every step runs
+at most the limit in force, and a request either holds a slot or waits: none is held aside.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class ScheduledChunk:
 class StepPlan:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    over_limit: list[Request] = field(default_factory=list)   # of `preempted`: max_num_seqs was lowered
     rejected: list[tuple[Request, str]] = field(default_factory=list)
     note: str = ""      # why the step is empty or partial, in plain words
     prefix_queries: int = 0                  # tokens looked up in the prefix cache by requests starting now
@@ -138,6 +144,11 @@ class Scheduler:
                 plan.note = (f"static batch forming: {len(self.waiting)}/{p.max_num_seqs} waiting, "
                              f"oldest {oldest_wait_ms:.0f}/{p.max_wait_ms:.0f} ms")
 
+        while len(self.running) > p.max_num_seqs:   # max_num_seqs was lowered below the batch
+            victim = self._pick_victim(self.running)
+            self._preempt(victim, plan)
+            plan.over_limit.append(victim)
+
         running = list(self.running)             # admitted before this step
         if p.step_priority == "prefill_first":
             prompts = [r for r in running if r.in_prefill]
@@ -163,8 +174,6 @@ class Scheduler:
         step), so a prompt admitted in this very step is never thrown out again."""
         admitted_before = set(running)
         for req in requests:
-            if len(plan.chunks) >= self.policy.max_num_seqs:
-                break                                   # max_num_seqs was lowered: the rest pause
             if req.status is not Status.RUNNING:        # preempted earlier in this step
                 continue
             n = self._chunk_size(req, budget)

@@ -38,7 +38,7 @@ def measure_step_times(model, batch_sizes=BATCH_SIZES, decode_steps: int = DECOD
             ids = [rng.randrange(100, vocab) for _ in range(PROMPT_TOKENS)]
             engine.submit(Request(id=f"t{i}", prompt_token_ids=ids, max_new_tokens=decode_steps + 2))
         engine.run()
-        steps = [s for s in engine.steps if s.prefill_tokens == 0 and s.running == b]
+        steps = [s for s in engine.steps if s.prefill_tokens == 0 and len(s.members) == b]
         times = [s.duration_s * 1000 for s in steps[1:]] or [s.duration_s * 1000 for s in steps]
         decode[b] = statistics.median(times) if times else float("nan")
         if b == 1:

@@ -23,9 +23,11 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from engine import step_fit
 from engine.calibrate import calibrate
 from engine.profile import load_profile, save_profile
 from engine.step_model import StepModel, StepShape
+from engine.threads import in_passing_thread
 from engine.workload import LengthDist
 
 from playground.setup import KNOBS, Setup
@@ -106,18 +108,17 @@ def rate_slider_hi(model: StepModel) -> float:
     return max(KNOBS["rate"].hi, 10.0 * math.ceil(twice / 10))
 
 
-_measured: dict[tuple, StepModel] = {}
-
-
 def machine_step_model(model) -> StepModel:
-    """The step model of a loaded model on this machine: its calibrated profile, or, when there is
-    none (or it is stale), a quick measurement of a few seconds, saved as this machine's profile
-    until `python -m engine calibrate` measures it in full."""
-    dtype, device = str(model.dtype).replace("torch.", ""), str(model.device)
-    key = (model.name, dtype, device)
-    if key not in _measured:
-        found = load_profile(model.name, dtype, device)
+    """The step model of a loaded model on this machine, as this app runs it: its profile (or,
+    when there is none or it is stale, a quick measurement of a few seconds on a thread of its own,
+    as the engine's, saved as this machine's profile until `python -m engine calibrate` measures
+    it in full), refit online from every real step this app's live runs take (engine.step_fit).
+    Its label says its current error."""
+    key = step_fit.model_key(model)
+    fit = step_fit.existing(key)
+    if fit is None:
+        found = load_profile(*key)
         if found is None:           # saved, labelled a quick estimate, for the lessons' calculators
-            found = save_profile(calibrate(model, quick=True))      # and the next start
-        _measured[key] = found.step_model
-    return _measured[key]
+            found = save_profile(in_passing_thread(calibrate, model, quick=True))   # and the next start
+        fit = step_fit.fit_for(key, found.step_model, getattr(found, "path", ""))
+    return fit.current()

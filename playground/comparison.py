@@ -31,7 +31,7 @@ class Reference:
 
 def headline(tables: Tables, setup: Setup) -> dict:
     return frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
-                                  setup.max_num_seqs, tables.retired)
+                                  setup.max_num_seqs, tables.retired, tables.now())
 
 
 def reference() -> Reference | None:
@@ -78,7 +78,7 @@ def summary(ref: Reference | None, now: dict, setup: Setup, tables: Tables) -> l
     if ref is None:
         return compare.run_summary(now, now, (), policy, tables)[-1:]
     changed = compare.changes_between(ref.setup.policy(), policy, ref.setup.workload(), setup.workload())
-    return compare.run_summary(ref.headline, now, changed, policy, tables)
+    return compare.run_summary(ref.headline, now, changed, policy, tables, names=(ref.name, "this run"))
 
 
 def panel(lab, tables: Tables, setup: Setup, reviewing: bool) -> None:

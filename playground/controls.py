@@ -11,6 +11,8 @@ rewritten from them, so the address bar always holds a link that reproduces the 
 """
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from engine.config import SLO_KNOBS
@@ -152,6 +154,12 @@ def write_link(setup: Setup, run_token: str | None = None, engine: str = engines
         st.query_params.from_dict(query)
 
 
+def sized_from(step_model) -> str:
+    """A short note of how far off the step model that sized a preset is now, when it says."""
+    found = re.search(r"current error \d+%", getattr(step_model, "label", ""))
+    return f" Sized from this machine's step model ({found.group(0)})." if found else ""
+
+
 def _apply_preset(step_model) -> None:
     """The preset sized to the engine chosen; the learner's seed and traffic kind stay."""
     pid, s = st.session_state[_key("preset")], st.session_state
@@ -277,8 +285,8 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
         if pid in PRESETS:
             modified = matching_preset(current_setup(), step_model) != pid
             st.session_state[PRESET_INTACT] = not modified
-            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else ""),
-                       help=PRESETS[pid].why)
+            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "") + sized_from(step_model),
+                       help=f"{PRESETS[pid].why} Its rate and targets are sized from {step_model.label}.")
 
         with st.expander("Workload", expanded=True):
             st.caption("Changes apply to requests arriving from now on.")

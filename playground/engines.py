@@ -115,3 +115,10 @@ def server_note(seat: Seat) -> str:
     return (f"Shared: the Batching Lab server at {seat.url} runs one engine for everyone attached to it. "
             f"The charts show every request it serves; yours are sent as tenant {seat.tenant}. {who} "
             "Pause stops your traffic and freezes your view; the engine goes on for the others.")
+
+
+def real_note(model) -> str:
+    """What the page says of a run on this machine's real engine: the step model its steps refit,
+    which sizes the presets and the simulation, and how far off it is now."""
+    return (f"Real engine. Every step it takes refits this machine's step model, which sizes the "
+            f"presets and the simulated engine: {machine_step_model(model).label}.")

@@ -15,13 +15,20 @@ from playground.run import TERMINAL
 from ui import session, widgets
 from ui.instant_feedback import instant_feedback
 
+PAUSED = ("Paused: the run's clock is stopped, arrivals included, so nothing arrives and no wait "
+          "grows until you press Resume (Step once runs one step, then stops the clock again).")
+PAUSED_SHARED = ("Paused: your traffic has stopped and this view is frozen. The shared engine goes on "
+                 "serving everyone else's requests; Resume sends yours again from where they stopped.")
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
 STARTING = "pg_starting"    # Start was pressed: the page says so first, then builds the run
 IN_FULL_RUN = "pg_in_full_run"
 
 view.page_style()
 head, toggle = st.columns([3, 1], vertical_alignment="bottom")
-head.title("Playground")
+if st.session_state.get("pg_presenter"):
+    head.markdown("## Playground")        # a smaller title: the batch chart stays above the fold
+else:
+    head.title("Playground")
 presenter = toggle.toggle("Presenter mode", key="pg_presenter",
                           help="For a class: larger chart text, the key numbers, four charts and "
                                "the knobs moved most, on the page.")
@@ -37,7 +44,12 @@ if not presenter:
 try:
     model = session.model()
     sized_for = controls.engine_on_load()
-    step_model = engines.sizing_model(sized_for, model)
+    # This machine's step model is refit from every real step (engine.step_fit): the presets are
+    # sized again from it only between runs, so a preset does not read "modified" mid-run.
+    held, current = st.session_state.get("pg_sizing"), slot.run()
+    if held is None or held[0] != sized_for or current is None or current.state in TERMINAL:
+        held = st.session_state["pg_sizing"] = (sized_for, engines.sizing_model(sized_for, model))
+    step_model = held[1]
 except Exception as exc:
     st.error(widgets.error_message("Cannot load the model", exc))
     st.stop()
@@ -120,7 +132,7 @@ cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _
                     "the number of requests after it finished). The run before it stays on "
                     "the charts in grey, to compare with.")
 cols[1].button("Pause", key="pause", on_click=_reported, args=("Cannot pause", lambda: slot.run().pause()),
-               width="stretch", disabled=state != "running", help="Freeze the engine between two steps.")
+               width="stretch", disabled=state != "running", help="Stop the run between two steps: its clock stops too, so no arrivals pile up while you explain.")
 cols[2].button("Resume", key="resume", on_click=_reported, args=("Cannot resume", lambda: slot.run().resume()),
                width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step", _step), width="stretch",
@@ -162,7 +174,10 @@ def _read(lab):
                 "Starting: warming up — the first step is running (one-time setup, then the "
                 "first prompts are prefilled)…", view.empty_tables(), None)
     snap, tables = lab.read()
-    return snap.state, widgets.plain(widgets.without_paths(snap.message)), tables, snap.now_s
+    news = widgets.plain(widgets.without_paths(snap.message))
+    if snap.state == "paused" and not news:
+        news = PAUSED_SHARED if lab.seat else PAUSED
+    return snap.state, news, tables, snap.now_s
 
 
 def _every(name: str, build, every_s: float, fresh: bool):
@@ -181,23 +196,32 @@ def live_view():
     running = state not in ("idle", "starting", "paused", *TERMINAL)
     _apply_changes(lab)
     in_effect = lab.setup if lab else controls.current_setup()
+    # Presenter mode keeps what a class reads from the back of the room: the status, the key
+    # numbers and the charts, so the batch chart sits above the fold at 1280x720 with the
+    # sidebar open; the notes, notices, review bar and step detail stay in the full page.
     with widgets.errors_shown("Reading the run"):
-        view.status_line(state, tables, in_effect, lab.arrived if lab else 0)
-        view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
-                         engines.server_note(lab.seat) if lab and lab.seat else "")
+        view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
+        if not presenter:
+            view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
+                             engines.server_note(lab.seat) if lab and lab.seat else
+                             engines.real_note(model) if lab else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
-    for notice in check(controls.current_setup(), lab.max_model_len if lab else max_model_len, rejected,
-                        controls.knobs()["rate"].hi):
+    for notice in [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
+                                             rejected, controls.knobs()["rate"].hi):
         (st.warning if notice.level == "warning" else st.info)(notice.text)
-    chosen = view.review_bar(tables, reviewable=not running and lab is not None)
+    chosen = None if presenter else view.review_bar(tables, reviewable=not running and lab is not None)
     if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):
         tables, now = tables_at(tables, chosen), step_end(tables, chosen)
     ref = comparison.reference()
     with widgets.errors_shown("Drawing the live views"):
-        view.headline(tables, in_effect, presenter)
-        view.step_detail(tables, chosen)
-        view.batch_chart(tables, in_effect, presenter)
+        if presenter:                     # the batch chart first, then the key numbers
+            view.batch_chart(tables, in_effect, presenter)
+            view.headline(tables, in_effect, presenter)
+        else:
+            view.headline(tables, in_effect, presenter)
+            view.step_detail(tables, chosen)
+            view.batch_chart(tables, in_effect, presenter)
         builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")

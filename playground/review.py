@@ -41,6 +41,21 @@ def tokens_after(steps: pd.DataFrame) -> Counter:
     return made
 
 
+def _tpot_so_far(reqs: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """TPOT over the tokens each request had made by the last of `steps` (its latest token came at
+    the end of the last step it decoded in); NaN before its second token."""
+    last_token = {}
+    for t_end, members in zip(steps["t_end_s"], steps["members"]):
+        for rid, phase, _ in members:
+            if phase.startswith("d"):
+                last_token[rid] = t_end
+    first = pd.to_numeric(reqs["first_token_s"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    last = np.array([last_token.get(rid, np.nan) for rid in reqs["id"]], dtype=float)
+    n = reqs["output_tokens"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n >= 2, (last - first) / (n - 1), np.nan)
+
+
 def tables_at(tables: Tables, step: int) -> Tables:
     """`tables` as they stood at the end of `step`."""
     t = step_end(tables, step)
@@ -61,6 +76,8 @@ def tables_at(tables: Tables, step: int) -> Tables:
     tokens = pd.to_numeric(reqs["output_tokens"], errors="coerce").fillna(0).to_numpy()
     reqs["output_tokens"] = np.where(open_then, np.maximum(tokens - undone, 0), tokens).astype(int)
     reqs.loc[open_then, _AT_FINISH] = np.nan
+    if "tpot_so_far_s" in reqs.columns:
+        reqs["tpot_so_far_s"] = np.where(open_then, _tpot_so_far(reqs, steps), reqs["tpot_so_far_s"])
     reqs.loc[no_token_then, ["first_token_s", "ttft_s"]] = np.nan
     reqs.loc[unscheduled_then, ["first_scheduled_s", "queue_s"]] = np.nan
     reqs.loc[open_then, "status"] = np.where(unscheduled_then[open_then], Status.WAITING.value,

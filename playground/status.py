@@ -1,15 +1,16 @@
 """The Playground's status line, in words that describe the run as it is now. No Streamlit.
 
-Counts cover the whole run (the window's rows plus what left it). The largest batch is read
-over the steps since max_num_seqs last changed (the scheduler never runs more than the limit
-in force), so lowering it from 8 to 2 reads "2 of 2 slots", never "8 of 2".
+Counts cover the whole run and always add up: "31 arrived = 15 waiting + 4 running + 12
+finished", read where the engine keeps them (engine.metrics.Counts), never summed from a window
+of rows. The batch is read against each step's own max_num_seqs, so lowering it from 16 to 4
+reads "4 of 4 slots", never "16 of 4": the requests over the new limit go back to the queue
+(engine/scheduler.py) and are counted there.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.tables import Tables
-from engine import metrics
 from playground.setup import Setup
 
 RATE_OVER_STEPS = 50          # steps/s is measured over this many recent steps
@@ -31,14 +32,17 @@ def last_change_step(marks: pd.DataFrame, knob: str) -> int | None:
 
 
 def batch_text(steps: pd.DataFrame, marks: pd.DataFrame, max_num_seqs: int) -> str:
-    """The largest batch against the slots in force, over the steps that ran with them."""
+    """The largest batch against the slots in force, over the steps that ran with them (a step
+    in progress when the limit changed still ran with the old one)."""
     since = last_change_step(marks, "max_num_seqs")
     if since is not None:
         steps = steps[steps["step"] >= since]
+        if "max_num_seqs" in steps.columns:
+            steps = steps[steps["max_num_seqs"] == max_num_seqs]
     where = f" since the change at step {since:,}" if since is not None else ""
     if len(steps) == 0:
         return f"largest batch{where}: none yet, of {max_num_seqs} slots"
-    return f"largest batch{where}: {int(steps['running'].max())} of {max_num_seqs} slots"
+    return f"largest batch{where}: {int(steps['members'].map(len).max())} of {max_num_seqs} slots"
 
 
 def steps_per_s(steps: pd.DataFrame) -> float | None:
@@ -49,16 +53,21 @@ def steps_per_s(steps: pd.DataFrame) -> float | None:
     return len(recent) / span if span > 0 else None
 
 
-def status_text(state: str, tables: Tables, setup: Setup, arrived: int) -> str:
-    """The whole status line (Markdown), e.g. "**Engine: running** · steps: 1,204 · arrived:
-    310 (continuous) · finished: 298 · rejected: 0 · largest batch since the change at step
-    812: 2 of 2 slots · 9.1 steps/s". `setup`: the one in effect (PlaygroundRun.setup), or the widgets' before a run."""
-    steps, reqs, old = tables.steps, tables.requests, tables.retired
-    status = reqs["status"] if len(reqs) else pd.Series(dtype=str)
-    finished = int((status == "finished").sum()) + old.count("finished")
-    unserved = int(status.isin(metrics.UNSERVED).sum()) + sum(map(old.count, metrics.UNSERVED))
+def status_text(state: str, tables: Tables, setup: Setup, sent: int, shared: bool = False) -> str:
+    """The whole status line (Markdown), e.g. "**Engine: running** · steps: 1,204 · 310 arrived =
+    2 waiting + 2 running + 306 finished · largest batch since the change at step 812: 2 of 2
+    slots · 9.1 steps/s". `setup`: the one in effect (PlaygroundRun.setup), or the widgets'
+    before a run. `sent`: requests this page's workload has sent; `shared`: the engine is a
+    shared server's, whose counts cover everyone's requests."""
+    steps = tables.steps
+    counts = tables.now()
+    taken = int(steps["step"].iloc[-1]) + 1 if len(steps) else 0     # steps count from 0, for the whole run
     rate = steps_per_s(steps)
-    return (f"**Engine: {state}** · steps: {len(steps) + old.steps:,} · arrived: "
-            f"{arrived_text(arrived, setup)} · finished: {finished:,} · rejected: {unserved:,} · "
+    if shared:
+        whose = f"shared engine, everyone's requests: {counts.text()} · yours sent: {arrived_text(sent, setup)}"
+    else:
+        whose = f"{counts.text()} (of {setup.num_requests:,})" if not setup.endless else \
+            f"{counts.text()} (continuous)"
+    return (f"**Engine: {state}** · steps: {taken:,} · {whose} · "
             f"{batch_text(steps, tables.marks, setup.max_num_seqs)}"
             + (f" · {rate:.1f} steps/s" if rate is not None else ""))

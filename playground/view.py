@@ -15,7 +15,7 @@ import streamlit as st
 from analysis import frame_metrics, kv, latency, membership, queue, style
 from analysis.tables import MARK_COLUMNS, Tables
 from engine import metrics
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from engine.metrics import LIVE_REQUEST_COLUMNS, STEP_COLUMNS
 from playground import status
 from playground.setup import Setup
 from ui import widgets
@@ -32,12 +32,14 @@ LIVE_SPAN_S = 60.0            # the time charts show the latest minute, full wid
 PRESENTER_CHARTS = ("pg_ttft", "pg_tpot", "pg_queue", "pg_throughput")   # its fewer panels
 
 DEFINITIONS = metrics.DEFINITIONS + (
-    "- **Waiting / running now**: requests in the queue / in the batch at the end of the latest step.\n")
+    "- **Waiting / running now**: requests in the queue / holding a batch slot now.\n"
+    "- **Headline percentiles** count a request from its first token (TTFT) or its second (TPOT) "
+    "on, in flight or finished, and say *provisional* while few requests have finished.\n")
 
 
 def empty_tables() -> Tables:
     return Tables(pd.DataFrame(columns=STEP_COLUMNS),
-                  pd.DataFrame(columns=REQUEST_COLUMNS + ["partial_text"]),
+                  pd.DataFrame(columns=LIVE_REQUEST_COLUMNS),
                   pd.DataFrame(columns=MARK_COLUMNS))
 
 
@@ -46,7 +48,8 @@ PAGE_STYLE = """<style>
 [data-testid='stStatusWidget'] { visibility: hidden; }
 /* The whole width for the charts, and the buttons close to the top of the screen. */
 @media (min-width: 640px) {
-  [data-testid='stMainBlockContainer'] { padding: 1.5rem 2rem 4rem 2rem; max-width: none; }
+  /* Top padding clears the navigation bar across the top (about 3.75rem), so the title is not cut off. */
+  [data-testid='stMainBlockContainer'] { padding: 4.25rem 2rem 4rem 2rem; max-width: none; }
 }
 /* An element waiting for its next refresh is faded by Streamlit: on a page that refreshes
    twice a second that reads as flicker. Keep it as it is until its new data comes. */
@@ -63,12 +66,12 @@ def page_style() -> None:
 
 
 def largest_batch(steps: pd.DataFrame) -> int:
-    """Most requests that shared one step so far (a step's `running` = its members)."""
-    return int(steps["running"].max()) if len(steps) else 0
+    """Most requests that shared one step so far (a step's members)."""
+    return int(steps["members"].map(len).max()) if len(steps) else 0
 
 
-def status_line(state: str, tables: Tables, setup: Setup, arrived: int) -> None:
-    st.markdown(status.status_text(state, tables, setup, arrived))
+def status_line(state: str, tables: Tables, setup: Setup, sent: int, shared: bool = False) -> None:
+    st.markdown(status.status_text(state, tables, setup, sent, shared))
 
 
 def engine_note(text: str = "") -> None:
@@ -95,31 +98,41 @@ def notice_line(text: str = "", level: str = "info") -> None:
         {"error": st.error, "warning": st.warning}.get(level, st.info)(text)
 
 
+def provisional_note(h: dict) -> str | None:
+    """Under a percentile while few requests have finished: how many it is over so far."""
+    if not h["provisional"]:
+        return None
+    return f"provisional: {h['finished']:,} finished"
+
+
 def headline(tables: Tables, setup: Setup, presenter: bool = False) -> None:
     h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
-                               setup.max_num_seqs, tables.retired)
+                               setup.max_num_seqs, tables.retired, tables.now())
+    so_far = (" Counted from each request's first token (TTFT) or second token (TPOT) on, in flight "
+              f"or finished; provisional until {frame_metrics.PROVISIONAL_UNTIL} requests have finished.")
+    note = provisional_note(h)
+    ttft_note, tpot_note = (note if h["ttft_n"] else None), (note if h["tpot_n"] else None)   # none before a value
     items = [
-        ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"),
-         "Time to first token, median over finished requests."),
-        ("TTFT p95", widgets.fmt(h["ttft_p95_s"], "s"),
-         "Time to first token that 95% of finished requests beat."),
+        ("TTFT p50", widgets.fmt(h["ttft_p50_s"], "s"), "Time to first token, median." + so_far, ttft_note),
+        ("TTFT p95", widgets.fmt(h["ttft_p95_s"], "s"), "Time to first token that 95% of requests beat." + so_far,
+         ttft_note),
         ("TPOT p50", widgets.fmt(h["tpot_p50_s"], "ms", digits=0, scale=1000),
-         "Time per output token after the first, median."),
+         "Time per output token after the first, median." + so_far, tpot_note),
         ("TPOT p95", widgets.fmt(h["tpot_p95_s"], "ms", digits=0, scale=1000),
-         "Time per output token, 95th percentile."),
+         "Time per output token, 95th percentile." + so_far, tpot_note),
         ("Throughput", widgets.fmt(h["throughput_tok_s"], "tok/s", digits=1),
-         "Output tokens made (by every request) per second of run."),
+         "Output tokens made (by every request) per second of run.", None),
         ("Goodput", widgets.fmt(h["goodput_req_s"], "req/s"),
-         "Finished requests per second that met both SLO targets."),
-        ("Waiting now", str(h["waiting_now"]), "Requests in the queue after the latest step."),
-        ("Running now", str(h["running_now"]), "Requests in the batch in the latest step."),
+         "Finished requests per second that met both SLO targets.", None),
+        ("Waiting now", f"{h['waiting_now']:,}", "Requests in the queue now.", None),
+        ("Running now", f"{h['running_now']:,}", "Requests holding a batch slot now.", None),
         ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}",
-         "Empty batch slots (max_num_seqs minus requests) summed over every busy step."),
+         "Empty batch slots summed over every busy step, each step against its own max_num_seqs.", None),
     ]
     rows = [[items[i] for i in (1, 3, 4, 5, 6)]] if presenter else [items[:5], items[5:]]
     for row in rows:
-        for col, (label, value, help_text) in zip(st.columns(5), row):
-            col.metric(label, value, help=help_text)
+        for col, (label, value, help_text, delta) in zip(st.columns(5), row):
+            col.metric(label, value, delta, delta_color="off", delta_arrow="off", help=help_text)
 
 
 # ----------------------------------------------------------------------------- review
@@ -179,8 +192,9 @@ def step_detail(tables: Tables, step: int | None) -> None:
     who = widgets.plain(", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12]))
     more = f" and {len(members) - 12} more" if len(members) > 12 else ""
     st.caption(f"Step {step} at {r['t_start_s']:.2f}–{r['t_end_s']:.2f} s "
-               f"({(r['t_end_s'] - r['t_start_s']) * 1000:.0f} ms): {len(members)} running, "
-               f"{int(r['waiting'])} waiting, {int(r['prefill_tokens'])} prefill + "
+               f"({(r['t_end_s'] - r['t_start_s']) * 1000:.0f} ms): a batch of {len(members)} of "
+               f"{int(r['max_num_seqs'])} slots; then {int(r['running'])} running, "
+               f"{int(r['waiting'])} waiting; {int(r['prefill_tokens'])} prefill + "
                f"{int(r['decode_tokens'])} decode tokens — {who}{more}")
 
 
@@ -188,7 +202,7 @@ def step_detail(tables: Tables, step: int | None) -> None:
 
 
 def batch_figure(tables: Tables, setup: Setup, presenter: bool = False):
-    slots = max(setup.max_num_seqs, largest_batch(tables.steps))
+    slots = max(setup.max_num_seqs, largest_batch(tables.steps))   # steps that record their own limit use it
     return membership.batch_membership(tables.steps, slots, window=LIVE_WINDOW_STEPS,
                                        marks=tables.marks, presenter=presenter)
 

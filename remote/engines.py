@@ -105,6 +105,24 @@ def from_env(environ=None) -> EngineChoice:
         raise ValueError(f"{exc} (from the {URL_ENV} / {KIND_ENV} / {MODEL_ENV} environment variables)") from None
 
 
+def kind_name(url: str, timeout_s: float = 3.0) -> str:
+    """What kind of engine answers at `url`, in words: this project's server (it answers
+    /lab/policy) or, from the names on its metrics page, vLLM, SGLang or TGI; "" when neither tells."""
+    import httpx2 as httpx
+    from remote import prometheus
+    base = url.rstrip("/")
+    try:
+        if httpx.get(base + "/lab/policy", timeout=timeout_s).status_code == 200:
+            return "this project's Batching Lab server (it publishes vLLM's metric names)"
+    except httpx.HTTPError:
+        pass
+    try:
+        found = prometheus.fetch(base + "/metrics", timeout_s).engine
+    except Exception:                 # no metrics page, or one without known names
+        return ""
+    return {"vllm": "a vLLM server", "sglang": "an SGLang server", "tgi": "a TGI server"}.get(found, "")
+
+
 def origin(url: str) -> tuple[str, str, int | None]:
     """(scheme, host, port) of an address, the port filled in from the scheme."""
     parsed = urlparse(url.strip())

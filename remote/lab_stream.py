@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables
 from engine.engine import StepRecord
-from engine.metrics import REQUEST_COLUMNS
+from engine.metrics import LIVE_REQUEST_COLUMNS
 
 KEEP_STEPS = 2000          # as a LiveRun keeps
 REQUEST_ROWS = 500         # recent request rows asked for at each poll
@@ -36,13 +36,15 @@ class LabStream:
         self.steps: deque[StepRecord] = deque(maxlen=keep_steps)
         self.run: int | None = None
         self.next_step: int | None = None     # the next step to ask for (None: not asked yet)
+        self.origin_s: float | None = None    # server time of the run's first step seen (step 0 if seen)
+        self.from_start = False               # the origin is the run's step 0
         self._tables = TraceTables()
 
     def poll(self) -> Tables:
         rows, marks = self.read()
-        requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS + ["partial_text"])
+        requests = pd.DataFrame.from_records(rows, columns=LIVE_REQUEST_COLUMNS)
         marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in marks], columns=MARK_COLUMNS)
-        return Tables(self._tables.steps(list(self.steps)), requests, marks)
+        return Tables(self._tables.steps(list(self.steps)), requests, marks)   # counts: the latest step's
 
     def read(self) -> tuple[list[dict], list[dict]]:
         """Take in the steps since the last read (self.steps), and return the recent request rows
@@ -53,9 +55,12 @@ class LabStream:
         got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
         if self.run is not None and got["run"] != self.run:      # the server was reset
             self.steps.clear()
+            self.origin_s, self.from_start = None, False
             got = self._get("/lab/steps", {"stream": "false", "since": 0})
         self.run = got["run"]
         self.steps.extend(step_record(d) for d in got["steps"])
+        if self.origin_s is None and self.steps:
+            self.origin_s, self.from_start = self.steps[0].t_start_s, self.steps[0].step == 0
         self.next_step = got["next"]
         return self._get("/lab/requests", {"limit": self.request_rows})["requests"], got["marks"]
 

@@ -23,6 +23,7 @@ import httpx2 as httpx
 from engine.arrivals import ArrivalFeed
 from engine.config import SLO_KNOBS, SchedulerPolicy
 from engine.live import Snapshot
+from engine.metrics import Counts
 from engine.workload import PromptMaker, WorkloadSpec
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import KEEP_STEPS, LabStream
@@ -153,8 +154,10 @@ class SharedRun:
             return self._frozen
         if self.state == "running" and self.feed.exhausted and not self.generator.busy:
             self.state = "finished"
-        self._last = Snapshot(self.state, self.now(), tuple(self.stream.steps), tuple(rows), (), policy,
-                              self.feed.spec, {}, self.feed.count, self.message)
+        steps = tuple(self.stream.steps)
+        counts = Counts.of_step(steps[-1]) if steps else Counts()   # the shared engine's, at its latest step
+        self._last = Snapshot(self.state, self.now(), steps, tuple(rows), (), policy,
+                              self.feed.spec, {}, self.feed.count, self.message, counts=counts)
         return self._last
 
     def _feed_now(self) -> float:

@@ -1,4 +1,6 @@
 """A page's headline (DataFrames of rows) and the CLI's summary (Request objects) agree, mid-run too."""
+import math
+
 import pandas as pd
 import pytest
 
@@ -6,7 +8,7 @@ from analysis import frame_metrics
 from engine.arrivals import build_requests
 from engine.build import build_engine
 from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import SLO, STEP_COLUMNS, request_row, step_row, summarize
+from engine.metrics import SLO, STEP_COLUMNS, percentile, request_row, step_row, summarize, tpot_so_far, ttft
 from engine.workload import WorkloadSpec
 
 
@@ -26,7 +28,33 @@ def test_headline_and_summary_agree_on_the_same_snapshot(stop_after):
     assert h["throughput_tok_s"] == pytest.approx(summary["output_throughput_tok_s"])
     assert h["goodput_req_s"] == pytest.approx(summary["goodput_req_s"])
     assert h["finished"] == summary["finished"]
-    assert h["ttft_p50_s"] == pytest.approx(summary["ttft_s"]["p50"], nan_ok=True)
-    assert h["tpot_p95_s"] == pytest.approx(summary["tpot_s"]["p95"], nan_ok=True)
-    if stop_after is not None:
+    if stop_after is None:          # every request finished: the headline's percentiles are the summary's
+        assert h["ttft_p50_s"] == pytest.approx(summary["ttft_s"]["p50"], nan_ok=True)
+        assert h["tpot_p95_s"] == pytest.approx(summary["tpot_s"]["p95"], nan_ok=True)
+        assert not h["provisional"] or summary["finished"] < frame_metrics.PROVISIONAL_UNTIL
+    else:
+        # mid-run the headline counts requests in flight too, from their first (second) token
+        live = [r for r in reqs if r.status.value in ("finished", "running", "waiting")]
+        assert h["ttft_p50_s"] == pytest.approx(percentile([ttft(r) for r in live if r.first_token_s], 50), nan_ok=True)
+        assert h["tpot_p95_s"] == pytest.approx(percentile([tpot_so_far(r) for r in live if len(r.token_times) > 1], 95),
+                                                nan_ok=True)
+        assert h["provisional"]
         assert summary["finished"] < len(reqs)       # really part-way through
+
+
+def test_the_headline_has_ttft_with_the_first_token_and_tpot_with_the_second():
+    engine = build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=4))
+    for r in build_requests(WorkloadSpec(num_requests=4, rate=0, output_kind="fixed", output_lo=50, output_hi=50)):
+        engine.submit(r)
+
+    def headline():
+        rows = pd.DataFrame([request_row(r) for r in engine.requests.values()])
+        return frame_metrics.headline(rows, pd.DataFrame([step_row(s) for s in engine.steps], columns=STEP_COLUMNS))
+
+    engine.step()                          # the prompts: each request's first token
+    h = headline()
+    assert h["finished"] == 0 and h["provisional"] and h["ttft_n"] == 4
+    assert h["ttft_p50_s"] > 0 and math.isnan(h["tpot_p50_s"])
+    engine.step()                          # the second token
+    h = headline()
+    assert h["tpot_n"] == 4 and h["tpot_p50_s"] == pytest.approx(engine.steps[-1].duration_s)

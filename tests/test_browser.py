@@ -462,3 +462,39 @@ def test_a_learner_walks_lesson_2_into_its_lab_predicts_runs_and_compares(server
     assert re.search(r"Static took [\d.]+ s and continuous [\d.]+ s", verdict.inner_text())
     page.screenshot(path=str(OUT / "lesson-2-lab-1280x720.png"), full_page=True)
     context.close()
+
+
+def test_a_preset_chosen_in_the_sidebar_runs_with_its_targets_and_says_its_model_error(server, browser, left):
+    """Agent tool calls, end to end: chosen in the sidebar, it sets its workload, policy and targets
+    (sized from this machine's step model, whose current error its caption names once real steps
+    have checked it); Start runs it, the headline shows TTFT from the first tokens, marked
+    provisional, and the counts on the status line add up at every read."""
+    from playground.presets import PRESETS
+    url, _ = server
+    preset = PRESETS["agent_tool_calls"]
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = open_playground(context, url)
+    left.append((page, context))
+    page.locator(".st-key-pg_preset").get_by_role("combobox").click()
+    page.get_by_role("option", name=preset.title, exact=True).click()
+    wait_until(lambda: status(page)["slots"] == preset.changes["max_num_seqs"], what="the preset's max_num_seqs")
+    caption = page.locator("[data-testid=stCaptionContainer]", has_text="Good: at 40% load").first
+    assert caption.is_visible()
+    page.get_by_role("button", name="Start", exact=True).click()
+    ttft = page.locator("[data-testid=stMetric]", has=page.locator("text='TTFT p95'")).first
+    wait_until(lambda: re.search(r"\d", ttft.locator("[data-testid=stMetricValue]").inner_text()), timeout=120,
+               what="TTFT from the first tokens")
+    assert "provisional" in ttft.inner_text() or status(page)["steps"] > 0
+    for _ in range(10):
+        text = status_el(page).inner_text()
+        m = re.search(r"([\d,]+) arrived = ([\d,]+) waiting \+ ([\d,]+) running \+ ([\d,]+) finished", text)
+        assert m, text
+        a, w, r, f = (int(x.replace(",", "")) for x in m.groups())
+        ended = sum(int(x.replace(",", "")) for x in re.findall(r"\+ ([\d,]+) (?:rejected|failed|aborted)", text))
+        assert a == w + r + f + ended, text
+        assert status(page)["largest"] <= status(page)["slots"] == preset.changes["max_num_seqs"]
+        page.wait_for_timeout(1000)
+    note = page.locator("[data-testid=stCaptionContainer]", has_text="Real engine.").first
+    wait_until(lambda: re.search(r"current error \d+% \(median over the last [\d,]+ steps\)", note.inner_text()),
+               timeout=60, what="the step model's error, checked against this run's steps")
+    reset_and_close(page, context)

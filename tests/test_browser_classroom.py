@@ -73,7 +73,7 @@ def chart(page, js: str):
 
 
 def own_cells(page) -> int:
-    counts = chart(page, "(el._fullData || []).filter(t => t.name === 'your requests')"
+    counts = chart(page, "(el._fullData || []).filter(t => t.name === 'your requests (dot)')"
                          ".reduce((n, t) => n + t.x.length, 0)")
     return max(counts, default=0)
 
@@ -107,10 +107,15 @@ def test_two_students_and_an_instructor_share_one_engine(classroom):
         for student in (amy, bob):
             student.get_by_role("button", name="Send a burst of 8").click()
         for student in (amy, bob):
-            wait_until(lambda: own_cells(student) >= 8, what="the student's requests in the shared chart")
+            wait_until(lambda: own_cells(student) >= 8, what="the student's requests in the shared chart (a dot each)")
         labels = "(el._fullData[0].text || []).flat()"
+        # cells read "student · request phase": each student's name on their own requests
         wait_until(lambda: len({t.rsplit(" ", 1)[0] for t in sum(chart(teacher, labels), [])
-                                if t.startswith("chatcmpl-")}) >= 16, what="both bursts on the teacher's chart")
+                                if t.startswith(("amy · chatcmpl-", "bob · chatcmpl-"))}) >= 16,
+                   what="both bursts on the teacher's chart")
+        legend = "(el._fullData || []).filter(t => t.mode === 'markers' && t.name && t.marker).map(t => [t.name, t.marker.color])"
+        named = dict(sum(chart(amy, legend), []))
+        assert "amy (you)" in named and "bob" in named and named["amy (you)"] != named["bob"]   # a colour each
 
         apply_max_num_seqs(amy, "", 2)
         wait_until(lambda: amy.get_by_text("401").count() > 0, what="the student's change to be refused")

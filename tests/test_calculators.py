@@ -160,7 +160,28 @@ def test_step_time_widget_reads_this_machines_profile(tmp_path, monkeypatch):
     assert metrics(at) == {"Step time t(B)": "15.0 ms", "Time per token t(B)/B": "1.50 ms",
                            "Tokens per second B/t(B)": "667"}
     assert "$t_0$ = 5.0 ms" in text(at) and "$c$ = 1.00 ms per sequence" in text(at)
-    assert "Numbers from this machine's step model: calibrated: tiny, a test line." in text(at)
+    assert ("Numbers from this machine's step model: calibrated: tiny, a test line; not yet checked "
+            "against this app's own steps.") in text(at)
+
+
+def test_step_time_widget_reads_the_refit_from_the_apps_own_steps(tmp_path, monkeypatch):
+    """The app's steps took 3 ms + 2 x the profile: the calculator (and every lab) reads the refit,
+    with its current error beside the numbers."""
+    import json
+
+    from engine import step_fit
+    from engine.profile import Profile, current_key, save_profile
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(step_fit, "_fits", {})
+    line = StepModel(fixed_ms=5.0, knots=(), token_ms=(1.0,), sample_ms=0.0, decode_read_ms=0.0,
+                     prefill_pair_ms=0.0, label="calibrated: tiny, a test line")
+    saved = save_profile(Profile(**current_key("tiny", "auto", "auto"), step_model=line, fit={}))
+    with open(step_fit.refit_path(saved.path), "w") as f:
+        json.dump({"offset_ms": 3.0, "scale": 2.0, "steps": 900, "error": 0.07, "base": line.to_dict()}, f)
+    at = calculator("step_time", calc_step_batch=10)
+    assert metrics(at)["Step time t(B)"] == "33.0 ms"           # 3 + 2 x (5 + 10)
+    assert "refit on 900 of this app's real steps" in text(at) and "current error 7%" in text(at)
 
 
 # ---- in the lessons -------------------------------------------------------------------------

@@ -379,8 +379,11 @@ def test_bench_trace_and_every_builder_run():
     assert len(steps) == 2000 and len(requests) == 40
     assert (requests["status"] == "finished").all()
     assert membership.member_counts(steps).max() <= 4
-    # decode tokens + first tokens = every output token
-    assert steps["decode_tokens"].sum() + len(requests) == requests["output_tokens"].sum()
+    # decode tokens + first tokens = every output token, but for the tokens sampled at the end of
+    # a recompute (lowering max_num_seqs preempts the requests over the limit): one per preemption at most
+    made, decoded = requests["output_tokens"].sum(), steps["decode_tokens"].sum() + len(requests)
+    assert decoded <= made <= decoded + requests["preemptions"].sum()
+    assert (steps["running"] <= steps["max_num_seqs"]).all()
     for name, build in builders(steps, requests, marks, 4).items():
         out = build()
         if name == "headline":
@@ -416,7 +419,7 @@ def test_membership_marks_prefill_cells_not_only_by_shade():
     z = np.asarray(heat.z)
     for trace, ink in ((on_light, "black"), (on_dark, "white")):   # the mark contrasts with its cell
         assert trace.marker.line.color == ink
-        assert all(style.ink_on(style.REQUEST_COLORS[z[y, x] - 1]) == ink for x, y in zip(trace.x, trace.y))
+        assert all(style.ink_on(style.REQUEST_COLORS[int(z[y, x]) - 1]) == ink for x, y in zip(trace.x, trace.y))
     assert z[1, 0] == z[1, 1] and z[2, 3] == z[2, 4]
 
 
@@ -546,3 +549,20 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
     assert max(figs["ttft"].data[0].y) == pytest.approx(3 * max(figs["ttft"].data[3].y))
     # without a ghost: no such trace
     assert not any("previous run" in (t.name or "") for t in drawn(queue.queue_over_time(steps)).data)
+
+
+def test_the_batch_chart_draws_each_steps_own_slots():
+    """After max_num_seqs 4 -> 2, the later steps' rows 2 and 3 are no slot at all (blank), not
+    empty slots, while the earlier steps keep their four; a chart of steps all at 2 has two rows."""
+    from engine.engine import StepRecord
+    from engine.metrics import STEP_COLUMNS, step_row
+    recs = [StepRecord(i, i, i + 1, 0, n, 0, n, 0, 8, tuple((f"r{j}", "decode", 1) for j in range(n)),
+                       max_num_seqs=limit)
+            for i, (n, limit) in enumerate([(3, 4)] * 3 + [(2, 2)] * 3)]
+    steps = pd.DataFrame([step_row(r) for r in recs], columns=STEP_COLUMNS)
+    heat = drawn(membership.batch_membership(steps, 2)).data[0]
+    z = np.array(heat.z, dtype=float)                  # (slots, steps)
+    assert z.shape == (4, 6)
+    assert (z[3, :3] == 0).all() and np.isnan(z[2:, 3:]).all()      # empty then, no slot after
+    later = drawn(membership.batch_membership(steps.iloc[3:], 4)).data[0]
+    assert np.array(later.z, dtype=float).shape == (2, 3)

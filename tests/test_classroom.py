@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from classroom import feed as feed_module
-from classroom.board import CLASS
+from classroom.board import CLASS, requests_of
 from classroom.feed import ClassroomFeed, refresh_interval_s
 from classroom.names import check_name
 from engine.config import SchedulerPolicy
@@ -74,19 +74,42 @@ def test_the_board_outlines_each_tenants_own_cells(server):
     amy, bob = (LoadGenerator(url + "/v1", "tiny", name) for name in ("amy", "bob"))
     futures = amy.send_prompt("hello", 12, n=2, ignore_eos=True) + bob.send_prompt("hi", 12, n=3, ignore_eos=True)
     ids = {name: {f.result(timeout=60).id for f in fs} for name, fs in (("amy", futures[:2]), ("bob", futures[2:]))}
-    board = ClassroomFeed(url).board("s")
-    table = board.tenants.set_index("who")
+    feed = ClassroomFeed(url)
+    board = feed.board("s")
+    table = board.tenants.set_index("student")
     assert table.loc["amy", "requests"] == 2 and table.loc["bob", "requests"] == 3
     assert table.loc[CLASS, "requests"] == len(board.tables.requests) and table.loc["amy", "TTFT p50 (s)"] > 0
+    assert table.loc["amy", "finished"] + table.loc["amy", "waiting"] + table.loc["amy", "running"] == 2
     heat = board.figures["membership"]["data"][0]
+    z = array(heat["z"]) if not isinstance(heat["z"], list) else np.asarray(heat["z"])
+    legend = {t["name"]: t["marker"]["color"] for t in board.figures["membership"]["data"]
+              if t.get("mode") == "markers" and t.get("name") in ("amy", "bob")}
+    assert set(legend) == {"amy", "bob"} and legend["amy"] != legend["bob"]     # one colour per student
     for name in ("amy", "bob"):
         xs, ys = board.cells[name]
         assert len(xs) == len(ids[name]) * 12          # a prefill cell and 11 decode cells each
         col = {x: j for j, x in enumerate(array(heat["x"]).tolist())}
-        assert {heat["text"][y][col[x]].rsplit(" ", 1)[0] for x, y in zip(xs, ys)} == ids[name]
+        labels = {heat["text"][y][col[x]].rsplit(" ", 1)[0] for x, y in zip(xs, ys)}
+        assert labels == {f"{name} · {i}" for i in ids[name]}        # the student's name, then the request
+        assert len({int(np.asarray(z).reshape(len(heat["text"]), -1)[y][col[x]]) for x, y in zip(xs, ys)}) == 1
         mine = board.membership_for(name)
-        assert mine["data"][-1]["name"] == "your requests" and len(mine["data"][-1]["x"]) == len(xs)
+        dots = mine["data"][-1]
+        assert dots["name"] == "your requests (dot)" and 1 <= len(dots["x"]) <= len(ids[name]) * 2
+        assert set(zip(dots["x"], dots["y"])) <= set(zip(xs, ys))        # on the student's own cells
+        assert f"{name} (you)" in [t.get("name") for t in mine["data"]]
+        # the students' names on the cells wide enough to hold them
+        texts = {str(t) for tr in board.figures["membership"]["data"] if tr.get("mode") == "text" for t in tr["text"]}
+        assert texts <= {"amy", "bob"}
     assert len(board.figures["membership"]["data"]) == len(board.membership_for("nobody")["data"])
+    # times are seconds since the class's run began, as the axes say
+    assert board.tables.steps["t_start_s"].min() >= 0 and board.tables.steps["t_start_s"].min() < 60
+    assert board.tables.requests["arrival_s"].min() >= 0
+    assert board.figures["queue"]["layout"]["xaxis"]["title"]["text"] == "seconds since the class's run began"
+    # the table a student and the instructor read: words for columns, no "None"
+    rows = requests_of(board.tables.requests, "amy")
+    assert list(rows.columns) == ["request", "status", "tokens", "sent at (s)", "TTFT (s)", "TPOT (ms)", "total (s)"]
+    assert not rows.isin(["None", "nan"]).any().any() and len(rows) == 2
+    assert all(len(r) <= 12 for r in rows["request"])
 
 
 def page(url, monkeypatch) -> AppTest:
@@ -140,6 +163,7 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     at.text_input(key="ext_url").set_value(url + "/v1")
     at.button[0].click().run()
     assert not at.error and "model **tiny**" in at.caption[0].value
+    assert "this project's Batching Lab server" in at.caption[0].value.replace("\\", "")     # the kind of engine, named
     at.number_input(key="ext_num_requests").set_value(3)
     at.number_input(key="ext_output_lo").set_value(4)
     at.number_input(key="ext_output_hi").set_value(6)

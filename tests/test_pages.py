@@ -97,6 +97,13 @@ def test_home_renders(app):
     assert "Batching Lab" in " ".join(t.value for t in at.title)
     assert "Where to start" in " ".join(h.value for h in at.header)
     assert "Playground" in text
+    # every lesson and every lab is a link on Home itself (a phone's navigation folds them away)
+    from lessons.catalog import load_lessons
+    from ui.registry import LABS
+    labels = [link.proto.label for link in at.get("page_link")]
+    lessons = load_lessons()[0]
+    assert all(any(label.startswith(f"{l.order}. {l.title}") for label in labels) for l in lessons)
+    assert all(lab.title in labels for lab in LABS) and len(lessons) > 5
 
 
 def test_about_renders_device_dtype_model_and_step_time(app):

@@ -90,24 +90,28 @@ def test_a_workload_change_after_the_last_arrival_is_not_called_applied(lab):
     assert not lab.live.feed.exhausted and lab.setup.endless
 
 
-def steps_frame(running: list[int]) -> pd.DataFrame:
-    recs = [StepRecord(i, i * 0.1, i * 0.1 + 0.1, 0, n, 0, n, n, 64, tuple((f"r{j}", "decode", 1)
-                                                                          for j in range(n)))
-            for i, n in enumerate(running)]
+def steps_frame(batches: list[int], limits: list[int] | None = None) -> pd.DataFrame:
+    """Steps of `batches` members each, under `limits` slots; 40 arrived, 30 still waiting."""
+    limits = limits or batches
+    recs = [StepRecord(i, i * 0.1, i * 0.1 + 0.1, 40 - n - 2, n, 0, n, n, 64,
+                       tuple((f"r{j}", "decode", 1) for j in range(n)), max_num_seqs=limit,
+                       arrived=40, finished=2)
+            for i, (n, limit) in enumerate(zip(batches, limits))]
     return pd.DataFrame([step_row(r) for r in recs], columns=STEP_COLUMNS)
 
 
 def test_the_largest_batch_is_read_since_max_num_seqs_last_changed():
-    steps = steps_frame([8] * 10 + [2] * 5)
+    # the change was made while step 10 ran: it still ran 8 requests under the old limit
+    steps = steps_frame([8] * 11 + [2] * 4, [8] * 11 + [2] * 4)
     marks = pd.DataFrame([(10, 1.0, "max_num_seqs 8→2", "max_num_seqs 8→2", ("max_num_seqs",)),
                           (12, 1.2, "workload: rate 4.0→5.0", "workload: rate 4.0→5.0", ("rate",))],
                          columns=DECISION_COLUMNS)
     line = status_text("running", Tables(steps, EMPTY_REQUESTS, marks), Setup(max_num_seqs=2), 40)
     assert "largest batch since the change at step 10: 2 of 2 slots" in line
-    assert "8 of 2" not in line and "arrived: 40 (continuous)" in line
+    assert "8 of 2" not in line and "40 arrived = 36 waiting + 2 running + 2 finished (continuous)" in line
     before = status_text("running", Tables(steps.iloc[:10], EMPTY_REQUESTS, marks.iloc[:0]),
                          Setup(max_num_seqs=8, continuous=False, num_requests=64), 40)
-    assert "largest batch: 8 of 8 slots" in before and "arrived: 40 of 64" in before
+    assert "largest batch: 8 of 8 slots" in before and "40 arrived = 30 waiting + 8 running + 2 finished (of 64)" in before
 
 
 def test_the_rejection_notice_agrees_with_what_was_measured():

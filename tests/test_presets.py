@@ -106,18 +106,20 @@ def test_the_playground_uses_the_profile_and_measures_once_without_one(monkeypat
     from types import SimpleNamespace
 
     import playground.capacity as cap
+    from engine import step_fit
     model = SimpleNamespace(name="m", dtype="torch.float32", device="cpu")
-    monkeypatch.setattr(cap, "_measured", {})
+    monkeypatch.setattr(step_fit, "_fits", {})
     monkeypatch.setattr(cap, "load_profile", lambda *key: SimpleNamespace(step_model=CPU))
     monkeypatch.setattr(cap, "calibrate", lambda *a, **k: pytest.fail("measured despite a profile"))
-    assert cap.machine_step_model(model) is CPU
+    got = cap.machine_step_model(model)
+    assert got.coefficients == CPU.coefficients and "not yet checked" in got.label
     quick = []
-    monkeypatch.setattr(cap, "_measured", {})
+    monkeypatch.setattr(step_fit, "_fits", {})
     monkeypatch.setattr(cap, "load_profile", lambda *key: None)
     saved = []
     monkeypatch.setattr(cap, "calibrate", lambda m, **k: quick.append(k) or SimpleNamespace(step_model=CPU))
     monkeypatch.setattr(cap, "save_profile", lambda p: saved.append(p) or p)
-    assert cap.machine_step_model(model) is CPU and cap.machine_step_model(model) is CPU
+    assert cap.machine_step_model(model).coefficients == cap.machine_step_model(model).coefficients == CPU.coefficients
     assert quick == [{"quick": True}]                 # measured once, quickly
     assert len(saved) == 1                            # and kept for the lessons and the next start
 

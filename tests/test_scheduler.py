@@ -301,3 +301,26 @@ def test_static_batch_forms_at_the_wake_time_it_named():
             if eng.step() is None:
                 eng.clock.sleep_until(eng.next_wake_s())
         assert not eng.has_work(), (arrival, wait_ms)
+
+
+def test_lowering_max_num_seqs_preempts_the_newest_requests_over_the_limit():
+    """The requests over a lowered limit go back to the front of the queue (recompute), so the
+    batch holds the new limit from the next step and no request is held aside, counted nowhere."""
+    spec = WorkloadSpec(num_requests=12, rate=0, output_kind="fixed", output_lo=20, output_hi=20)
+    eng = build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=8))
+    for r in build_requests(spec):
+        eng.submit(r)
+    for _ in range(3):
+        eng.step()
+    admitted = list(eng.scheduler.running)
+    assert len(admitted) == 8
+    eng.set_policy(eng.policy.changed(max_num_seqs=3))
+    rec = eng.step()
+    assert len(rec.members) == 3 and len(eng.scheduler.running) == 3
+    assert eng.scheduler.running == admitted[:3], "the oldest keep their slots"
+    assert eng.scheduler.waiting[:5] == admitted[3:], "the preempted wait at the front, in their order"
+    assert all(r.preemptions == 1 and r.num_computed_tokens == 0 for r in admitted[3:])
+    assert rec.preempted == 5
+    assert [e.detail for e in eng.events if e.kind.value == "PREEMPTED"][-1].startswith("max_num_seqs lowered")
+    eng.run()
+    assert all(r.status is Status.FINISHED for r in eng.requests.values())

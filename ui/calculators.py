@@ -21,6 +21,7 @@ from analysis import course
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
+from engine import step_fit
 from engine.config import EngineConfig
 from engine.profile import load_profile
 from engine.results import cache_dir
@@ -70,11 +71,10 @@ def mm1_table(mu: float, rho_now: float) -> str:
 
 
 @st.cache_resource(ttl=60, show_spinner=False)
-def _profiled(model_name: str, folder: str) -> StepModel | None:
-    """This machine's calibrated step model from its saved profile. `folder` (the results cache,
-    where profiles live) is only a cache key: pointing BATCHING_LAB_CACHE elsewhere reads afresh."""
-    found = load_profile(model_name)
-    return None if found is None else found.step_model
+def _profiled(model_name: str, folder: str):
+    """This machine's saved profile of the model (None: none, or stale). `folder` (the results
+    cache, where profiles live) is only a cache key: pointing BATCHING_LAB_CACHE elsewhere reads afresh."""
+    return load_profile(model_name)
 
 
 def warm() -> None:
@@ -84,11 +84,16 @@ def warm() -> None:
 
 
 def machine_step_model() -> tuple[StepModel, bool]:
-    """This machine's step model from its saved profile, and whether it had one (else the guess)."""
+    """This machine's step model as the app runs it: its saved profile, refit from the app's own
+    real steps (engine.step_fit: this process's, or the refit stored beside the profile), its label
+    saying its current error; and whether it had a profile (else the hand-set guess)."""
     from ui.session import model_name     # it imports torch, which only this calculator needs
     with st.spinner("Reading this machine's step model…"):
         found = _profiled(model_name(), cache_dir())
-    return (UNCALIBRATED, False) if found is None else (found, True)
+    if found is None:
+        return UNCALIBRATED, False
+    key = (found.model, found.dtype, found.device)
+    return step_fit.fit_for(key, found.step_model, found.path).current(), True
 
 
 @st.fragment
