@@ -8,7 +8,7 @@ import pytest
 
 from analysis import frame_metrics, kv, latency, membership, queue, style
 from analysis.tables import Tables
-from engine import metrics
+from engine import metrics, run_files
 from tools.bench_charts import builders, synthetic_trace
 
 NAN = float("nan")
@@ -78,8 +78,8 @@ def assert_empty_figure(fig):
 
 
 def test_members_text_is_the_steps_csv_format():
-    assert metrics.members_text((("r3", "prefill", 128), ("r7", "decode", 1))) == "r3:prefill:128 r7:decode:1"
-    assert metrics.members_text(()) == ""
+    assert run_files.members_text((("r3", "prefill", 128), ("r7", "decode", 1))) == "r3:prefill:128 r7:decode:1"
+    assert run_files.members_text(()) == ""
 
 
 def test_slot_grid_keeps_rows_and_fills_lowest_free_row():

@@ -22,7 +22,8 @@ from dataclasses import asdict, replace
 from ..arrivals import build_requests
 from ..build import build_engine
 from ..config import EngineConfig
-from ..metrics import SLO, summarize, write_run
+from ..metrics import SLO, summarize
+from ..run_files import write_run
 from ..request import Request
 from ..simulate import HAND_SET, SimProfile, build_simulation, resolve_profile
 from ..validation import Limits, max_prompt_chars
