@@ -41,8 +41,15 @@ def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
 def test_few_rows_linear_matches_torch(kernels, dtype, rows, width):
     g = torch.Generator().manual_seed(rows * 100 + width)
     x = torch.randn(rows, width, generator=g).to(dtype)
-    w = torch.randn(1000, width, generator=g).to(dtype)       # 1000 rows: not a multiple of anything
+    w = torch.randn(1003, width, generator=g).to(dtype)       # 1003 rows: a tail past the kernel's 4-row groups
     close(kernels.few_rows_linear(x, w), F.linear(x, w), dtype)
+
+
+@needs_gcc
+def test_few_rows_linear_with_no_rows(kernels):
+    """A step where no sequence samples sends zero rows to the vocabulary head: an empty answer."""
+    w = torch.randn(1003, 64)
+    assert kernels.few_rows_linear(torch.randn(0, 64), w).shape == (0, 1003)
 
 
 def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
