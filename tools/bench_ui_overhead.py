@@ -16,7 +16,7 @@ It prints each round and the median ratio page/headless, and the app's own CPU: 
 process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
 page, the records come from the page's own steps.csv download. Both run with app.py's process
-setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is the UI's cost alone. Needs Debian's Chromium.
+setting (the engine's own OpenMP wait, engine/__init__.py), so the ratio is the UI's cost alone. Needs Debian's Chromium.
 A measurement, not a test: on a shared machine, run it a few times.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as app.py sets it: same engine both ways
+import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
 import socket
 import statistics
 import subprocess
