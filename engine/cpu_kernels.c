@@ -8,7 +8,9 @@
  *    whole cost is reading W from memory once. Splitting W's rows over all threads, each
  *    reading four rows side by side, streams it close to what a plain sum over the same
  *    tensors reads (the bench's profile prints the figure on this machine).
- * 2. rms_norm: the whole normalisation in one call (it was five small ops).
+ * 2. rms_norm (with the residual add before it), rope_store (rotary embedding and the KV
+ *    cache write) and silu_mul: the small per-layer steps, one call each where PyTorch took
+ *    three to ten small ops, each with its own dispatch and, above a few rows, its own threads.
  * 3. paged_attention: every query token attends to the keys and values of its own sequence
  *    up to its own position, *where they lie* in the paged cache, walking its block table.
  *    One call serves a whole step: decode tokens and prefill chunks alike (causality is just
@@ -171,15 +173,24 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 }
 
 /* RMSNorm as the Llama reference computes it: in float32, x / sqrt(mean(x^2) + eps), rounded
- * to the model dtype, then times the weight. One call instead of five small PyTorch ops,
- * which at batch 1 cost more in overhead than in arithmetic. */
-void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, float eps, int bf16) {
+ * to the model dtype, then times the weight. With `residual` (else NULL), first x += residual in
+ * place, rounded to the model dtype as PyTorch's add is: a layer's residual add and the next
+ * norm, one call instead of an add and five small ops. */
+void rms_norm(void *x, const void *residual, const void *weight, void *out, int rows, int dim, float eps,
+              int bf16) {
     float *w = malloc(sizeof(float) * (size_t)dim);          /* the weight, widened once */
     load_f32(weight, 0, dim, bf16, w);
     #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
         float buf[dim];
         load_f32(x, (int64_t)r * dim, dim, bf16, buf);
+        if (residual) {
+            float add[dim];
+            load_f32(residual, (int64_t)r * dim, dim, bf16, add);
+            for (int i = 0; i < dim; i++) buf[i] += add[i];
+            store_f32(x, (int64_t)r * dim, dim, bf16, buf);
+            if (bf16) load_f32(x, (int64_t)r * dim, dim, bf16, buf);     /* the sum as rounded */
+        }
         float ss = 0.f;
         #pragma omp simd reduction(+:ss)
         for (int i = 0; i < dim; i++) ss += buf[i] * buf[i];
@@ -192,6 +203,54 @@ void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, f
         store_f32(out, (int64_t)r * dim, dim, bf16, buf);
     }
     free(w);
+}
+
+/* Rounded to the model dtype, as PyTorch rounds each op's result (bf16), or left as it is. */
+static inline float as_dtype(float v, int bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+/* After the q/k/v product of a layer, in one call: rotary position embedding (Llama's "rotate
+ * half": x * cos + rotate_half(x) * sin, each product and the sum rounded as PyTorch rounds
+ * them) on the query and key heads, the rotated queries into q_out [T, heads, d], and each
+ * token's key and value into the paged cache at its slot.
+ *   qkv: [T, (heads + 2 * kv_heads) * d]   cos, sin: [positions, d]   positions, slots: [T]
+ *   k_cache, v_cache: [slots, kv_heads, d]  one layer of the cache */
+void rope_store(const void *qkv, const void *cos, const void *sin, const int64_t *positions,
+                const int64_t *slots, void *q_out, void *k_cache, void *v_cache,
+                int T, int heads, int kv_heads, int d, int bf16) {
+    int width = (heads + 2 * kv_heads) * d, half = d / 2;
+    #pragma omp parallel for schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++) {
+        float c[d], sn[d], x[d], y[d];
+        load_f32(cos, positions[t] * d, d, bf16, c);
+        load_f32(sin, positions[t] * d, d, bf16, sn);
+        for (int h = 0; h < heads + kv_heads; h++) {        /* query heads, then key heads */
+            load_f32(qkv, (int64_t)t * width + h * d, d, bf16, x);
+            for (int i = 0; i < d; i++) {
+                float rot = i < half ? -x[i + half] : x[i - half];
+                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(rot * sn[i], bf16), bf16);
+            }
+            if (h < heads) store_f32(q_out, ((int64_t)t * heads + h) * d, d, bf16, y);
+            else store_f32(k_cache, (slots[t] * kv_heads + h - heads) * d, d, bf16, y);
+        }
+        for (int h = 0; h < kv_heads; h++) {                 /* values as they are */
+            load_f32(qkv, (int64_t)t * width + (heads + kv_heads + h) * d, d, bf16, x);
+            store_f32(v_cache, (slots[t] * kv_heads + h) * d, d, bf16, x);
+        }
+    }
+}
+
+/* The MLP's activation: out[r, j] = silu(gate[r, j]) * up[r, j], with gate_up [rows, 2 * n]
+ * holding gate then up (one stacked product), silu rounded before the product as PyTorch does. */
+void silu_mul(const void *gate_up, void *out, int rows, int n, int bf16) {
+    #pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        float g[n], u[n];
+        load_f32(gate_up, (int64_t)r * 2 * n, n, bf16, g);
+        load_f32(gate_up, (int64_t)r * 2 * n + n, n, bf16, u);
+        #pragma omp simd
+        for (int j = 0; j < n; j++) g[j] = as_dtype(g[j] / (1.f + expf(-g[j])), bf16) * u[j];
+        store_f32(out, (int64_t)r * n, n, bf16, g);
+    }
 }
 
 /* Softmax of each of the `group` rows of scores[group][L], in place. */

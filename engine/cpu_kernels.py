@@ -63,7 +63,9 @@ class CpuKernels:
         self.lib = lib
         vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
-        lib.rms_norm.argtypes = [vp, vp, vp, i32, i32, ctypes.c_float, i32]
+        lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
+        lib.rope_store.argtypes = [vp, vp, vp, i64p, i64p, vp, vp, vp, i32, i32, i32, i32, i32]
+        lib.silu_mul.argtypes = [vp, vp, i32, i32, i32]
         lib.paged_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
 
@@ -81,12 +83,43 @@ class CpuKernels:
         self.lib.few_rows_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N, K, self._bf16(x))
         return y
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """x [rows, dim] normalised and scaled, as the Llama RMSNorm (float32 statistics)."""
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x [rows, dim] normalised and scaled, as the Llama RMSNorm (float32 statistics). With
+        `residual`, x += residual first, in place (x is the residual stream)."""
         assert x.is_contiguous() and weight.is_contiguous() and x.dtype == weight.dtype
+        if residual is not None:
+            assert residual.is_contiguous() and residual.shape == x.shape and residual.dtype == x.dtype
         out = torch.empty_like(x)
-        self.lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], float(eps),
-                          self._bf16(x))
+        self.lib.rms_norm(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+                          out.data_ptr(), x.shape[0], x.shape[1], float(eps), self._bf16(x))
+        return out
+
+    def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                   slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, heads: int) -> torch.Tensor:
+        """qkv [T, (heads + 2 kv_heads) * d] from the stacked product: rotary embedding on q and k,
+        k and v written into the cache layer [slots, kv_heads, d] at `slots` [T]. Returns the
+        rotated queries [T, heads, d]. cos and sin are [positions, d] tables, positions [T]."""
+        T = qkv.shape[0]
+        _, kv_heads, d = k_cache.shape
+        assert qkv.is_contiguous() and qkv.shape[1] == (heads + 2 * kv_heads) * d
+        assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == d
+        assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        assert positions.dtype == slots.dtype == torch.int64 and positions.is_contiguous() and slots.is_contiguous()
+        assert qkv.dtype == cos.dtype == k_cache.dtype == v_cache.dtype
+        q = qkv.new_empty((T, heads, d))
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        self.lib.rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), ctypes.cast(positions.data_ptr(), i64p),
+                            ctypes.cast(slots.data_ptr(), i64p), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                            T, heads, kv_heads, d, self._bf16(qkv))
+        return q
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [rows, 2n] (gate, then up) -> silu(gate) * up [rows, n]."""
+        assert gate_up.is_contiguous() and gate_up.shape[1] % 2 == 0
+        rows, n = gate_up.shape[0], gate_up.shape[1] // 2
+        out = gate_up.new_empty((rows, n))
+        self.lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, n, self._bf16(gate_up))
         return out
 
     def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
