@@ -26,7 +26,7 @@ test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m engine bench
+	$(PY) -m engine bench --profile
 
 # One engine behind an OpenAI-compatible HTTP server on 127.0.0.1:8000 (HOST=0.0.0.0 to share it).
 HOST ?= 127.0.0.1
