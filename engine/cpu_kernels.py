@@ -61,7 +61,8 @@ class CpuKernels:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
-        vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
+        # int64 arrays are passed as plain addresses too: a ctypes.cast per argument cost ~2 us a call
+        vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
         lib.rope_store.argtypes = [vp, vp, vp, i64p, i64p, vp, vp, vp, i32, i32, i32, i32, i32]
@@ -108,10 +109,9 @@ class CpuKernels:
         assert positions.dtype == slots.dtype == torch.int64 and positions.is_contiguous() and slots.is_contiguous()
         assert qkv.dtype == cos.dtype == k_cache.dtype == v_cache.dtype
         q = qkv.new_empty((T, heads, d))
-        i64p = ctypes.POINTER(ctypes.c_int64)
-        self.lib.rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), ctypes.cast(positions.data_ptr(), i64p),
-                            ctypes.cast(slots.data_ptr(), i64p), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                            T, heads, kv_heads, d, self._bf16(qkv))
+        self.lib.rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), T, heads, kv_heads, d,
+                            self._bf16(qkv))
         return q
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -133,11 +133,10 @@ class CpuKernels:
         assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
         assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
         out = torch.empty_like(q)
-        i64p = ctypes.POINTER(ctypes.c_int64)
         self.lib.paged_attention(
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-            ctypes.cast(block_tables.data_ptr(), i64p), block_tables.shape[1],
-            ctypes.cast(context_lens.data_ptr(), i64p), B, kv_heads, H // kv_heads, d, block_size,
+            block_tables.data_ptr(), block_tables.shape[1],
+            context_lens.data_ptr(), B, kv_heads, H // kv_heads, d, block_size,
             float(scale), out.data_ptr(), self._bf16(q))
         return out
 
