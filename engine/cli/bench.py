@@ -238,7 +238,11 @@ def bench_command(args) -> int:
                "b1_floor_ratio": b1["step_ms"] / floor_ms}
         print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
               f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes")
-        if not args.skip_peers:
+        from ..linear import native_bf16
+        if not args.skip_peers and model.device.type == "cpu" and model.dtype == torch.bfloat16 and not native_bf16():
+            print("transformers in bf16: skipped, its matmuls are emulated on this CPU (no AVX-512 BF16, AMX or "
+                  "AVX-NE-CONVERT), many times slower than its fp32, so its run would take tens of minutes; see the fp32 ratios")
+        elif not args.skip_peers:
             t_st, hf_static = run_hf_static(model, fresh(), args.hf_batch)
             same, toks = agreement(ours, hf_static)
             row.update(hf_static_tok_s=total_out / t_st, static_agree=same, static_tok_agree=toks)
