@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -101,20 +102,21 @@ def cli(warm_s: float, window_s: float) -> float:
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--model", "smollm2", "--workload",
                              str(tmp / "w.jsonl"), "--out", str(tmp / "run"), *flags], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 300
-    while cpu_s(proc.pid) < LOADED_CPU_S and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)                          # loading the model
-    time.sleep(warm_s + window_s + 2.0)
+    while "generating" not in "".join(err) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)                          # loading the model; its progress bar starts with the steps
+    time.sleep(warm_s + window_s + 3.0)
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)          # Ctrl-C: the CLI writes what it has and stops
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    reader.join(timeout=5)
     if not (tmp / "run" / "steps.csv").exists():
-        raise RuntimeError(f"engine run wrote no steps.csv: {err[-500:]}")
+        raise RuntimeError(f"engine run wrote no steps.csv: {''.join(err)[-500:]}")
     df = pd.read_csv(tmp / "run" / "steps.csv")
     return rate_in_window(df["t_start_s"], df["t_end_s"], warm_s, window_s)
-
-
-LOADED_CPU_S = 3.0      # CPU seconds the CLI takes to start and load the model, before its first step
 
 
 def free_port() -> int:
