@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 PORT   ?= 8501
 
-.PHONY: run test bench serve classroom cluster-check chromium clean
+.PHONY: run test bench gpu-check serve classroom cluster-check chromium clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +29,11 @@ test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m engine bench
+	$(PY) -m engine bench --profile
+
+# The engine on a CUDA GPU in one command (on a CPU it says what it skipped).
+gpu-check: $(STAMP)
+	$(PY) -m tools.gpu_check
 
 # One engine behind an OpenAI-compatible HTTP server on 127.0.0.1:8000 (HOST=0.0.0.0 to share it).
 HOST ?= 127.0.0.1

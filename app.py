@@ -4,13 +4,9 @@ Sections: the Playground and home, the labs (ui/registry.py: one folder per less
 lessons (lessons/pages.py) and an About page. Each page is a small script; the
 layout is described in docs/ARCHITECTURE.md.
 """
-import os
-
-# Before torch loads (the pages import it): OpenMP threads waiting at a barrier sleep instead of
-# spinning. With the default (spin) policy, an engine thread on a two-core machine whose other
-# core is busy (the page refreshing, a browser, another process) spent most of every step
-# spinning: measured 0.1-0.5 steps/s instead of 9-11 in the same conditions.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# First, before torch loads (the pages import it): importing the engine sets how its OpenMP
+# threads wait, a short spin and then sleep, so the page and a browser get the cores they need.
+import engine  # noqa: F401
 
 import streamlit as st  # noqa: E402
 

@@ -1,13 +1,16 @@
-/* Two hand-written CPU kernels for the decode step, where PyTorch's general-purpose kernels
- * leave most of a small CPU unused. engine/cpu_kernels.py compiles this file once per machine
+/* Hand-written CPU kernels for the steps where PyTorch's general-purpose kernels leave most
+ * of a small CPU unused. engine/cpu_kernels.py compiles this file once per machine
  * (gcc -O3 -march=native -fopenmp) and the runner calls it through ctypes; without a compiler
- * the runner uses plain PyTorch for the same maths.
+ * the runner uses plain PyTorch for the same maths. Vector loops are written in the CPU's own
+ * register width (VW below: AVX-512 or AVX2), so they neither assume AVX-512 nor spill on AVX2.
  *
  * 1. few_rows_linear: y = x @ W^T for one or two rows (decode at batch 1 or 2). Here the
- *    whole cost is reading W from memory once. PyTorch's fp32 matrix-vector product runs on
- *    one thread (about 11 GB/s on our 2-core test machine), oneDNN's about 24 GB/s; splitting
- *    W's rows over all threads in plain sequential reads streams it at 27-35 GB/s.
- * 2. rms_norm: the whole normalisation in one call (it was five small ops).
+ *    whole cost is reading W from memory once. Splitting W's rows over all threads, each
+ *    reading four rows side by side, streams it close to what a plain sum over the same
+ *    tensors reads (the bench's profile prints the figure on this machine).
+ * 2. rms_norm (with the residual add before it), rope_store (rotary embedding and the KV
+ *    cache write) and silu_mul: the small per-layer steps, one call each where PyTorch took
+ *    three to ten small ops, each with its own dispatch and, above a few rows, its own threads.
  * 3. paged_attention: every query token attends to the keys and values of its own sequence
  *    up to its own position, *where they lie* in the paged cache, walking its block table.
  *    One call serves a whole step: decode tokens and prefill chunks alike (causality is just
@@ -65,59 +68,129 @@ static inline float dot(const float *a, const float *b, int n) {
     return acc;
 }
 
-/* y[m, n] = sum_k x[m, k] * w[n, k] for one or two rows m (decode at batch 1 or 2).
- * With so few rows there is almost no arithmetic: the time is reading w from memory. Threads
- * split w's rows, each thread copies one row at a time (widened to float32) in a plain
- * sequential read, then dots it with the input rows, which stay in the L1 cache. */
-void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
-    float *yf = malloc(sizeof(float) * (size_t)M * N);
-#ifdef __AVX512BF16__
-    /* This CPU multiplies bf16 pairs directly (vdpbf16ps: 32 products per instruction, summed
-     * in float32), so neither x nor a bf16 weight row need be widened first. */
-    if (bf16 && K % 32 == 0) {
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const uint16_t *wr = (const uint16_t *)w + (int64_t)n * K;
-            for (int m = 0; m < M; m++) {
-                const uint16_t *xr = (const uint16_t *)x + (int64_t)m * K;
-                __m512 acc = _mm512_setzero_ps();
-                for (int k = 0; k < K; k += 32)
-                    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(xr + k),
-                                           (__m512bh)_mm512_loadu_si512(wr + k));
-                yf[(int64_t)m * N + n] = _mm512_reduce_add_ps(acc);
-            }
-        }
-    } else
+/* One vector register of floats: 16 with AVX-512, else 8 (AVX2), chosen when the file is
+ * compiled for this CPU. Loops below are written in these vectors, so they use the width the
+ * CPU has and keep their accumulators in the registers it has (16 with AVX2, 32 with AVX-512). */
+#ifdef __AVX512F__
+#define VW 16
+#else
+#define VW 8
 #endif
-    {
-        float *xf = malloc(sizeof(float) * (size_t)M * K);
-        load_f32(x, 0, M * K, bf16, xf);
-        #pragma omp parallel
-        {
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef uint16_t vh __attribute__((vector_size(VW * 2)));
+typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline vf loadv(const void *src, int64_t offset, int bf16) {
+    vf f;
+    if (bf16) {                                              /* bf16 is the top half of a float32 */
+        const void *at = (const uint16_t *)src + offset;
+#if VW == 16
+        __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16);
+#elif defined(__AVX2__)
+        __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)at)), 16);
+#else
+        vh h;
+        memcpy(&h, at, sizeof h);
+        vu u = __builtin_convertvector(h, vu) << 16;
+#endif
+        memcpy(&f, &u, sizeof f);
+    } else {
+        memcpy(&f, (const float *)src + offset, sizeof f);
+    }
+    return f;
+}
+
+static inline float hsum(vf v) {                             /* halve the vector until one float is left */
+#if VW == 16
+    typedef float v8f __attribute__((vector_size(32)));
+    v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+          + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    vf a = v;
+#endif
+    v4f b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    b += __builtin_shufflevector(b, b, 2, 3, 0, 1);
+    return b[0] + b[1];
+}
+
+#define ROWS 4     /* weight rows read side by side: four streams from memory at once */
+#define MAX_M 2    /* input rows of the vector path: ROWS x MAX_M accumulators in registers */
+
+/* ROWS weight rows from row n0, times M input rows. Always inlined with M and bf16 constants,
+ * so the compiler drops the tests on them from the inner loop and keeps acc in registers. */
+static inline __attribute__((always_inline))
+void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K, const int M, const int bf16) {
+    vf acc[ROWS][MAX_M] = {{0}};
+    for (int k = 0; k < K; k += VW) {
+        vf xv[MAX_M];
+        for (int m = 0; m < M; m++) memcpy(&xv[m], xf + (int64_t)m * K + k, sizeof xv[m]);
+        for (int r = 0; r < ROWS; r++) {
+            vf wv = loadv(w, (int64_t)(n0 + r) * K + k, bf16);
+            for (int m = 0; m < M; m++) acc[r][m] += wv * xv[m];
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < ROWS; r++) {
+            int64_t at = (int64_t)m * N + n0 + r;
+            if (bf16) ((uint16_t *)y)[at] = f32_to_bf16(hsum(acc[r][m]));
+            else ((float *)y)[at] = hsum(acc[r][m]);
+        }
+}
+
+/* y[m, n] = sum_k x[m, k] * w[n, k] for one or two rows m (decode at batch 1 or 2).
+ * With so few rows there is almost no arithmetic: the time is reading w from memory once.
+ * Threads split w's rows into contiguous halves; each reads ROWS rows side by side in plain
+ * sequential streams, widening bf16 in registers, and multiplies them with the input rows,
+ * which stay in the L1 cache. Independent accumulators (one per weight row and input row) keep
+ * the adds from waiting on each other. */
+void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
+    if (M <= 0) return;                        /* a step where nobody samples: no head rows */
+    float *xf = malloc(sizeof(float) * (size_t)M * K);
+    load_f32(x, 0, M * K, bf16, xf);
+    int fast = K % VW == 0 && M <= MAX_M;
+    #pragma omp parallel for schedule(static)
+    for (int n0 = 0; n0 < N; n0 += ROWS) {
+        int rows = N - n0 < ROWS ? N - n0 : ROWS;
+        if (fast && rows == ROWS) {
+            if (M == 1 && bf16) rows_times_x(xf, w, y, n0, N, K, 1, 1);
+            else if (M == 1) rows_times_x(xf, w, y, n0, N, K, 1, 0);
+            else if (bf16) rows_times_x(xf, w, y, n0, N, K, 2, 1);
+            else rows_times_x(xf, w, y, n0, N, K, 2, 0);
+        } else {                               /* any width, any rows: one weight row at a time */
             float *wf = malloc(sizeof(float) * (size_t)K);
-            #pragma omp for schedule(static)
-            for (int n = 0; n < N; n++) {
-                load_f32(w, (int64_t)n * K, K, bf16, wf);
-                for (int m = 0; m < M; m++) yf[(int64_t)m * N + n] = dot(xf + (int64_t)m * K, wf, K);
+            for (int r = 0; r < rows; r++) {
+                load_f32(w, (int64_t)(n0 + r) * K, K, bf16, wf);
+                for (int m = 0; m < M; m++) {
+                    float v = dot(xf + (int64_t)m * K, wf, K);
+                    store_f32(y, (int64_t)m * N + n0 + r, 1, bf16, &v);
+                }
             }
             free(wf);
         }
-        free(xf);
     }
-    store_f32(y, 0, M * N, bf16, yf);
-    free(yf);
+    free(xf);
 }
 
 /* RMSNorm as the Llama reference computes it: in float32, x / sqrt(mean(x^2) + eps), rounded
- * to the model dtype, then times the weight. One call instead of five small PyTorch ops,
- * which at batch 1 cost more in overhead than in arithmetic. */
-void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, float eps, int bf16) {
+ * to the model dtype, then times the weight. With `residual` (else NULL), first x += residual in
+ * place, rounded to the model dtype as PyTorch's add is: a layer's residual add and the next
+ * norm, one call instead of an add and five small ops. */
+void rms_norm(void *x, const void *residual, const void *weight, void *out, int rows, int dim, float eps,
+              int bf16) {
     float *w = malloc(sizeof(float) * (size_t)dim);          /* the weight, widened once */
     load_f32(weight, 0, dim, bf16, w);
     #pragma omp parallel for schedule(static) if (rows > 16)
     for (int r = 0; r < rows; r++) {
         float buf[dim];
         load_f32(x, (int64_t)r * dim, dim, bf16, buf);
+        if (residual) {
+            float add[dim];
+            load_f32(residual, (int64_t)r * dim, dim, bf16, add);
+            for (int i = 0; i < dim; i++) buf[i] += add[i];
+            store_f32(x, (int64_t)r * dim, dim, bf16, buf);
+            if (bf16) load_f32(x, (int64_t)r * dim, dim, bf16, buf);     /* the sum as rounded */
+        }
         float ss = 0.f;
         #pragma omp simd reduction(+:ss)
         for (int i = 0; i < dim; i++) ss += buf[i] * buf[i];
@@ -132,29 +205,52 @@ void rms_norm(const void *x, const void *weight, void *out, int rows, int dim, f
     free(w);
 }
 
-/* 16 floats as one value: gcc maps its arithmetic onto the CPU's vector registers (one
- * AVX-512 register, or two AVX2 ones). */
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
+/* Rounded to the model dtype, as PyTorch rounds each op's result (bf16), or left as it is. */
+static inline float as_dtype(float v, int bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
-static inline v16f load16(const void *src, int64_t offset, int bf16) {
-    v16f f;
-    if (bf16) {
-        v16h h;
-        memcpy(&h, (const uint16_t *)src + offset, sizeof h);
-        v16u u = __builtin_convertvector(h, v16u) << 16;     /* bf16 is the top half of a float32 */
-        memcpy(&f, &u, sizeof f);
-    } else {
-        memcpy(&f, (const float *)src + offset, sizeof f);
+/* After the q/k/v product of a layer, in one call: rotary position embedding (Llama's "rotate
+ * half": x * cos + rotate_half(x) * sin, each product and the sum rounded as PyTorch rounds
+ * them) on the query and key heads, the rotated queries into q_out [T, heads, d], and each
+ * token's key and value into the paged cache at its slot.
+ *   qkv: [T, (heads + 2 * kv_heads) * d]   cos, sin: [positions, d]   positions, slots: [T]
+ *   k_cache, v_cache: [slots, kv_heads, d]  one layer of the cache */
+void rope_store(const void *qkv, const void *cos, const void *sin, const int64_t *positions,
+                const int64_t *slots, void *q_out, void *k_cache, void *v_cache,
+                int T, int heads, int kv_heads, int d, int bf16) {
+    int width = (heads + 2 * kv_heads) * d, half = d / 2;
+    #pragma omp parallel for schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++) {
+        float c[d], sn[d], x[d], y[d];
+        load_f32(cos, positions[t] * d, d, bf16, c);
+        load_f32(sin, positions[t] * d, d, bf16, sn);
+        for (int h = 0; h < heads + kv_heads; h++) {        /* query heads, then key heads */
+            load_f32(qkv, (int64_t)t * width + h * d, d, bf16, x);
+            for (int i = 0; i < d; i++) {
+                float rot = i < half ? -x[i + half] : x[i - half];
+                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(rot * sn[i], bf16), bf16);
+            }
+            if (h < heads) store_f32(q_out, ((int64_t)t * heads + h) * d, d, bf16, y);
+            else store_f32(k_cache, (slots[t] * kv_heads + h - heads) * d, d, bf16, y);
+        }
+        for (int h = 0; h < kv_heads; h++) {                 /* values as they are */
+            load_f32(qkv, (int64_t)t * width + (heads + kv_heads + h) * d, d, bf16, x);
+            store_f32(v_cache, (slots[t] * kv_heads + h) * d, d, bf16, x);
+        }
     }
-    return f;
 }
 
-static inline float hsum(v16f v) {
-    float s = 0.f;
-    for (int i = 0; i < 16; i++) s += v[i];
-    return s;
+/* The MLP's activation: out[r, j] = silu(gate[r, j]) * up[r, j], with gate_up [rows, 2 * n]
+ * holding gate then up (one stacked product), silu rounded before the product as PyTorch does. */
+void silu_mul(const void *gate_up, void *out, int rows, int n, int bf16) {
+    #pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        float g[n], u[n];
+        load_f32(gate_up, (int64_t)r * 2 * n, n, bf16, g);
+        load_f32(gate_up, (int64_t)r * 2 * n + n, n, bf16, u);
+        #pragma omp simd
+        for (int j = 0; j < n; j++) g[j] = as_dtype(g[j] / (1.f + expf(-g[j])), bf16) * u[j];
+        store_f32(out, (int64_t)r * n, n, bf16, g);
+    }
 }
 
 /* Softmax of each of the `group` rows of scores[group][L], in place. */
@@ -177,40 +273,55 @@ static void softmax_rows(float *scores, int group, int64_t L) {
         for (int64_t t = t0_, slot = (table)[t0_ / (block_size)] * (block_size);                 \
              t < (L) && t < t0_ + (block_size); t++, slot++)
 
-#define MAX_GROUP 4    /* the fast path keeps MAX_GROUP x 4 accumulators in vector registers */
+#define MAX_GROUP 4     /* the fast path keeps a group's accumulators in vector registers */
+#define PREFETCH 8      /* key rows ahead */
+#define STRIP 32        /* floats of a value row accumulated per pass: 4 AVX2 or 2 AVX-512 registers */
 
-/* One (query row, KV head) of attention, for head_dim 64 and a group of at most
- * MAX_GROUP query heads: the common small-model shape. Each key row is four 16-float vectors,
- * and each query head's output accumulates in four vector registers. */
-static void attend_d64(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
-                       int64_t L, int kv_heads, int h, int group, int block_size, float scale,
-                       float *scores, float *outf, int bf16) {
-    v16f qv[MAX_GROUP][4];
-    for (int g = 0; g < group; g++)
-        for (int c = 0; c < 4; c++) memcpy(&qv[g][c], qf + g * 64 + c * 16, sizeof(v16f));
+/* One (query row, KV head) of attention, for head_dim a multiple of STRIP and a group of at
+ * most MAX_GROUP query heads (SmolLM2: 64 and 3). Scores: each key row is read once and dotted
+ * with every query head of the group. Values: the row is added into the output STRIP floats at
+ * a time, so the group's accumulators stay in registers (a whole 64-float row for 4 heads would
+ * need 32 AVX2 registers, twice what there are). The query stays in the L1 cache. */
+static void attend_fast(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+                        int64_t L, int kv_heads, int h, int group, int d, int block_size, float scale,
+                        float *scores, float *outf, int bf16) {
     FOR_EACH_SLOT(table, L, block_size, t, slot) {            /* pass 1: scores */
-        int64_t off = (slot * kv_heads + h) * 64;
-        v16f k0 = load16(k_cache, off, bf16), k1 = load16(k_cache, off + 16, bf16),
-             k2 = load16(k_cache, off + 32, bf16), k3 = load16(k_cache, off + 48, bf16);
-        for (int g = 0; g < MAX_GROUP; g++)
-            if (g < group)
-                scores[g * L + t] = hsum(qv[g][0] * k0 + qv[g][1] * k1 + qv[g][2] * k2 + qv[g][3] * k3) * scale;
-    }
-    softmax_rows(scores, group, L);
-    v16f acc[MAX_GROUP][4] = {{0}};
-    FOR_EACH_SLOT(table, L, block_size, t, slot) {            /* pass 2: weighted values */
-        int64_t off = (slot * kv_heads + h) * 64;
-        v16f v0 = load16(v_cache, off, bf16), v1 = load16(v_cache, off + 16, bf16),
-             v2 = load16(v_cache, off + 32, bf16), v3 = load16(v_cache, off + 48, bf16);
-        for (int g = 0; g < MAX_GROUP; g++) {
-            if (g < group) {
-                float p = scores[g * L + t];
-                acc[g][0] += p * v0; acc[g][1] += p * v1; acc[g][2] += p * v2; acc[g][3] += p * v3;
+        int64_t off = (slot * kv_heads + h) * d;
+        if (t + PREFETCH < L) {          /* ask for a later key and value row now: the rows of one */
+            int64_t ahead = (table[(t + PREFETCH) / block_size] * block_size + (t + PREFETCH) % block_size)
+                            * kv_heads + h;                     /* head are not adjacent in memory */
+            for (int64_t byte = 0; byte < (int64_t)d << (2 - bf16); byte += 64) {
+                __builtin_prefetch((const char *)k_cache + (ahead * d << (2 - bf16)) + byte);
+                __builtin_prefetch((const char *)v_cache + (ahead * d << (2 - bf16)) + byte);
             }
         }
+        vf acc[MAX_GROUP] = {0};
+        for (int c = 0; c < d; c += VW) {
+            vf k = loadv(k_cache, off + c, bf16);
+            for (int g = 0; g < MAX_GROUP; g++)
+                if (g < group) {
+                    vf qv;
+                    memcpy(&qv, qf + g * d + c, sizeof qv);
+                    acc[g] += qv * k;
+                }
+        }
+        for (int g = 0; g < MAX_GROUP; g++)
+            if (g < group) scores[g * L + t] = hsum(acc[g]) * scale;
     }
-    for (int g = 0; g < group; g++)
-        for (int c = 0; c < 4; c++) memcpy(outf + g * 64 + c * 16, &acc[g][c], sizeof(v16f));
+    softmax_rows(scores, group, L);
+    for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
+        vf acc[MAX_GROUP][STRIP / VW] = {{0}};
+        FOR_EACH_SLOT(table, L, block_size, t, slot) {
+            int64_t off = (slot * kv_heads + h) * d + c0;
+            for (int c = 0; c < STRIP / VW; c++) {
+                vf v = loadv(v_cache, off + c * VW, bf16);
+                for (int g = 0; g < MAX_GROUP; g++)
+                    if (g < group) acc[g][c] += scores[g * L + t] * v;
+            }
+        }
+        for (int g = 0; g < group; g++)
+            memcpy(outf + g * d + c0, acc[g], sizeof acc[g]);
+    }
 }
 
 /* The same for any head_dim and group, with the row and accumulators in memory (slower). */
@@ -248,22 +359,22 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                             void *out, int bf16) {
     int64_t longest = 1;
     for (int b = 0; b < B; b++) if (context_lens[b] > longest) longest = context_lens[b];
-    int fast = d == 64 && group <= MAX_GROUP;
+    int fast = d % STRIP == 0 && group <= MAX_GROUP;
     #pragma omp parallel
     {
         float *scores = malloc(sizeof(float) * (size_t)group * longest);   /* [group, L] */
         float *qf = malloc(sizeof(float) * (size_t)group * d);
         float *outf = malloc(sizeof(float) * (size_t)group * d);
         float *row = malloc(sizeof(float) * (size_t)d);
-        #pragma omp for schedule(dynamic, 1)
+        #pragma omp for schedule(dynamic, kv_heads)
         for (int job = 0; job < B * kv_heads; job++) {
             int b = job / kv_heads, h = job % kv_heads;
             const int64_t *table = block_tables + (int64_t)b * max_blocks;
             int64_t offset = ((int64_t)b * kv_heads + h) * group * d;
             load_f32(q, offset, group * d, bf16, qf);
             if (fast)
-                attend_d64(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, block_size,
-                           scale, scores, outf, bf16);
+                attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
+                            scale, scores, outf, bf16);
             else
                 attend_any(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
                            scale, scores, row, outf, bf16);

@@ -61,9 +61,12 @@ class CpuKernels:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
-        vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)
+        # int64 arrays are passed as plain addresses too: a ctypes.cast per argument cost ~2 us a call
+        vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
-        lib.rms_norm.argtypes = [vp, vp, vp, i32, i32, ctypes.c_float, i32]
+        lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
+        lib.rope_store.argtypes = [vp, vp, vp, i64p, i64p, vp, vp, vp, i32, i32, i32, i32, i32]
+        lib.silu_mul.argtypes = [vp, vp, i32, i32, i32]
         lib.paged_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
 
@@ -81,12 +84,42 @@ class CpuKernels:
         self.lib.few_rows_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N, K, self._bf16(x))
         return y
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """x [rows, dim] normalised and scaled, as the Llama RMSNorm (float32 statistics)."""
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x [rows, dim] normalised and scaled, as the Llama RMSNorm (float32 statistics). With
+        `residual`, x += residual first, in place (x is the residual stream)."""
         assert x.is_contiguous() and weight.is_contiguous() and x.dtype == weight.dtype
+        if residual is not None:
+            assert residual.is_contiguous() and residual.shape == x.shape and residual.dtype == x.dtype
         out = torch.empty_like(x)
-        self.lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], float(eps),
-                          self._bf16(x))
+        self.lib.rms_norm(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+                          out.data_ptr(), x.shape[0], x.shape[1], float(eps), self._bf16(x))
+        return out
+
+    def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                   slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, heads: int) -> torch.Tensor:
+        """qkv [T, (heads + 2 kv_heads) * d] from the stacked product: rotary embedding on q and k,
+        k and v written into the cache layer [slots, kv_heads, d] at `slots` [T]. Returns the
+        rotated queries [T, heads, d]. cos and sin are [positions, d] tables, positions [T]."""
+        T = qkv.shape[0]
+        _, kv_heads, d = k_cache.shape
+        assert qkv.is_contiguous() and qkv.shape[1] == (heads + 2 * kv_heads) * d
+        assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] == d
+        assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        assert positions.dtype == slots.dtype == torch.int64 and positions.is_contiguous() and slots.is_contiguous()
+        assert qkv.dtype == cos.dtype == k_cache.dtype == v_cache.dtype
+        q = qkv.new_empty((T, heads, d))
+        self.lib.rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), T, heads, kv_heads, d,
+                            self._bf16(qkv))
+        return q
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [rows, 2n] (gate, then up) -> silu(gate) * up [rows, n]."""
+        assert gate_up.is_contiguous() and gate_up.shape[1] % 2 == 0
+        rows, n = gate_up.shape[0], gate_up.shape[1] // 2
+        out = gate_up.new_empty((rows, n))
+        self.lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, n, self._bf16(gate_up))
         return out
 
     def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -100,11 +133,10 @@ class CpuKernels:
         assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
         assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
         out = torch.empty_like(q)
-        i64p = ctypes.POINTER(ctypes.c_int64)
         self.lib.paged_attention(
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-            ctypes.cast(block_tables.data_ptr(), i64p), block_tables.shape[1],
-            ctypes.cast(context_lens.data_ptr(), i64p), B, kv_heads, H // kv_heads, d, block_size,
+            block_tables.data_ptr(), block_tables.shape[1],
+            context_lens.data_ptr(), B, kv_heads, H // kv_heads, d, block_size,
             float(scale), out.data_ptr(), self._bf16(q))
         return out
 

@@ -14,6 +14,13 @@ written cpu_kernels.few_rows_linear reads the weight faster still (27-35 GB/s ag
 Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
 tensors are used as they are; the packed copy is oneDNN's.
 
+oneDNN multiplies bf16 natively only where the CPU has the instructions for it (AVX-512 BF16,
+AMX, or AVX-NE-CONVERT); elsewhere it refuses to pack a bf16 weight, and torch's own bf16
+product is emulated (2-3 GFLOP/s on an AVX2-only 2-core EPYC, against 110-150 in fp32). There
+the packed copy is fp32 (the weights widened once, exactly) and a bf16 input is widened, multiplied
+and rounded back: what a native bf16 GEMM does too (it accumulates in fp32). It is detected,
+not assumed: `native_bf16()` asks oneDNN.
+
 oneDNN builds a kernel for each row count it meets and keeps it (up to 1,024, then it evicts
 and rebuilds). A step's rows are its token count, which takes hundreds of values under
 continuous batching, so a long run kept allocating: four layers' shapes at 600 row counts left
@@ -31,6 +38,11 @@ import torch.nn.functional as F
 def onednn_available(device: torch.device, dtype: torch.dtype) -> bool:
     return (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available())
+
+
+def native_bf16() -> bool:
+    """Does oneDNN multiply bf16 natively on this CPU (else Linear widens bf16 to fp32)?"""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -75,8 +87,12 @@ class Linear:
     def __init__(self, weight: torch.Tensor, kernels=None, pack: bool = False):
         self.weight = weight                  # the model's own tensor, used as it is
         self.kernels = kernels                # cpu_kernels.CpuKernels or None
+        # bf16 on a CPU without native bf16 products: oneDNN multiplies an fp32 copy instead
+        self.widen = pack and weight.dtype == torch.bfloat16 and not native_bf16()
         # oneDNN's own copy of the weight, in its blocked layout
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, None) if pack else None
+        self.packed = None
+        if pack:
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels is not None and x.shape[0] <= 2:
@@ -86,5 +102,7 @@ class Linear:
             padded = padded_rows(rows)
             if padded != rows:
                 x = F.pad(x, (0, 0, 0, padded - rows))
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")[:rows]
+            y = torch.ops.mkldnn._linear_pointwise(x.float() if self.widen else x, self.packed, None,
+                                                   "none", [], "")[:rows]
+            return y.to(self.weight.dtype) if self.widen else y
         return F.linear(x, self.weight)

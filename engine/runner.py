@@ -40,7 +40,7 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     if onednn_available(device, dtype):
         paths.append("oneDNN linear layers with packed weights")
     if cpu_kernels.for_device(device, dtype) is not None:
-        paths.append("C kernels: paged attention, RMSNorm, batch-1/2 linear")
+        paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, SiLU, batch-1/2 linear")
     return paths
 
 
@@ -89,6 +89,8 @@ class _Step:
     positions: torch.Tensor       # [T] position of each token in its sequence
     slots: torch.Tensor           # [T] where each token's K/V goes in the cache
     sample_rows: torch.Tensor     # [S] flat row of each sampling sequence's last token
+    cos: torch.Tensor | None = None   # [T, 1, d] RoPE factors of each token (the PyTorch path)
+    sin: torch.Tensor | None = None
     # the C kernel's path: what each token attends to
     row_tables: torch.Tensor | None = None  # [T, max_blocks] its sequence's block table
     row_lens: torch.Tensor | None = None    # [T] how many keys it sees (its position + 1)
@@ -158,6 +160,7 @@ class ModelRunner:
             # and decode alike, for the whole step in one call.
             return _Step(positions, slots, sample_rows, row_tables=tables[seq_of].contiguous(),
                          row_lens=(positions + 1).contiguous())
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
         dec = [i for i, n in enumerate(lens) if n == 1]
         dec_rows = dec_slots = dec_mask = None
         if dec:
@@ -178,22 +181,41 @@ class ModelRunner:
             # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
             mask = None if s.start_pos == 0 else (j[None, :] <= j[s.start_pos:, None])
             prefills.append((row - n, n, kv_slots, mask))
-        return _Step(positions, slots, sample_rows, dec_rows=dec_rows, dec_slots=dec_slots, dec_mask=dec_mask,
-                     prefills=prefills)
+        return _Step(positions, slots, sample_rows, cos, sin, dec_rows=dec_rows, dec_slots=dec_slots,
+                     dec_mask=dec_mask, prefills=prefills)
 
     # ---- the forward, top to bottom ----
 
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def _add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+        """x += delta (the residual stream, in place), then RMSNorm(x)."""
         if self.kernels is not None:
-            return self.kernels.rms_norm(x.contiguous(), weight, self.eps)
+            return self.kernels.rms_norm(x, weight, self.eps, residual=delta)
+        if delta is not None:
+            x += delta
         h = x.float()                                   # as HF: statistics in float32
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * h.to(x.dtype)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2                          # Llama "rotate half" layout
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def _rope_and_store(self, layer: int, qkv: torch.Tensor, step: _Step) -> torch.Tensor:
+        """The q/k/v product's output: RoPE on q and k, k and v into the cache at the step's
+        slots (slot = block_table[p // bs] * bs + p % bs). Returns q [T, heads, d]."""
+        H, KV, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.kernels is not None:
+            return self.kernels.rope_store(qkv, self.cos, self.sin, step.positions, step.slots,
+                                           self.k_cache[layer], self.v_cache[layer], H)
+        qk, v = qkv.split([(H + KV) * d, KV * d], dim=-1)
+        qk = qk.view(-1, H + KV, d)                      # q and k heads rotate alike
+        half = d // 2                                    # Llama "rotate half" layout
+        qk = qk * step.cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * step.sin
+        self.k_cache[layer].index_copy_(0, step.slots, qk[:, H:])
+        self.v_cache[layer].index_copy_(0, step.slots, v.view(-1, KV, d))
+        return qk[:, :H]
+
+    def _silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.silu_mul(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate).mul_(up)                     # in place: one big temporary fewer
 
     def _attention(self, layer: int, q: torch.Tensor, step: _Step, bufs: dict) -> torch.Tensor:
         """q: [T, heads, d] -> [T, heads, d]. K/V of this step are already in the cache."""
@@ -225,28 +247,24 @@ class ModelRunner:
         step = self._prepare(seqs)
         ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
         T, H, KV, d = len(ids), self.num_heads, self.num_kv_heads, self.head_dim
-        cos, sin = self.cos[step.positions][:, None, :], self.sin[step.positions][:, None, :]
         bufs = {}
         if step.dec_slots is not None:                   # gather buffers shared by all layers
             shape = (len(step.dec_slots), KV, d)
             bufs = {"dk": self.k_cache.new_empty(shape), "dv": self.v_cache.new_empty(shape)}
 
-        x = F.embedding(ids, self.embed)                 # [T, hidden]
+        # x is the residual stream [T, hidden]; each block's output (delta) is added to it by the
+        # norm that follows, in the same call
+        x, delta = F.embedding(ids, self.embed), None
         for i, layer in enumerate(self.layers):
             w = self.linears[i]
-            h = self._rms_norm(x, layer.input_layernorm.weight)
-            qk, v = w["qkv"](h).split([(H + KV) * d, KV * d], dim=-1)
-            qk = self._rope(qk.view(T, H + KV, d), cos, sin)      # q and k heads rotate alike
-            q, k, v = qk[:, :H], qk[:, H:], v.view(T, KV, d)
-            self.k_cache[i].index_copy_(0, step.slots, k)  # slot = block_table[p // bs] * bs + p % bs
-            self.v_cache[i].index_copy_(0, step.slots, v)
+            h = self._add_norm(x, delta, layer.input_layernorm.weight)
+            q = self._rope_and_store(i, w["qkv"](h), step)
             o = self._attention(i, q, step, bufs)
-            x = x + w["o"](o.reshape(T, H * d))
-            h = self._rms_norm(x, layer.post_attention_layernorm.weight)
-            gate, up = w["gate_up"](h).chunk(2, dim=-1)
-            x = x + w["down"](F.silu(gate).mul_(up))     # in place: one big temporary fewer
+            h = self._add_norm(x, w["o"](o.reshape(T, H * d)), layer.post_attention_layernorm.weight)
+            delta = w["down"](self._silu_mul(w["gate_up"](h)))
         # lm_head only where a next token is wanted: the vocab matmul is the biggest one
-        h = self._rms_norm(x[step.sample_rows], self.norm)
+        rows = step.sample_rows
+        h = self._add_norm(x[rows], delta[rows], self.norm)
         return self.lm_head_linear(h).float()
 
     def run(self, seqs: list[SeqInput]) -> list[int | None]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from .config import SchedulerPolicy
 from .kv_cache import BlockPool, blocks_for
 from .request import Request, Status
+from .waiting import WaitingQueue
 
 
 @dataclass(slots=True)
@@ -75,7 +76,7 @@ class Scheduler:
         self.policy = policy.validate()
         self.pool = pool
         self.max_model_len = max_model_len
-        self.waiting: list[Request] = []
+        self.waiting = WaitingQueue()          # preempted first, then arrivals in order (engine/waiting.py)
         self.running: list[Request] = []
         self.tenant_service: dict[str, int] = defaultdict(int)   # tokens served per tenant ("fair")
 
@@ -88,11 +89,11 @@ class Scheduler:
             req.status = Status.REJECTED
             req.error = reason
             return reason
-        if not any(r.tenant == req.tenant for r in self.waiting) and not any(
-                r.tenant == req.tenant for r in self.running):
+        waiting_tenants = self.waiting.tenants()
+        if req.tenant not in waiting_tenants and not any(r.tenant == req.tenant for r in self.running):
             # A tenant returning from idle starts level with the least-served active tenant,
             # so "fair" does not hand it the whole engine to catch up on time it did not ask for.
-            active = {r.tenant for r in self.waiting} | {r.tenant for r in self.running}
+            active = waiting_tenants | {r.tenant for r in self.running}
             floor = min((self.tenant_service[t] for t in active), default=0)
             self.tenant_service[req.tenant] = max(self.tenant_service[req.tenant], floor)
         req.status = Status.WAITING
@@ -229,8 +230,8 @@ class Scheduler:
             if n:
                 plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, "prefill"))
                 budget -= n
-        if admitted:
-            self.waiting = [r for r in self.waiting if r not in admitted]
+        for req in admitted:
+            self.waiting.remove(req)
         return budget
 
     # ----- helpers -----
@@ -268,7 +269,7 @@ class Scheduler:
         req.status = Status.WAITING
         req.preemptions += 1
         req.was_preempted = True
-        self.waiting.insert(0, req)
+        self.waiting.push_front(req)
         plan.preempted.append(req)
         return granted
 
@@ -296,13 +297,13 @@ class Scheduler:
             return f"queue full: {len(self.waiting)} requests already waiting (max_waiting={limit})"
         return ""
 
-    def _ordered_waiting(self, now_s: float) -> list[Request]:
-        """Waiting requests in admission order; preempted requests always come first."""
+    def _ordered_waiting(self, now_s: float):
+        """Waiting requests in admission order, walked lazily; preempted requests always come first."""
         order = self.policy.order
         if order == "fcfs":
             return self.waiting        # kept in arrival order; preempted ones were put at the front
-        if order == "fair":
-            return self._round_robin_by_tenant()
+        if order == "fair":            # least-served tenant first, then one request per tenant per round
+            return self.waiting.round_robin(self.tenant_service)
         if order == "priority":
             key = lambda r: (not r.was_preempted, r.priority, r.arrival_s)
         elif order == "sjf":
@@ -311,20 +312,5 @@ class Scheduler:
             slo = self.policy.ttft_slo_s
             key = lambda r: (not r.was_preempted,
                              r.arrival_s + (r.ttft_slo_s if r.ttft_slo_s is not None else slo))
-        return sorted(self.waiting, key=key)
-
-    def _round_robin_by_tenant(self) -> list[Request]:
-        """Least-served tenant first, then take turns: one request per tenant per round."""
-        queues: dict[str, list[Request]] = defaultdict(list)
-        front = [r for r in self.waiting if r.was_preempted]
-        for r in self.waiting:
-            if not r.was_preempted:
-                queues[r.tenant].append(r)
-        tenants = sorted(queues, key=lambda t: self.tenant_service[t])
-        out = front
-        depth = 0
-        while tenants:
-            tenants = [t for t in tenants if depth < len(queues[t])]
-            out.extend(queues[t][depth] for t in tenants)
-            depth += 1
-        return out
+            order = (order, slo)
+        return self.waiting.ranked(order, key)

@@ -53,7 +53,7 @@ def test_the_engine_counts_add_up_at_every_step_with_rejections_and_aborts():
         if i % 25 == 0:
             eng.set_policy(eng.policy.changed(**random_change(rng)))
         if i % 7 == 0:                                     # a client hangs up: waiting, running or not yet arrived
-            live = eng.scheduler.waiting + eng.scheduler.running + eng.pending
+            live = [*eng.scheduler.waiting, *eng.scheduler.running, *eng.pending]
             if live:
                 eng.abort(rng.choice(live), "client disconnected")
         rec = eng.step()

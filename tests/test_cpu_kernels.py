@@ -41,8 +41,15 @@ def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
 def test_few_rows_linear_matches_torch(kernels, dtype, rows, width):
     g = torch.Generator().manual_seed(rows * 100 + width)
     x = torch.randn(rows, width, generator=g).to(dtype)
-    w = torch.randn(1000, width, generator=g).to(dtype)       # 1000 rows: not a multiple of anything
+    w = torch.randn(1003, width, generator=g).to(dtype)       # 1003 rows: a tail past the kernel's 4-row groups
     close(kernels.few_rows_linear(x, w), F.linear(x, w), dtype)
+
+
+@needs_gcc
+def test_few_rows_linear_with_no_rows(kernels):
+    """A step where no sequence samples sends zero rows to the vocabulary head: an empty answer."""
+    w = torch.randn(1003, 64)
+    assert kernels.few_rows_linear(torch.randn(0, 64), w).shape == (0, 1003)
 
 
 def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
@@ -167,3 +174,55 @@ def test_rms_norm_matches_the_llama_reference(kernels, dtype, rows):
     h = x.float()
     want = w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
     close(kernels.rms_norm(x, w, 1e-5), want, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 40])
+def test_residual_add_then_rms_norm_matches_pytorch(kernels, dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 576, generator=g) * 3).to(dtype)
+    delta = torch.randn(rows, 576, generator=g).to(dtype)
+    w = torch.randn(576, generator=g).to(dtype)
+    summed = x + delta
+    h = summed.float()
+    want = w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
+    got = kernels.rms_norm(x, w, 1e-5, residual=delta)
+    assert torch.equal(x, summed), "the residual stream is updated in place, rounded as PyTorch's add"
+    close(got, want, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T", [1, 3, 33])
+def test_rope_and_cache_write_match_pytorch(kernels, dtype, T):
+    H, KV, d, slots_n = 9, 3, 64, 80
+    g = torch.Generator().manual_seed(T)
+    qkv = torch.randn(T, (H + 2 * KV) * d, generator=g).to(dtype)
+    angles = torch.arange(200)[:, None] * torch.rand(d // 2, generator=g)[None, :]
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(dtype)
+    sin = torch.cat([angles.sin(), angles.sin()], -1).to(dtype)
+    positions = torch.randperm(200, generator=g)[:T]
+    slots = torch.randperm(slots_n, generator=g)[:T]
+    k_cache, v_cache = torch.zeros(slots_n, KV, d, dtype=dtype), torch.zeros(slots_n, KV, d, dtype=dtype)
+    q = kernels.rope_store(qkv, cos, sin, positions, slots, k_cache, v_cache, H)
+    qk, v = qkv.split([(H + KV) * d, KV * d], dim=-1)
+    qk = qk.view(T, H + KV, d)
+    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
+    want = qk * c + torch.cat([-qk[..., d // 2:], qk[..., :d // 2]], dim=-1) * s
+    close(q, want[:, :H], dtype)
+    close(k_cache[slots], want[:, H:], dtype)
+    assert torch.equal(v_cache[slots], v.view(T, KV, d))
+    others = torch.ones(slots_n, dtype=torch.bool)
+    others[slots] = False
+    assert not k_cache[others].any() and not v_cache[others].any(), "only the step's slots are written"
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 20])
+def test_silu_mul_matches_pytorch(kernels, dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    gate_up = (torch.randn(rows, 2 * 1536, generator=g) * 4).to(dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    close(kernels.silu_mul(gate_up), F.silu(gate) * up, dtype)

@@ -20,7 +20,7 @@ ALLOWED = {
     "lessons": {"ui"},
     "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground"},
     "tools": set(PACKAGES) - {"tools"},
-    "app": {"ui", "lessons"},
+    "app": {"ui", "lessons", "engine"},        # engine: imported first, for its OpenMP wait setting
 }
 NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster")
 MAX_LINES = 400

@@ -55,3 +55,16 @@ def test_a_thread_that_lowers_its_priority_passes_it_to_its_threads_and_not_to_i
     seen = on_a_thread_and_its_child(lambda: lower_os_priority(5), nice)
     assert seen == {"engine": min(19, base + 5), "child": min(19, base + 5)}
     assert nice(threading.get_native_id()) == base
+
+
+def test_importing_the_engine_sets_a_bounded_spin_before_torch_loads_and_keeps_a_hand_set_policy():
+    import subprocess
+    code = ("import os, engine, torch; torch.ones(4096, 4096).sum(); "
+            "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    run = lambda **extra: subprocess.run([sys.executable, "-c", code], env={**env, **extra}, text=True,
+                                         capture_output=True, check=True).stdout.split()
+    from engine import SPIN_COUNT
+    assert run() == [SPIN_COUNT, "None"]
+    assert run(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE"]
+    assert run(GOMP_SPINCOUNT="7") == ["7", "None"]

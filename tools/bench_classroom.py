@@ -32,8 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-OMP_BEFORE = os.environ.get("OMP_WAIT_POLICY")     # bench_ui_overhead sets it on import; `make classroom` does not
-from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pids, cpu_s,  # noqa: E402
+from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pids, cpu_s,
                                      engine_cpu_s, free_port, launch_browser)
 
 GOAL = 0.70
@@ -113,8 +112,6 @@ def main(argv=None):
     engine_url, app_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{app_port}"
     env = {k: v for k, v in os.environ.items()     # no other engine choice or model leaks in
            if not k.startswith(("BATCHING_LAB_ENGINE", "BATCHING_LAB_METRICS", "BATCHING_LAB_MODEL"))}
-    if OMP_BEFORE is None:
-        env.pop("OMP_WAIT_POLICY", None)              # the server as `make classroom` starts it (app.py sets its own)
     env.update(BATCHING_LAB_INSTRUCTOR_TOKEN=token, BATCHING_LAB_ENGINE_URL=engine_url, PYTHONPATH=str(ROOT))
     logs = Path(tempfile.mkdtemp(prefix="bench_classroom-"))
     t_begin, procs, rows = time.monotonic(), [], []

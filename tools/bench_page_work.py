@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as app.py sets it
+import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402

@@ -9,7 +9,7 @@ holds its connections, and opening 64 at once is the client's cost, ~0.2 s of Py
 
 Reported:
 - output tokens/s of each, and their ratio pair by pair (goal >= 90%); both run with `engine
-  serve`'s process setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is what HTTP costs: the
+  serve`'s process setting (the engine's own OpenMP wait, engine/__init__.py), so the ratio is what HTTP costs: the
   server's side and, on a machine this small, the CPU its 64 clients take (printed per pair);
 - the TTFT the server adds (the client's TTFT, from the moment its request had been written
   to the socket, minus the TTFT its engine recorded, per request):
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as `engine serve` sets it: the same engine both ways
+import engine  # noqa: E402,F401  (first: the OpenMP wait `engine serve` has, before torch loads)
 import argparse
 import asyncio
 import json

@@ -5,6 +5,10 @@ Measures the engine's steps/s on the same policy and workload two ways, in alter
   headless  a PlaygroundRun (LiveRun on the real model) in a process with no UI
   page      `streamlit run app.py` with the Playground open in Chromium, live views refreshing
 
+With --baseline cli, each round also runs `python -m engine run` itself on the same requests and
+policy (a workload file written from the page's setup), stopped after the window: the engine as
+the CLI runs it, and the ratios no viewer/CLI (headless) and one viewer/CLI (page).
+
 With --pin, the server (engine and app) and the headless engine run on CPU 0 and Chromium alone
 on CPU 1: the browser then takes nothing from the engine, as a learner's own browser on their
 own computer would not, and the ratio is the server's own cost of a viewer.
@@ -16,20 +20,22 @@ It prints each round and the median ratio page/headless, and the app's own CPU: 
 process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
 page, the records come from the page's own steps.csv download. Both run with app.py's process
-setting (OMP_WAIT_POLICY=PASSIVE), so the ratio is the UI's cost alone. Needs Debian's Chromium.
+setting (the engine's own OpenMP wait, engine/__init__.py), so the ratio is the UI's cost alone. Needs Debian's Chromium.
 A measurement, not a test: on a shared machine, run it a few times.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as app.py sets it: same engine both ways
+import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -75,6 +81,42 @@ def headless(model, warm_s: float, window_s: float) -> float:
     lab.stop()
     return rate_in_window((s.t_start_s for s in snap.steps), (s.t_end_s for s in snap.steps),
                           warm_s, window_s)
+
+
+def cli(warm_s: float, window_s: float) -> float:
+    """Steps/s of `python -m engine run` on SETUP's requests and policy, in the same window."""
+    from dataclasses import asdict
+
+    from engine.arrivals import build_requests
+    from engine.model import load_model
+    from engine.workload import PromptMaker, write_jsonl
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ui_cli-"))
+    write_jsonl(str(tmp / "w.jsonl"), build_requests(SETUP.workload(), PromptMaker(load_model("smollm2").tokenizer)))
+    flags = []
+    for name, value in asdict(SETUP.policy()).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else f"--no-{flag[2:]}")
+        elif value is not None:
+            flags += [flag, str(value)]
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--model", "smollm2", "--workload",
+                             str(tmp / "w.jsonl"), "--out", str(tmp / "run"), *flags], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while "generating" not in "".join(err) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)                          # loading the model; its progress bar starts with the steps
+    time.sleep(warm_s + window_s + 3.0)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)          # Ctrl-C: the CLI writes what it has and stops
+    proc.wait(timeout=120)
+    reader.join(timeout=5)
+    if not (tmp / "run" / "steps.csv").exists():
+        raise RuntimeError(f"engine run wrote no steps.csv: {''.join(err)[-500:]}")
+    df = pd.read_csv(tmp / "run" / "steps.csv")
+    return rate_in_window(df["t_start_s"], df["t_end_s"], warm_s, window_s)
 
 
 def free_port() -> int:
@@ -233,6 +275,9 @@ def main(argv=None):
     ap.add_argument("--browser", choices=BROWSER_CLASSES, default="idle",
                     help="Chromium's scheduling class: idle (default: it gets what the server leaves) "
                          "or normal (it competes with the server as equals)")
+    ap.add_argument("--baseline", choices=("headless", "cli"), default="headless",
+                    help="cli: also run `python -m engine run` on the same requests and policy each round, "
+                         "and give the headless run (no viewer) and the page (one viewer) against it")
     ap.add_argument("--pin", action="store_true",
                     help="the server and the headless engine on CPU 0, Chromium alone on CPU 1")
     args = ap.parse_args(argv)
@@ -262,15 +307,18 @@ def main(argv=None):
                      f"on CPU {browser_cpu}" if args.pin else ""), flush=True)
             with_page(browser, f"http://127.0.0.1:{port}", 2.0, 0, server.pid)   # load the server's model once
             for i in range(args.rounds):
+                c = cli(args.warm, args.window) if args.baseline == "cli" else None
                 t = time.process_time()
                 a = headless(model, args.warm, args.window)
                 engine_cpu = (time.process_time() - t) / (args.warm + args.window + 0.5)
                 cpu = {}
                 b = with_page(browser, f"http://127.0.0.1:{port}", args.warm, args.window,
                               server.pid, cpu)
-                rows.append((a, b))
+                rows.append((a, b, c))
+                vs_cli = "" if c is None else (f"   cli {c:5.2f} steps/s: headless/cli {a / c:.2f}, "
+                                                f"page/cli {b / c:.2f}")
                 print(f"round {i + 1}: headless {a:5.2f} steps/s   page open {b:5.2f} steps/s   "
-                      f"ratio {b / a:.2f}   (CPU, cores: headless engine {engine_cpu:.2f}, "
+                      f"ratio {b / a:.2f}{vs_cli}   (CPU, cores: headless engine {engine_cpu:.2f}, "
                       f"server {cpu['server']:.2f} = engine threads {cpu['engine']:.2f} + app "
                       f"{cpu['server'] - cpu['engine']:.2f}, Chromium {cpu['browser']:.2f})", flush=True)
                 apps.append(cpu["server"] - cpu["engine"])
@@ -278,10 +326,15 @@ def main(argv=None):
     finally:
         server.terminate()
         server.wait(timeout=15)
-    ratios = [b / a for a, b in rows]
+    ratios = [b / a for a, b, _ in rows]
     print(f"median ratio page/headless: {statistics.median(ratios):.2f} "
-          f"(headless median {statistics.median(a for a, _ in rows):.2f} steps/s, "
-          f"page median {statistics.median(b for _, b in rows):.2f} steps/s)")
+          f"(headless median {statistics.median(a for a, _, _ in rows):.2f} steps/s, "
+          f"page median {statistics.median(b for _, b, _ in rows):.2f} steps/s)")
+    if args.baseline == "cli":
+        print(f"against the CLI on the same requests and policy (median of rounds): no viewer (headless) "
+              f"{statistics.median(a / c for a, _, c in rows):.2f}, one viewer (page) "
+              f"{statistics.median(b / c for _, b, c in rows):.2f} "
+              f"(CLI median {statistics.median(c for _, _, c in rows):.2f} steps/s)")
     print(f"the app's own CPU for one viewer (the server process less its engine threads): median "
           f"{statistics.median(apps):.0%} of a core (goal < 15%)")
 

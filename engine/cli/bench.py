@@ -37,6 +37,9 @@ def add_bench_flags(p) -> None:
                                           "output_hi", "seed"))
     p.add_argument("--hf-batch", type=int, default=16, help="batch size of the transformers static baseline")
     p.add_argument("--skip-peers", action="store_true", help="only this engine and the roofline")
+    p.add_argument("--profile", action="store_true",
+                   help="also time the parts of a step (GEMM, attention, norms, sampling, Python) for decode "
+                        "at batch 1, 8, 32, 64 and prefill steps, beside each shape's roofline")
     p.set_defaults(**BENCH_DEFAULTS)
 
 
@@ -198,8 +201,9 @@ def bench_command(args) -> int:
     print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")
-    for order in ("fcfs", "sjf", "fair"):
-        print(f"scheduling one step with 1,000 waiting ({order}): {schedule_time_ms(order=order):.3f} ms")
+    for n in (1000, 10000):
+        times = ", ".join(f"{order} {schedule_time_ms(n, order=order):.3f}" for order in ("fcfs", "sjf", "fair"))
+        print(f"scheduling one step with {n:,} waiting: {times} ms")
     results = []
     for dtype in args.dtype.split(","):
         model = load_model(args.model, args.device, dtype)
@@ -215,6 +219,11 @@ def bench_command(args) -> int:
         floor_ms = costs["weight_bytes"] / roof["mem_bw"] * 1000
         print(f"decode step at batch 1: {b1['step_ms']:.1f} ms; memory roofline {floor_ms:.1f} ms "
               f"-> {b1['step_ms'] / floor_ms:.2f}x the floor")
+        if args.profile:
+            from ..step_profile import format_table, profile_shapes
+            shape_roof_ms = lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["context"]) * 1000
+            print("where a step's time goes (ms and share of the step; median step of several):")
+            print(format_table(profile_shapes(model), shape_roof_ms))
 
         t_eng, ours, engine = run_engine(model, fresh(), args)
         eng_tps = total_out / t_eng
@@ -225,10 +234,15 @@ def bench_command(args) -> int:
             roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, ctx)
         busy = sum(s.duration_s for s in engine.steps)
         row = {"dtype": str(model.dtype).replace("torch.", ""), "engine_tok_s": eng_tps,
-               "engine_s": t_eng, "roofline_fraction": roof_s / busy, "steps": len(engine.steps)}
+               "engine_s": t_eng, "roofline_fraction": roof_s / busy, "steps": len(engine.steps),
+               "b1_floor_ratio": b1["step_ms"] / floor_ms}
         print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
               f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes")
-        if not args.skip_peers:
+        from ..linear import native_bf16
+        if not args.skip_peers and model.device.type == "cpu" and model.dtype == torch.bfloat16 and not native_bf16():
+            print("transformers in bf16: skipped, its matmuls are emulated on this CPU (no AVX-512 BF16, AMX or "
+                  "AVX-NE-CONVERT), many times slower than its fp32, so its run would take tens of minutes; see the fp32 ratios")
+        elif not args.skip_peers:
             t_st, hf_static = run_hf_static(model, fresh(), args.hf_batch)
             same, toks = agreement(ours, hf_static)
             row.update(hf_static_tok_s=total_out / t_st, static_agree=same, static_tok_agree=toks)
@@ -253,5 +267,8 @@ def bench_command(args) -> int:
         if "hf_cb_tok_s" in r:
             parts.append(f"{r['engine_tok_s'] / r['hf_cb_tok_s']:.1f}x transformers-continuous")
         parts.append(f"{r['roofline_fraction'] * 100:.0f}% of roofline")
+        parts.append(f"decode b1 {r['b1_floor_ratio']:.2f}x the memory floor")
+        if "static_agree" in r:
+            parts.append(f"greedy-identical {r['static_agree'] * 100:.0f}% of requests")
         print("  " + ", ".join(parts))
     return 0

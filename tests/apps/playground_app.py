@@ -2,10 +2,9 @@
 
 For tests of the Playground page that must not depend on the other pages importing.
 """
-import os
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")     # as app.py: see there
+import engine  # noqa: F401  (as app.py: first, so the engine sets its OpenMP wait before torch loads)
 
 import streamlit as st  # noqa: E402
 

@@ -1,0 +1,18 @@
+"""engine/step_profile.py: a step's time split into the runner's parts; the parts add up to the step."""
+from engine.model import load_model
+from engine.step_profile import PARTS, format_table, profile_shapes
+
+
+def test_every_part_is_timed_and_the_parts_add_up_to_the_step():
+    rows = profile_shapes(load_model("tiny", device="cpu", dtype="fp32"), reps=1)
+    assert [r["shape"] for r in rows] == ["decode b1", "decode b8", "decode b32", "decode b64",
+                                          "prefill 1x256", "prefill 8x256"]
+    for r in rows:
+        for part in PARTS:
+            assert r[part] > 0, f"{r['shape']}: {part} was never timed"
+        # the timed parts do not overlap: what is left for Python and gaps is not negative
+        assert r["other"] >= 0, r
+        assert abs(sum(r[p] for p in (*PARTS, "other")) - r["step_ms"]) < 1e-6
+    assert rows[0]["tokens"] == 1 and rows[3]["tokens"] == 64 and rows[5]["tokens"] == 2048
+    table = format_table(rows, lambda r: 1.0)
+    assert len(table.splitlines()) == 1 + len(rows) and "Python & gaps" in table
