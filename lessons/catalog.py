@@ -7,7 +7,9 @@ Markdown body. Markers inside bodies, which the pages resolve:
 - a number quoted from a lab's code: ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}`` shows the text
   after ``=``; tests/test_lesson_numbers.py checks it against ``labs/slo_goodput/experiment.py``'s
   ``RATES`` (or a shared ``labs/<name>.py``'s constant; an optional ``:percent`` or ``:gain`` after the name says how the value is written);
-- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``.
+- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``;
+- a lab's prediction question, ``{{predict:knee}}``: the question's text as ui/questions.py declares it
+  (the lab page asks the very same), with the lab's default settings filled in.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
@@ -24,6 +26,7 @@ from typing import Callable, Mapping, Union
 
 import yaml
 
+from ui.questions import ASKS
 from ui.registry import LABS
 
 FOLDER = Path(__file__).parent
@@ -35,6 +38,7 @@ KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
 LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
 BLOCK = re.compile(r"^\{\{(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
 MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
+PREDICT = re.compile(r"\{\{predict:(\w+)\}\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
 
 
@@ -124,8 +128,14 @@ def find_lab_numbers(text: str) -> list[LabNumber]:
 
 
 def render_numbers(text: str) -> str:
-    """Lab-number markers reduced to the numbers they show."""
+    """Lab-number markers reduced to the numbers they show, and prediction markers to their questions."""
+    text = PREDICT.sub(lambda m: f"*{ASKS[m.group(1)].render()}*" if m.group(1) in ASKS else m.group(0), text)
     return LAB_NUMBER.sub(lambda m: m.group(4), text)
+
+
+def find_predictions(text: str) -> list[str]:
+    """The question ids of every {{predict:<id>}} marker in text."""
+    return PREDICT.findall(text)
 
 
 def split_pictures(body: str) -> list[tuple[str, str]]:
@@ -253,6 +263,9 @@ def parse_lesson(path: Path) -> Lesson:
         raise ValueError("quiz has no questions")
     if not body.strip():
         raise ValueError("lesson body is empty")
+    unknown_asks = [a for a in find_predictions(body) if a not in ASKS]
+    if unknown_asks:
+        raise ValueError(f"unknown prediction question(s) {unknown_asks}; known: {sorted(ASKS)}")
     return Lesson(id=re.sub(r"^\d+-", "", path.stem), path=path, title=meta["title"].strip(),
                   order=meta["order"], summary=meta["summary"].strip(), labs=list(meta["labs"]),
                   glossary=[str(g) for g in meta["glossary"]], quiz=_quiz(meta["quiz"]), body=body)
