@@ -53,7 +53,9 @@ def commit(at: AppTest) -> AppTest:
 def simulated_answer(at: AppTest) -> bool:
     """The simulator's answer is on the page: a guess shown beside a simulated result, and the claim's
     verdict said of the simulation."""
-    return any(m.label == "Simulated" for m in at.metric) and "The simulation" in texts(at)
+    beside = (any(m.label == "Simulated" for m in at.metric)
+              or any(m.value.startswith("Simulated  \n") for m in at.markdown))   # a long choice, as text
+    return beside and "The simulation" in texts(at)
 
 
 @pytest.mark.parametrize("lab_id, path", [(lab.url_path, lab.path) for lab in LESSON_LABS],

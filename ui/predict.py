@@ -56,6 +56,8 @@ class Question:
     def show(self, value) -> str:
         if self.choices:
             return str(value)
+        if self.unit == "×":
+            return f"×{value:g}"
         return f"{value:g} {self.unit}".strip()
 
 
@@ -227,8 +229,13 @@ def reveal(q: Question, guess, measured, why: str, measured_text: str | None = N
         _locked_line(slot.container(), q, guess)
     with st.container(border=True):
         cols = st.columns(2)
-        cols[0].metric("You predicted", q.show(guess))
-        cols[1].metric("Measured" if source == "measured" else "Simulated", shown)
+        label = "Measured" if source == "measured" else "Simulated"
+        if q.choices and max(len(q.show(guess)), len(shown)) > 16:     # a metric would cut a long choice short
+            cols[0].markdown(f"You predicted  \n**{q.show(guess)}**")
+            cols[1].markdown(f"{label}  \n**{shown}**")
+        else:
+            cols[0].metric("You predicted", q.show(guess))
+            cols[1].metric(label, shown)
         mark = ":material/check_circle: **✓ " if right else ":material/cancel: **✗ "
         then = "" if source == "measured" else " Run it on the real engine to see whether this machine agrees."
         st.markdown(f"{mark}{words[0].upper() + words[1:]}.** {why}{then}")

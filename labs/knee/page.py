@@ -42,7 +42,7 @@ st.markdown(f"The workload: for each setting, {lab.FILL} full batches of request
             f"0–{repeats - 1}). **The knee** here: {knee_rule.RULE}.")
 question = predict.question("knee", choices=tuple(values), help=f"Remember the rule: {knee_rule.RULE}.")
 guess = predict.gate(question)
-goodput_q = predict.question("knee_goodput", choices=tuple(values),
+goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"),
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
 step_model, profiled = calculators.machine_step_model()
@@ -70,9 +70,13 @@ predict.reveal(question, guess, knee, f"max_num_seqs {knee} makes {k.output_tok_
                f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best ({table.output_tok_s.max():.0f})"
                + ("" if measured else f"; over every value 1–64 the simulated knee is {sim_knee}") + ".",
                source=source)
-predict.reveal(goodput_q, goodput_guess, int(best_good.max_num_seqs),
-               f"max_num_seqs {int(best_good.max_num_seqs)} gives {best_good.goodput_req_s:.2f} requests/s within "
-               f"TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.", source=source)
+if best_good.goodput_req_s > 0:
+    predict.reveal(goodput_q, goodput_guess, int(best_good.max_num_seqs),
+                   f"max_num_seqs {int(best_good.max_num_seqs)} gives {best_good.goodput_req_s:.2f} requests/s within "
+                   f"TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.", source=source)
+else:
+    predict.reveal(goodput_q, goodput_guess, "none of them", f"No setting had a request within TPOT ≤ "
+                   f"{tpot * 1000:g} ms and TTFT ≤ {ttft:g} s: loosen the targets to compare them.", source=source)
 predict.show_verdict(lab.knee_verdict(table), source)
 
 cols = st.columns(4)
@@ -81,7 +85,7 @@ cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0)
                delta=f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best", delta_color="off")
 cols[2].metric("p95 TPOT at the knee", widgets.fmt(k.tpot_p95_ms, "ms", 0),
                delta=f"{top.tpot_p95_ms:.0f} ms at {int(top.max_num_seqs)}", delta_color="off")
-cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs),
+cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs) if best_good.goodput_req_s > 0 else "none",
                help=f"{best_good.goodput_req_s:.2f} requests/s within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s")
 
 shown_table = table if measured else pd.DataFrame()

@@ -41,7 +41,7 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"{', '.join(f'{r:g}' for r in rates)} requests/s ("
             f"{', '.join(f'{x:.0%}' for x in lab.LOADS)} of the capacity this machine's step model predicts), "
             f"continuous batching with {lab.POLICY.max_num_seqs} slots.")
-question = predict.question("slo_goodput", choices=tuple(rates))
+question = predict.question("slo_goodput", choices=(*rates, "none of them"))
 guess = predict.gate(question)
 miss_q = predict.question("slo_first_miss")
 miss_guess = predict.gate(miss_q)
@@ -57,7 +57,8 @@ source = "measured" if measured else "simulated"
 table = lab.goodput_table(got, ttft, tpot) if measured else sim[sim["rate"].isin(rates)].reset_index(drop=True)
 best = table.loc[table["goodput_req_s"].idxmax()]
 top = table.sort_values("rate").iloc[-1]
-predict.reveal(question, guess, best.rate, f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s"
+predict.reveal(question, guess, best.rate if best.goodput_req_s > 0 else "none of them",
+               f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s"
                + ("" if measured else f"; over all {len(sim)} simulated rates it peaks near "
                   f"{sim.loc[sim['goodput_req_s'].idxmax()].rate:g}") + ".", source=source)
 most_missed = "TTFT" if top.missed_ttft >= top.missed_tpot else "TPOT"

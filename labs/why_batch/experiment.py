@@ -170,10 +170,13 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
             x=xs, y=1000 * xs / (fit["t0_ms"] + fit["c_ms"] * xs), mode="lines",
             line=dict(color=MODEL_COLOR, width=1.5, dash="dot"),
             hovertemplate="model, batch %{x:.0f}: %{y:.0f} tokens/s<extra></extra>"))
-    # On a log axis a shape's x is in log10 units (plotly), and the axis range is too: a line drawn
-    # at x = 32 would stand at 10^32 and stretch the axis to it.
-    marks = ([vline(math.log10(knee_batch), f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")]
-             if knee_batch is not None else [])
+    # On a log axis plotly reads an annotation's x, and the axis range, in log10 units, while a shape's x
+    # stays in data units: a label placed at x = 32 stood at 10^32 and stretched the axis to it.
+    marks = []
+    if knee_batch is not None:
+        line, label = vline(knee_batch, f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")
+        side = "right" if knee_batch >= b.max() else "left"      # the label stays inside the plot
+        marks = [(line, {**label, "x": math.log10(knee_batch), "xanchor": side})]
     pad = 0.08 * max(math.log10(b.max() / b.min()), 1.0)
     return go.Figure(data=traces, layout=wrapped_layout(
         *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b],
