@@ -3,7 +3,7 @@
 (labs.knee_rule). Every setting gets FILL full batches of requests, all at once, so its batch
 fills whatever its size and the knee may fall anywhere in the sweep. The same sweep on the
 simulator (engine.simulate: the same scheduler, step times from a step model) answers at once
-over every max_num_seqs from 1 to 64; the real points overlay it."""
+over max_num_seqs 1 to 64 (SIM_VALUES); the real points overlay it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,7 +22,7 @@ from labs.slo_goodput.experiment import goodput
 
 VALUES = [1, 2, 4, 8, 16, 32, 64]
 CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-SIM_VALUES = range(1, 65)      # the simulated sweep: every max_num_seqs from 1 to 64
+SIM_VALUES = [*range(1, 17), *range(20, 65, 4)]   # the simulated sweep: 1 to 16, then every 4 up to 64
 REPEATS = 2
 FILL = 3                       # full batches of requests each setting gets
 MIN_REQUESTS = 12
@@ -80,7 +80,7 @@ def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0,
 
 def simulated_sweep(step_model, values=SIM_VALUES, seed: int = 0, ttft_slo_s: float | None = None,
                     tpot_slo_s: float | None = None) -> pd.DataFrame:
-    """knee_table of the simulated sweep: one row per max_num_seqs (1 to 64 by default), the real
+    """knee_table of the simulated sweep: one row per max_num_seqs (SIM_VALUES by default), the real
     sweep's columns; the same table for the same step model and seed."""
     return knee_table(simulated_runs(step_model, values, seed), ttft_slo_s, tpot_slo_s)
 

@@ -1,4 +1,4 @@
-"""Lab: the knee. Sweep max_num_seqs on the simulator at once (every value 1 to 64), then on the
+"""Lab: the knee. Sweep max_num_seqs on the simulator at once (max_num_seqs 1 to 64), then on the
 real engine, each setting several times; throughput against p95 TPOT and p95 TTFT, with the knee
 by the labs' one rule."""
 import pandas as pd
@@ -68,7 +68,7 @@ if measured:
     predict.record("knee", knee=str(knee), tpot_p95_knee=f"{k.tpot_p95_ms:.0f} ms")
 predict.reveal(question, guess, knee, f"max_num_seqs {knee} makes {k.output_tok_s:.0f} tok/s, "
                f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best ({table.output_tok_s.max():.0f})"
-               + ("" if measured else f"; over every value 1–64 the simulated knee is {sim_knee}") + ".",
+               + ("" if measured else f"; over the simulated sweep of 1–64 the knee is {sim_knee}") + ".",
                source=source)
 if best_good.goodput_req_s > 0:
     predict.reveal(goodput_q, goodput_guess, int(best_good.max_num_seqs),
