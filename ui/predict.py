@@ -91,7 +91,8 @@ def measurement(lab: str, name: str) -> str | None:
 
 
 def _commit(q: Question) -> None:
-    predictions()[q.lab] = {"question": q.text, "lab": q.lab_id or q.lab, "guess": st.session_state[f"{q.key}__guess"],
+    guess = st.session_state[f"{q.key}__guess"]
+    predictions()[q.lab] = {"question": q.text, "lab": q.lab_id or q.lab, "guess": guess, "guess_shown": q.show(guess),
                             "measured": None, "verdict": None, "locked": False}
 
 
@@ -134,7 +135,7 @@ def lesson_summary(lesson_id: str) -> None:
     for a in asks:
         entry = predictions().get(a.id)
         rows.append({"question": entry["question"] if entry else a.render(),
-                     "your guess": "—" if not entry else str(entry["guess"]),
+                     "your guess": "—" if not entry else entry.get("guess_shown", str(entry["guess"])),
                      "answer": "—" if not entry or entry.get("shown") is None else
                      f"{entry['shown']} ({entry.get('source', 'measured')})",
                      "how close": (entry or {}).get("verdict") or "not run yet"})
