@@ -135,10 +135,14 @@ def waiting_verdict(table: pd.DataFrame) -> claims.Verdict:
         why = (" The engine delivered more tokens per second as well: arrivals outpace it, so efficiency is "
                "throughput here." if delivered > 0 else " Delivered tokens per second moved too: arrivals, not "
                "the engine, set them below capacity, so this run is near or past capacity.")
+    noisy = None
+    if busy < 1 and last.mean_batch >= 1.5 * first.mean_batch:
+        noisy = (numbers + " The batches filled, yet each second of work made fewer tokens: a fuller step is never "
+                 "slower per token, so the machine ran slower during the later runs (a busy machine): run again.")
     return claims.judge("waiting_to_batch", busy,
                         numbers + " Waiting bought efficiency (fuller, cheaper-per-token steps, room for more "
                         "traffic), not delivered throughput, and every request paid for it in TTFT.",
-                        numbers + why, extra_test=ttft_up and delivered == 0)
+                        numbers + why, noisy, extra_test=ttft_up and delivered == 0)
 
 
 def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
