@@ -10,7 +10,9 @@ Markdown body. Markers inside bodies, which the pages resolve:
 - a number from a worked example: ``{{example:static_end_s=22.1}}`` shows ``22.1``;
   tests/test_lesson_examples.py checks it against analysis/course_numbers.py's ``numbers()``, which
   computes it from the course's simulated runs and the engine's constants;
-- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``.
+- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``;
+- a lab's prediction question, ``{{predict:knee}}``: the question's text as ui/questions.py declares it
+  (the lab page asks the very same), with the lab's default settings filled in.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
@@ -27,6 +29,7 @@ from typing import Callable, Mapping, Union
 import yaml
 
 from lessons.questions import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
+from ui.questions import ASKS
 
 __all__ = ["LAB_IDS", "MEASURE", "QuizQuestion", "Shown", "choice_order"]
 
@@ -38,6 +41,7 @@ KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
 LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
 EXAMPLE_NUMBER = re.compile(r"\{\{example:(\w+)=([^{}]+)\}\}")
 BLOCK = re.compile(r"^\{\{(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
+PREDICT = re.compile(r"\{\{predict:(\w+)\}\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
 
 
@@ -109,13 +113,20 @@ def find_example_numbers(text: str) -> list[tuple[str, str]]:
 
 
 def render_numbers(text: str) -> str:
-    """Lab-number and example-number markers reduced to the numbers they show."""
+    """Lab-number and example-number markers reduced to the numbers they show, and prediction
+    markers to their questions."""
+    text = PREDICT.sub(lambda m: f"*{ASKS[m.group(1)].render()}*" if m.group(1) in ASKS else m.group(0), text)
     return EXAMPLE_NUMBER.sub(lambda m: m.group(2), LAB_NUMBER.sub(lambda m: m.group(4), text))
 
 
 def find_blocks(text: str, kind: str) -> list[str]:
     """Ids of the pictures (kind "picture") or calculators a text places."""
     return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == kind]
+
+
+def find_predictions(text: str) -> list[str]:
+    """The question ids of every {{predict:<id>}} marker in text."""
+    return PREDICT.findall(text)
 
 
 def split_pictures(body: str) -> list[tuple[str, str]]:
@@ -180,6 +191,9 @@ def parse_lesson(path: Path) -> Lesson:
         raise ValueError("quiz has no questions")
     if not body.strip():
         raise ValueError("lesson body is empty")
+    unknown_asks = [a for a in find_predictions(body) if a not in ASKS]
+    if unknown_asks:
+        raise ValueError(f"unknown prediction question(s) {unknown_asks}; known: {sorted(ASKS)}")
     return Lesson(id=re.sub(r"^\d+-", "", path.stem), path=path, title=meta["title"].strip(),
                   order=meta["order"], summary=meta["summary"].strip(), labs=list(meta["labs"]),
                   glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"]), body=body)

@@ -26,7 +26,7 @@ import streamlit as st
 from lessons import catalog, progress
 from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
 from lessons.quiz import show_quiz
-from ui import calculators, pictures
+from ui import calculators, pictures, predict
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -202,6 +202,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             st.markdown(f":material/science: The lab *{lab_title(lab_id)}* is not available in this app yet.")
 
     show_quiz(lesson)
+    predict.lesson_summary(lesson.id)
     _read_button(lesson)
 
     st.divider()

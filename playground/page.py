@@ -12,7 +12,7 @@ from playground import comparison, controls, engines, slot, view
 from playground.checks import check
 from playground.review import step_end, tables_at
 from playground.run import TERMINAL
-from ui import session, widgets
+from ui import predict, session, widgets
 from ui.instant_feedback import instant_feedback
 
 PAUSED = ("Paused: the run's clock is stopped, arrivals included, so nothing arrives and no wait "
@@ -124,6 +124,7 @@ starting = st.session_state.get(STARTING, False)
 # them to their first choices and minimums (static mode, max_num_seqs 1) under the learner's run.
 setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
 controls.write_link(setup, slot.token(), *controls.current_engine())
+predict.playground(step_model, setup.policy(), setup.workload())
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",

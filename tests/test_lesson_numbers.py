@@ -26,9 +26,9 @@ SETTINGS = {
     "static-vs-continuous": {"0", "2"},                 # the Seed field; "within a step or two"
     "costs-of-continuous": {"64", "1,024", "2"},        # budget and KV slider settings to try
     "latency-metrics": {"800", "60"},                   # SLO slider settings to try
-    "queueing": {"99%", "100%", "1", "90%", "50%"},     # a utilization to add; ratios to predict
-    "batch-policy": {"64", "60", "10", "40"},           # a value to add; SLO slider settings
-    "tail-latency": {"5%", "100", "0%", "10%", "2"},    # slider settings; the ~100-sample rule
+    "queueing": {"1"},                                  # M/M/1
+    "batch-policy": {"128", "60", "10", "40"},          # a value to add; SLO slider settings
+    "tail-latency": {"100", "0%", "10%"},               # slider settings; the ~100-sample rule
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try
     "beyond-one-replica": set(),
@@ -96,10 +96,11 @@ def test_every_lab_number_matches_the_lab_constant():
 
 def test_a_planted_mismatch_is_caught():
     body = next(l.body for l in LESSONS if l.id == "latency-metrics")
-    planted = body.replace("{{lab:slo_goodput.RATES=1, 2, 4 and 8}}", "{{lab:slo_goodput.RATES=2, 4, 8 and 16}}")
+    planted = body.replace("{{lab:slo_goodput.LOADS:percent=50%, 100%, 150% and 200%}}",
+                           "{{lab:slo_goodput.LOADS:percent=50%, 100% and 150%}}")
     assert planted != body
     found = mismatches([("planted", m) for m in find_lab_numbers(planted)])
-    assert len(found) == 1 and "'2, 4, 8 and 16'" in found[0] and "'1, 2, 4 and 8'" in found[0]
+    assert len(found) == 1 and "'50%, 100% and 150%'" in found[0] and "'50%, 100%, 150% and 200%'" in found[0]
     with pytest.raises(AttributeError):
         lab_value(LabNumber("slo_goodput", "NO_SUCH_CONSTANT", "", "1"))
 
@@ -112,7 +113,7 @@ def test_no_lab_number_hides_in_plain_text(lesson):
 
 def test_a_plain_lab_number_is_caught():
     body = next(l.body for l in LESSONS if l.id == "latency-metrics")
-    planted = body.replace("{{lab:slo_goodput.SPEC.num_requests=32}}", "40")
+    planted = body.replace("{{lab:slo_goodput.SPEC.num_requests=64}}", "40")
     assert bare_numbers(planted) - SETTINGS["latency-metrics"] == {"40"}
 
 

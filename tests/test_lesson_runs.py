@@ -127,7 +127,7 @@ def test_percentile_table_by_prompt_bucket_keeps_size_order():
 def test_workloads_are_valid_and_parts_relabel_tenants():
     for _, spec in svc.WORKLOADS.values():
         spec.validate()
-    parts = orders.order_parts()
+    parts = orders.order_parts(orders.LOAD)
     assert [p.tenant for p in parts] == ["tenant-a", "tenant-b", "tenant-c"]
     assert sum(p.spec.num_requests for p in parts) == orders.REQUESTS
     tail = tail_lab.tail_parts(0.1)
@@ -147,6 +147,10 @@ def test_lab_figures_build_on_empty_and_real_shaped_input():
                 orders.tenant_bars(pd.DataFrame())):
         assert fig.layout.title.text
         assert fig.layout.title.subtitle.text, "every chart says what good looks like"
+    fig = why_batch.amortization(table, 2, fit)
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.range[1] < 1, "a log axis spans log10 of the batches"
+    assert fig.layout.shapes[0].x0 == 2, "the knee line stands at batch 2 (a shape's x in data units)"
+    assert fig.layout.annotations[0].x == pytest.approx(math.log10(2)), "its label too (in log10 units)"
     pts = pd.DataFrame({"rho": [0.5, 0.9], "W_s": [1.0, 2.0], "queue_mean_s": [0.1, 0.5]})
     fig = queueing.time_in_system(pts, 2.0)
     assert any("model" in t.name for t in fig.data) and any("measured" in t.name for t in fig.data)
@@ -185,10 +189,13 @@ def test_run_each_reports_progress_and_stops_at_the_first_missing_run():
 def test_first_to_finish_and_the_dynamic_batching_outcome():
     assert svc.first_to_finish({"static": 10.0, "continuous": 8.0}) == "continuous"
     assert svc.first_to_finish({"static": 10.0, "continuous": 9.8}) == svc.SAME
-    t = pd.DataFrame({"max_wait_ms": [0, 1000], "ttft_p50_s": [0.2, 0.9], "busy_tok_s": [100, 180]})
-    assert dynamic.outcome(t) == "TTFT up, throughput up"
-    assert dynamic.outcome(t.assign(busy_tok_s=[100, 60])) == "TTFT up, throughput down"
-    assert dynamic.outcome(t.assign(ttft_p50_s=[0.2, 0.21], busy_tok_s=[100, 104])) == "both about the same"
+    # the question asks about delivered tokens per second (output_tok_s), not tokens per second of work
+    t = pd.DataFrame({"max_wait_ms": [0, 1000], "ttft_p50_s": [0.2, 0.9], "busy_tok_s": [100, 180],
+                      "output_tok_s": [50, 51]})
+    assert dynamic.outcome(t) == "TTFT up, delivered tok/s about the same"
+    assert dynamic.outcome(t.assign(output_tok_s=[50, 80])) == "TTFT up, delivered tok/s up"
+    assert dynamic.outcome(t.assign(output_tok_s=[50, 30])) == "TTFT up, delivered tok/s down"
+    assert dynamic.outcome(t.assign(ttft_p50_s=[0.2, 0.21])) == "TTFT about the same or down"
     assert dynamic.wait_policy(250).mode == "static" and dynamic.wait_policy(250).max_wait_ms == 250
 
 

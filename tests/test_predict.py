@@ -39,16 +39,50 @@ def test_gate_hides_the_result_until_the_learner_commits():
     assert any("✗" in m.value for m in at.markdown), "the verdict is said in text, not by colour alone"
 
 
-def test_a_new_question_or_predict_again_asks_again():
+def test_a_guess_locks_once_its_result_is_shown_and_a_new_run_asks_again():
     at = AppTest.from_function(lab_script).run()
+    at.radio(key="predict_demo__guess").set_value("static").run()
     at.button(key="predict_demo__commit").click().run()
     assert "RESULT SHOWN" in [m.value for m in at.markdown]
-    at.button(key="predict_demo__again").click().run()
-    assert "RESULT SHOWN" not in [m.value for m in at.markdown]
-    at.button(key="predict_demo__commit").click().run()
-    at.session_state["question_text"] = "Another question?"
+    assert at.session_state[PREDICTIONS_KEY]["demo"]["locked"]
+    assert not any(b.key == "predict_demo__again" for b in at.button), "no second guess once the answer is out"
+    assert any("Locked" in c.value for c in at.caption)
+    at.run()
+    assert at.session_state[PREDICTIONS_KEY]["demo"]["guess"] == "static", "the guess stays as it was"
+    at.session_state["question_text"] = "Another question?"      # other settings: a new run, a new guess
     at.run()
     assert "RESULT SHOWN" not in [m.value for m in at.markdown], "a guess answers only its own question"
+
+
+def gated_script():
+    import streamlit as st
+
+    from ui import predict
+    q = predict.Question("demo", "Which finishes first?", choices=("static", "continuous"))
+    guess = predict.gate(q)
+    if st.session_state.get("new_run"):
+        predict.unlock("demo")                 # what Re-measure does before it measures again
+        st.session_state.new_run = False
+        st.rerun()
+    if st.session_state.get("show"):
+        predict.reveal(q, guess, "continuous", "because")
+    st.markdown("PAGE END")
+
+
+def test_predict_again_works_until_the_result_is_shown_and_re_measure_asks_anew():
+    at = AppTest.from_function(gated_script).run()
+    at.button(key="predict_demo__commit").click().run()
+    assert "PAGE END" in [m.value for m in at.markdown]
+    at.button(key="predict_demo__again").click().run()          # no result yet: the guess may change
+    assert "PAGE END" not in [m.value for m in at.markdown]
+    at.button(key="predict_demo__commit").click().run()
+    at.session_state["show"] = True
+    at.run()
+    assert not any(b.key == "predict_demo__again" for b in at.button)
+    at.session_state["new_run"] = True
+    at.run()
+    assert "PAGE END" not in [m.value for m in at.markdown], "a new run needs a new guess"
+    assert "demo" not in at.session_state[PREDICTIONS_KEY]
 
 
 def measured_script():

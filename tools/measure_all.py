@@ -159,6 +159,15 @@ class QuietGuard:
         return out
 
 
+def _machine():
+    """This machine's step model (its saved profile, else the hand-set guess): the labs size their
+    arrival rates with it, as their pages do."""
+    from engine.profile import load_profile
+    from engine.step_model import UNCALIBRATED
+    found = load_profile(os.environ.get("BATCHING_LAB_MODEL", "smollm2"))
+    return UNCALIBRATED if found is None else found.step_model
+
+
 def _r(x, d=3):
     if isinstance(x, float):
         return None if math.isnan(x) else round(x, d)
@@ -194,7 +203,8 @@ def static_vs_continuous(model, refresh):
 
 
 def dynamic_batching(model, refresh):
-    table = dynamic_lab.wait_table(dynamic_lab.wait_runs(model, progress=_progress("dynamic"), refresh=refresh))
+    rate = dynamic_lab.rate_for(_machine())
+    table = dynamic_lab.wait_table(dynamic_lab.wait_runs(model, rate, progress=_progress("dynamic"), refresh=refresh))
     return {"outcome": dynamic_lab.outcome(table),
             "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
 
@@ -202,7 +212,7 @@ def dynamic_batching(model, refresh):
 def costs(model, refresh):
     out = {}
     for priority in STEP_PRIORITIES:   # the default step priority keeps the key "chunked_prefill"
-        stall = costs_lab.stall_runs(model, step_priority=priority, progress=_progress(f"costs stall {priority}"),
+        stall = costs_lab.stall_runs(model, costs_lab.long_arrivals(_machine()), step_priority=priority, progress=_progress(f"costs stall {priority}"),
                                      refresh=refresh)
         key = "chunked_prefill" if priority == costs_lab.STEP_PRIORITY else f"chunked_prefill_{priority}"
         out[key] = {k: {m: _r(v) for m, v in costs_lab.stall_summary(res).items()} for k, (res, _) in stall.items()}
@@ -214,7 +224,7 @@ def costs(model, refresh):
 
 
 def slo_goodput(model, refresh):
-    rate_runs = slo_lab.rate_runs(model, progress=_progress("slo"), refresh=refresh)
+    rate_runs = slo_lab.rate_runs(model, slo_lab.rates_for(_machine()), progress=_progress("slo"), refresh=refresh)
     out = {}
     for ttft, tpot in ((0.8, 0.06), (2.0, 0.1)):
         out[f"ttft<={ttft}s,tpot<={tpot * 1000:g}ms"] = {
@@ -240,7 +250,8 @@ def knee(model, refresh):
 def tail(model, refresh):
     out = {}
     for share in (0.0, 0.1):
-        res, _ = tail_lab.tail_run(model, share, progress=_progress(f"tail {share:.0%}"), refresh=refresh)
+        res, _ = tail_lab.tail_run(model, tail_lab.rate_for(_machine(), share), share,
+                                   progress=_progress(f"tail {share:.0%}"), refresh=refresh)
         reqs, _ = runs.frames(res)
         out[f"long share {share:.0%}"] = {
             "ttft_by_prompt": tail_lab.percentile_table(reqs, "ttft_s", tail_lab.prompt_bucket(reqs["prompt_tokens"]))
@@ -251,7 +262,8 @@ def tail(model, refresh):
 
 
 def scheduler_orders(model, refresh):
-    by_order = orders_lab.order_runs(model, progress=_progress("orders"), refresh=refresh)
+    by_order = orders_lab.order_runs(model, orders_lab.rate_for(_machine()), progress=_progress("orders"),
+                                     refresh=refresh)
     table = orders_lab.tenant_table(by_order)
     return {"table": table.round(3).to_dict("records"), "sentences": orders_lab.winners(table)}
 

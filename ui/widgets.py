@@ -270,20 +270,16 @@ def simulated_first_caption(step_model, profiled: bool, button: str, measured: b
                    f"engine**: press **{button}** to measure it{' (' + kept + ')' if kept else ''}.")
 
 
-def simulated_answer(guess: str, answer: str, because: str) -> None:
-    """The simulator's answer beside the learner's guess, before the real run."""
-    st.markdown(f"**The simulator's answer**: you predicted {guess}; simulated, {answer}. {because} "
-                "Run it on the real engine to see whether this machine agrees.")
-
-
-def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True):
+def stored_or_measure(name: str, settings, run, button: str, estimate, text: str, stop: bool = True,
+                      lab: str | None = None):
     """A lab's experiment as a page shows it: `run(model, **kw)` is one of its experiment.py's runs.
 
     Returns what is stored for these settings (looked up without loading the model). Draws the
     run / re-measure button; pressing it measures on the loaded model under a progress bar and
     draws the page again (st.rerun does not return), which then finds the stored result. While
     nothing is stored the page ends here (st.stop), or with stop=False this returns None. A
-    failure to look up or to measure is shown as an error line, never as a traceback.
+    failure to look up or to measure is shown as an error line, never as a traceback. Re-measure
+    sets aside the guesses of `lab` (ui.predict.unlock): a new run asks for a new guess.
     """
     try:
         got = run(session.model_name(), peek=True)   # the name is enough to look up stored results
@@ -299,6 +295,9 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
             st.error(error_message("The measurement failed", exc))
         else:
             st.session_state[f"{name}__fresh"] = repr(settings)   # _measure_buttons: "measured just now"
+            if action == "refresh" and lab:
+                from ui import predict
+                predict.unlock(lab)
             st.rerun()
     if got is None and stop:
         st.stop()
@@ -312,6 +311,11 @@ def fmt(value, unit: str = "", digits: int = 2, scale: float = 1.0) -> str:
     if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
         return "—"
     return f"{value * scale:,.{digits}f} {unit}".strip()
+
+
+def plural(n, word: str) -> str:
+    """"1 token", "2 tokens", "1,024 tokens": a count with its noun."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def plot(fig) -> None:

@@ -13,6 +13,7 @@ from engine.config import SchedulerPolicy
 from engine.metrics import percentile
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
+from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run
 
@@ -21,22 +22,30 @@ from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, si
 DECODE_STREAMS = 8
 DECODE_PROMPT, DECODE_OUTPUT = 64, 112
 LONG_PROMPT = 1024
-LONG_ARRIVALS_S = (1.0, 2.5)
+ARRIVAL_SHARES = (0.25, 0.6)   # long prompts arrive at these shares of the decodes' predicted run
 BUDGET = 256
 STEP_PRIORITY = SchedulerPolicy().step_priority   # decode_first, as in vLLM v1
 CHUNKING = (("off", False), ("on", True))
 SYMBOLS = ("x", "circle")     # marker shapes of the runs in token_gaps: off = ×, on = ●
 
 
-def stall_parts(long_prompt: int = LONG_PROMPT, seed: int = 0) -> list[Part]:
-    """Decodes running from t=0, then long prompts arriving into them."""
+def long_arrivals(step_model) -> tuple[float, ...]:
+    """When the long prompts arrive (s): ARRIVAL_SHARES of how long the running decodes take on this
+    machine, as its step model predicts, so they land among running decodes on any machine."""
+    context = DECODE_PROMPT + DECODE_OUTPUT // 2
+    decode_s = DECODE_OUTPUT * step_model.decode_ms(DECODE_STREAMS, context) / 1000
+    return tuple(round(share * decode_s, 3) for share in ARRIVAL_SHARES)
+
+
+def stall_parts(long_prompt: int = LONG_PROMPT, arrivals=(1.0, 2.5), seed: int = 0) -> list[Part]:
+    """Decodes running from t=0, then long prompts arriving into them at `arrivals` (s)."""
     decodes = Part(WorkloadSpec(num_requests=DECODE_STREAMS, rate=0, seed=seed, id_prefix="d",
                                 prompt_kind="fixed", prompt_lo=DECODE_PROMPT, prompt_hi=DECODE_PROMPT,
                                 output_kind="fixed", output_lo=DECODE_OUTPUT, output_hi=DECODE_OUTPUT))
     longs = [Part(WorkloadSpec(num_requests=1, rate=0, seed=seed + 1 + i, start_s=t, id_prefix=f"long{i}-",
                                prompt_kind="fixed", prompt_lo=long_prompt, prompt_hi=long_prompt,
                                output_kind="fixed", output_lo=16, output_hi=16))
-             for i, t in enumerate(LONG_ARRIVALS_S)]
+             for i, t in enumerate(arrivals)]
     return [decodes, *longs]
 
 
@@ -52,14 +61,16 @@ def stall_policy(chunked: bool, budget: int = BUDGET, long_prompt: int = LONG_PR
                            step_priority=step_priority)
 
 
-def stall_runs(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET, step_priority: str = STEP_PRIORITY,
-               progress=None, refresh: bool = False, peek: bool = False) -> dict | None:
+def stall_runs(model, arrivals, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
+               step_priority: str = STEP_PRIORITY, progress=None, refresh: bool = False,
+               peek: bool = False) -> dict | None:
     """{"off": (RunResult, was_cached), "on": ...} for chunked prefill off and on.
 
     Cached per setting: the step priority is part of the policy, so each one has its own runs."""
     def run_one(chunking, sub):
         key, chunked = chunking
-        return mix_run(model, stall_policy(chunked, budget, long_prompt, step_priority), stall_parts(long_prompt),
+        return mix_run(model, stall_policy(chunked, budget, long_prompt, step_priority),
+                       stall_parts(long_prompt, arrivals),
                        sub, label=f"chunked {key}", refresh=refresh, peek=peek)
 
     runs = run_each(CHUNKING, run_one, progress, describe=lambda c: f"chunked prefill {c[0]}")
@@ -67,17 +78,20 @@ def stall_runs(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET, step
 
 
 def simulated_stall_runs(step_model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
-                         step_priority: str = STEP_PRIORITY) -> dict:
-    """stall_runs on the simulator: {"off": (RunResult, False), "on": ...}, in milliseconds."""
+                         step_priority: str = STEP_PRIORITY, arrivals=None) -> dict:
+    """stall_runs on the simulator: {"off": (RunResult, False), "on": ...}, in milliseconds. The long
+    prompts arrive at `arrivals`, by default long_arrivals(step_model)."""
+    arrivals = long_arrivals(step_model) if arrivals is None else arrivals
     return {key: (simulated_mix_run(step_model, stall_policy(chunked, budget, long_prompt, step_priority),
-                                    stall_parts(long_prompt), label=f"chunked {key}, simulated"), False)
+                                    stall_parts(long_prompt, arrivals), label=f"chunked {key}, simulated"), False)
             for key, chunked in CHUNKING}
 
 
-def stall_estimate_s(model, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
+def stall_estimate_s(model, arrivals, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
                      step_priority: str = STEP_PRIORITY) -> tuple[float, bool]:
     """(seconds, calibrated?) the two stall runs take on this machine."""
-    return estimate(model, [(stall_policy(chunked, budget, long_prompt, step_priority), stall_parts(long_prompt))
+    return estimate(model, [(stall_policy(chunked, budget, long_prompt, step_priority),
+                             stall_parts(long_prompt, arrivals))
                             for _, chunked in CHUNKING])
 
 
@@ -111,11 +125,15 @@ def decode_token_times(result: RunResult) -> pd.DataFrame:
 
 
 def stall_summary(result: RunResult) -> dict:
-    """The decodes' inter-token gaps and the long prompts' TTFT in one run."""
+    """The decodes' inter-token gaps once the long prompts start arriving, and the long prompts' TTFT."""
     reqs, _ = frames(result)
-    dec = decode_token_times(result)
-    gaps = dec["gap_ms"].dropna().tolist()
     longs = reqs[reqs["id"].str.startswith("long")]
+    dec = decode_token_times(result)
+    # the decodes' gaps from the first long prompt's arrival on: the decodes' own start is not the question
+    start = min((float(r["arrival_s"]) for r in result.requests), default=0.0)
+    since = float(pd.to_numeric(longs["arrival_s"]).min()) - start if len(longs) else 0.0
+    dec = dec[dec["t_s"] >= since]
+    gaps = dec["gap_ms"].dropna().tolist()
     return {
         "decode_gap_max_ms": float(dec["gap_ms"].max()),
         "decode_gap_p50_ms": percentile(gaps, 50),
@@ -123,6 +141,36 @@ def stall_summary(result: RunResult) -> dict:
         "long_ttft_mean_s": float(pd.to_numeric(longs["ttft_s"]).mean()),
         "output_tok_s": result.summary["output_throughput_tok_s"],
     }
+
+
+def stall_verdict(off: dict, on: dict, long_prompt: int) -> claims.Verdict:
+    """The claim `long_prompt_stalls` on one pair of runs (stall_summary with chunking off and on)."""
+    ratio = claims.ratio(off["decode_gap_max_ms"], off["decode_gap_p50_ms"])
+    numbers = (f"With chunking off the running streams' usual gap was {off['decode_gap_p50_ms']:.0f} ms and the "
+               f"longest {off['decode_gap_max_ms']:.0f} ms (×{ratio:.1f}); with chunking on the longest was "
+               f"{on['decode_gap_max_ms']:.0f} ms.")
+    cut = on["decode_gap_max_ms"] < off["decode_gap_max_ms"]
+    if claims.CLAIMS["long_prompt_stalls"].passes(ratio) and not cut:
+        why = " Chunking did not shorten the longest gap here."
+    else:
+        why = (f" A {long_prompt}-token prompt costs about as much as the decode steps around it, so the step "
+               "that carries it is hardly longer than the others.")
+    return claims.judge("long_prompt_stalls", ratio,
+                        numbers + f" The step that carried the whole {long_prompt}-token prompt lasted as long as "
+                        "all its work, and every stream in it waited; chunks spread that work over several steps.",
+                        numbers + why, extra_test=cut)
+
+
+def kv_verdict(k: dict, capacity: int) -> claims.Verdict:
+    """The claim `small_kv_preempts` on one run (kv_summary) at `capacity` tokens of KV."""
+    need = KV_SLOTS * (KV_SPEC.prompt_len.hi + KV_SPEC.output_len.hi)
+    numbers = (f"At {capacity:,} tokens of KV ({capacity / need:.0%} of the {need:,} that {KV_SLOTS} requests need at "
+               f"their longest) the run made {k['preemptions']} preemptions of {k['preempted_requests']} requests, "
+               f"and prefilled {k['recomputed_tokens']} prompt tokens again; the cache peaked at {k['kv_peak_pct']:.0f}%.")
+    return claims.judge("small_kv_preempts", k["preemptions"],
+                        numbers + " When the next token had no room, the newest running request gave up its blocks "
+                        "and went back to the queue.",
+                        numbers + " The running batch always found room for its next tokens.")
 
 
 def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = None) -> go.Figure:

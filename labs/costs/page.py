@@ -16,8 +16,8 @@ STEP_PRIORITY = KNOBS["step_priority"]
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def simulated_stall(step_model, long_len: int, budget: int, priority: str):
-    return lab.simulated_stall_runs(step_model, long_len, budget, priority)
+def simulated_stall(step_model, arrivals: tuple, long_len: int, budget: int, priority: str):
+    return lab.simulated_stall_runs(step_model, long_len, budget, priority, arrivals)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -44,41 +44,40 @@ widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 # ----- 1. chunked prefill
 st.header("1 · A long prompt arrives into running decodes")
 long_len, budget, priority = st.session_state.co_long, st.session_state.co_budget, st.session_state.co_priority
+step_model, profiled = calculators.machine_step_model()
+arrivals = lab.long_arrivals(step_model)
 off_budget = lab.stall_policy(False, budget, long_len).max_num_batched_tokens
 first = ("running decodes take their tokens first and the prompt gets what is left" if priority == "decode_first"
          else "the waiting prompt is admitted first and the decodes get what is left")
 st.markdown(f"{lab.DECODE_STREAMS} requests start decoding at t = 0 ({lab.DECODE_OUTPUT} tokens each). "
-            f"Prompts of {long_len} tokens arrive at t = {', '.join(f'{t:g}' for t in lab.LONG_ARRIVALS_S)} s. "
+            f"Prompts of {long_len} tokens arrive at t = {', '.join(f'{t:g}' for t in arrivals)} s "
+            f"({' and '.join(f'{x:.0%}' for x in lab.ARRIVAL_SHARES)} of the way through the decodes, as this "
+            f"machine's step model predicts them). "
             f"Chunked prefill **on**: budget {budget} tokens a step, so a long prompt is prefilled over several "
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
             f"(as vLLM requires). Step priority **{priority}**: in each step {first}.")
-settings = (long_len, budget, priority)
-stall_q = predict.Question(
-    "costs_stall", "With chunked prefill off, the longest wait between two tokens of a request that was already "
-    "decoding is how many times its usual (median) gap?", lo=1.0, hi=1000.0, default=1.0, unit="×")
+settings = (arrivals, long_len, budget, priority)
+stall_q = predict.question("costs_stall")
 stall_guess = predict.ask(stall_q)
-step_model, profiled = calculators.machine_step_model()
 if stall_guess is not None:
     got = widgets.stored_or_measure(
         "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
         lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
-        "Chunked prefill off, then on…", stop=False)
+        "Chunked prefill off, then on…", stop=False, lab="costs")
     widgets.simulated_first_caption(step_model, profiled, "Run with chunking off and on", got is not None,
                                     "every number and the chart of this part")
     stall_measured = got is not None
+    stall_source = "measured" if stall_measured else "simulated"
     got = got if stall_measured else simulated_stall(step_model, *settings)
     summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
     stall_ratio = off["decode_gap_max_ms"] / off["decode_gap_p50_ms"]
-    because = (f"The usual gap is one decode step ({off['decode_gap_p50_ms']:.0f} ms); the longest, "
-               f"{off['decode_gap_max_ms']:.0f} ms, is the step that carried a whole {long_len}-token prompt. "
-               "A step lasts as long as all the work in it, so every stream in that step waits for the prompt.")
     if stall_measured:
         predict.record("costs", max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
                        max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
-        predict.reveal(stall_q, stall_guess, stall_ratio, because, measured_text=f"×{stall_ratio:.1f}")
-    else:
-        widgets.simulated_answer(f"×{stall_guess:g}", f"the longest gap is **×{stall_ratio:.1f}** the usual one", because)
+    predict.reveal(stall_q, stall_guess, stall_ratio, f"The usual gap was {off['decode_gap_p50_ms']:.0f} ms, the "
+                   f"longest {off['decode_gap_max_ms']:.0f} ms.", measured_text=f"×{stall_ratio:.1f}", source=stall_source)
+    predict.show_verdict(lab.stall_verdict(off, on, long_len), stall_source)
     cols = st.columns(4)
     cols[0].metric("Max decode gap, chunking off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
@@ -87,14 +86,11 @@ if stall_guess is not None:
     cols[2].metric("Long prompts' TTFT, off", widgets.fmt(off["long_ttft_mean_s"], "s"), help="Mean over the long prompts.")
     cols[3].metric("Long prompts' TTFT, on", widgets.fmt(on["long_ttft_mean_s"], "s"),
                    delta=f"{on['long_ttft_mean_s'] - off['long_ttft_mean_s']:+.2f} s vs off", delta_color="inverse",
-                   help="Chunking spreads a long prompt over several steps, so it starts streaming a little later.")
+                   help="Chunking spreads a long prompt over several steps, which can delay its first token.")
     st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
                f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")
     series = {f"chunked prefill {key}": lab.decode_token_times(res) for key, (res, _) in got.items()}
-    widgets.plot(lab.token_gaps(series, list(lab.LONG_ARRIVALS_S)))
-    st.markdown(f"With chunking **off**, the step that carries a whole {long_len}-token prompt makes every "
-                f"running stream wait {off['decode_gap_max_ms']:.0f} ms for its next token. With chunking "
-                f"**on** the longest gap is {on['decode_gap_max_ms']:.0f} ms.")
+    widgets.plot(lab.token_gaps(series, list(arrivals)))
 
 # ----- 2. KV capacity
 st.header("2 · A KV cache too small for the batch")
@@ -104,27 +100,23 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lab.KV_SLOTS} running together. "
             f"The cache may hold **{capacity} tokens**; all {lab.KV_SLOTS} at their longest need about "
             f"{lab.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-kv_q = predict.Question("costs_kv", f"How many times will a running request be preempted (lose its KV "
-                        f"cache) at {capacity} tokens of KV?", lo=0.0, hi=1000.0, default=0.0, unit="preemptions")
+kv_q = predict.question("costs_kv", capacity=f"{capacity:,}")
 kv_guess = predict.ask(kv_q)
 if kv_guess is not None:
     got_kv = widgets.stored_or_measure(
         "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
         lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
-        f"KV capacity {capacity} tokens…", stop=False)
+        f"KV capacity {capacity} tokens…", stop=False, lab="costs")
     widgets.simulated_first_caption(step_model, profiled, "Run at this KV capacity", got_kv is not None,
                                     "every number of this part", "every request arrives at once, so the simulated "
                                     "preemptions are the real scheduler's; only the times are predicted")
     kv_measured = got_kv is not None
+    kv_source = "measured" if kv_measured else "simulated"
     res, _ = got_kv if kv_measured else simulated_kv(step_model, capacity)
     k = lab.kv_summary(res)
-    because = (f"{lab.KV_SLOTS} requests may run together, and each one's KV grows by a token every step. "
-               f"When the next token has no room, the newest running request is preempted and "
-               f"recomputed later: {k['recomputed_tokens']} prompt tokens were prefilled again here.")
-    if kv_measured:
-        predict.reveal(kv_q, kv_guess, k["preemptions"], because)
-    else:
-        widgets.simulated_answer(f"{kv_guess:g}", f"**{k['preemptions']}** preemptions", because)
+    predict.reveal(kv_q, kv_guess, k["preemptions"], f"{k['recomputed_tokens']} prompt tokens were prefilled again.",
+                   source=kv_source)
+    predict.show_verdict(lab.kv_verdict(k, capacity), kv_source)
     reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "

@@ -1,7 +1,9 @@
 """The knee: one workload under growing max_num_seqs, each setting run REPEATS times (seeds 0, 1,
 2...); throughput against p95 latency with the runs' range, and the knee by the labs' one rule
-(labs.knee_rule). The same sweep on the simulator (engine.simulate: the same scheduler, step times
-from a step model) answers at once over every max_num_seqs from 1 to 64; the real points overlay it."""
+(labs.knee_rule). Every setting gets FILL full batches of requests, all at once, so its batch
+fills whatever its size and the knee may fall anywhere in the sweep. The same sweep on the
+simulator (engine.simulate: the same scheduler, step times from a step model) answers at once
+over max_num_seqs 1 to 64 (SIM_VALUES); the real points overlay it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,18 +14,39 @@ import plotly.graph_objects as go
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, wrapped_layout
 from engine.config import SchedulerPolicy
 from engine.workload import WorkloadSpec
-from labs import knee_rule
-from labs.repeats import REPEATS, error_bars, spread
+from labs import claims, knee_rule
+from labs.repeats import error_bars, spread
 from labs.part import Part
 from labs.runs import estimate, run_each, simulated_run, single_run
 from labs.slo_goodput.experiment import goodput
 
-VALUES = [1, 2, 4, 8, 16, 32]
-SIM_VALUES = range(1, 65)      # the simulated sweep: every max_num_seqs from 1 to 64
+VALUES = [1, 2, 4, 8, 16, 32, 64]
+CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+SIM_VALUES = [*range(1, 17), *range(20, 65, 4)]   # the simulated sweep: 1 to 16, then every 4 up to 64
+REPEATS = 2
+FILL = 3                       # full batches of requests each setting gets
+MIN_REQUESTS = 12
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
                     output_kind="uniform", output_lo=8, output_hi=24)
-COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share"]
+COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share",
+           "fill"]
+
+
+def spec_for(max_num_seqs: int, seed: int = 0, requests: int | None = None) -> WorkloadSpec:
+    """The workload one setting runs: FILL full batches of requests (at least MIN_REQUESTS), all at
+    once; `requests` fixes the count instead (a sweep whose larger batches cannot fill)."""
+    n = requests if requests is not None else max(MIN_REQUESTS, FILL * int(max_num_seqs))
+    return replace(SPEC, num_requests=n, seed=seed)
 LATENCIES = {"tpot_p95_ms": ("p95 TPOT (ms)", "ms"), "ttft_p95_s": ("p95 TTFT (s)", "s")}   # axis label, unit
+
+
+def policy_for(max_num_seqs: int) -> SchedulerPolicy:
+    """max_num_seqs, with a KV cache that holds every slot at its longest and a token budget that admits a
+    whole batch of prompts in one step, so neither caps the batch below max_num_seqs."""
+    base, v = SchedulerPolicy(), int(max_num_seqs)
+    kv = max(base.kv_capacity_tokens, v * (SPEC.prompt_len.hi + SPEC.output_len.hi))
+    budget = max(base.max_num_batched_tokens, v * SPEC.prompt_len.hi)
+    return base.changed(max_num_seqs=v, kv_capacity_tokens=kv, max_num_batched_tokens=budget)
 
 
 def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
@@ -34,31 +57,30 @@ def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
 def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=None, refresh: bool = False,
                       peek: bool = False) -> list[tuple[tuple[int, int], object, bool]] | None:
     """The workload under each max_num_seqs, once per seed: [((value, seed), RunResult, was_cached)]."""
-    base = SchedulerPolicy()
     return run_each(settings(values, repeats),
-                    lambda vs, p: single_run(model, base.changed(max_num_seqs=vs[0]), replace(SPEC, seed=vs[1]), p,
+                    lambda vs, p: single_run(model, policy_for(vs[0]), spec_for(*vs), p,
                                              label=f"max_num_seqs={vs[0]}, seed {vs[1]}", refresh=refresh, peek=peek),
                     progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
 
 def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, bool]:
     """(seconds, calibrated?) the sweep takes on this machine."""
-    base = SchedulerPolicy()
-    return estimate(model, [(base.changed(max_num_seqs=v), [Part(replace(SPEC, seed=seed))])
+    return estimate(model, [(policy_for(v), [Part(spec_for(v, seed))])
                             for v, seed in settings(values, repeats)])
 
 
-def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0) -> list[tuple[tuple[int, int], object, bool]]:
+def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0,
+                   requests: int | None = None) -> list[tuple[tuple[int, int], object, bool]]:
     """The workload (seed `seed`) under each max_num_seqs on the simulator, its step times from
     `step_model`: [((value, seed), RunResult, False)], the shape max_num_seqs_runs returns."""
-    base = SchedulerPolicy()
-    return [((int(v), seed), simulated_run(step_model, base.changed(max_num_seqs=int(v)), replace(SPEC, seed=seed),
+    return [((int(v), seed), simulated_run(step_model, policy_for(v),
+                                            spec_for(int(v), seed, requests),
                                             label=f"simulated max_num_seqs={v}"), False) for v in values]
 
 
 def simulated_sweep(step_model, values=SIM_VALUES, seed: int = 0, ttft_slo_s: float | None = None,
                     tpot_slo_s: float | None = None) -> pd.DataFrame:
-    """knee_table of the simulated sweep: one row per max_num_seqs (1 to 64 by default), the real
+    """knee_table of the simulated sweep: one row per max_num_seqs (SIM_VALUES by default), the real
     sweep's columns; the same table for the same step model and seed."""
     return knee_table(simulated_runs(step_model, values, seed), ttft_slo_s, tpot_slo_s)
 
@@ -73,7 +95,8 @@ def run_rows(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = N
         rows.append({"max_num_seqs": v, "seed": seed, "output_tok_s": s["output_throughput_tok_s"],
                      "tpot_p95_ms": s["tpot_s"]["p95"] * 1000, "ttft_p95_s": s["ttft_s"]["p95"],
                      "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "ttft_p50_s": s["ttft_s"]["p50"],
-                     "goodput_req_s": g["goodput_req_s"], "met_share": g["met_share"]})
+                     "goodput_req_s": g["goodput_req_s"], "met_share": g["met_share"],
+                     "fill": max((int(st["running"]) for st in res.steps), default=0) / v})
     return pd.DataFrame(rows)
 
 
@@ -87,6 +110,36 @@ def find_knee(table: pd.DataFrame) -> int | None:
     throughput reaches 90% of the best (labs.knee_rule)."""
     k = knee_rule.knee(table["max_num_seqs"].tolist(), table["output_tok_s"].tolist()) if len(table) else None
     return None if k is None else int(k)
+
+
+def knee_verdict(table: pd.DataFrame) -> claims.Verdict:
+    """The claim `knee_below_max` on this sweep: the knee below the largest setting, and the largest
+    setting's p95 TPOT well above the knee's."""
+    if len(table) < 2:
+        return claims.judge("knee_below_max", float("nan"), "", "", "a sweep needs at least two settings.")
+    unfilled = table[table["fill_lo" if "fill_lo" in table else "fill"] < 1]
+    if len(unfilled):
+        u = unfilled.iloc[0]
+        most = int(round(u["fill_lo" if "fill_lo" in u else "fill"] * u.max_num_seqs))
+        return claims.judge("knee_below_max", float("nan"), "", "",
+                            f"at max_num_seqs {int(u.max_num_seqs)} the batch never held more than {most} "
+                            "requests, so this sweep cannot tell larger settings apart: give it more concurrent work.")
+    knee = find_knee(table)
+    k, top = table[table.max_num_seqs == knee].iloc[0], table.iloc[-1]
+    growth = top.tpot_p95_ms / k.tpot_p95_ms if k.tpot_p95_ms > 0 else float("nan")
+    numbers = (f"The knee is max_num_seqs {knee}: {k.output_tok_s:.0f} tok/s, {k.output_tok_s / table.output_tok_s.max():.0%} "
+               f"of the best. Going on to {int(top.max_num_seqs)} changes throughput by "
+               f"{top.output_tok_s / k.output_tok_s - 1:+.0%} and p95 TPOT by {growth - 1:+.0%} "
+               f"({k.tpot_p95_ms:.0f} → {top.tpot_p95_ms:.0f} ms).")
+    if knee == int(top.max_num_seqs):
+        below = table.iloc[-2]
+        return claims.judge("knee_below_max", float("nan"), "",
+                            f"Throughput was still climbing at the largest setting ({below.output_tok_s:.0f} tok/s at "
+                            f"{int(below.max_num_seqs)}, {top.output_tok_s:.0f} at {int(top.max_num_seqs)}), so the "
+                            f"knee is the largest setting: on this machine and workload it lies at "
+                            f"{int(top.max_num_seqs)} or above. Add larger values.")
+    return claims.judge("knee_below_max", growth, numbers + " Past the knee, more slots mostly make every step "
+                        "longer for everyone in it.", numbers + " Here latency hardly grew past the knee.")
 
 
 def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = None,

@@ -15,25 +15,33 @@ def simulated_runs(step_model, rhos: tuple):
     return lab.simulated_capacity_and_runs(step_model, rhos)
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def simulated_overload(step_model, mu: float, rhos: tuple):
+    """The runs just below and past capacity, on the simulator (read-only): those of OVERLOAD_RHOS that
+    the page's own simulated runs (`rhos`) lack."""
+    return lab.simulated_capacity_and_runs(step_model, [r for r in lab.OVERLOAD_RHOS if r not in rhos], mu)[1]
+
+
 st.title("Queueing")
-st.caption("First the engine's capacity μ for this workload is measured (every request at once). Then "
-           "requests arrive at random (Poisson) at a chosen share of μ, and we time how long each stays.")
+st.caption("First the engine's sustained capacity μ for this workload is measured (its queue never empty). Then "
+           "requests arrive at random (Poisson) at a chosen share of μ, for long enough that the queue settles, "
+           "and we time how long each one waits and stays.")
 
 CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
 with st.sidebar:
     widgets.choice(st.multiselect, "Utilizations to run (λ / μ)", CHOICES, lab.UTILIZATIONS, key="qu_rhos",
                    format_func=lambda r: f"{r:.0%}",
-                   help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. "
-                        "Near 100% a short run is noisy, and takes longer: the run lasts about "
-                        "requests / λ seconds. Above 100% requests arrive faster than the engine's measured "
-                        "capacity and the queue can only grow.")
+                   help="Each one is a run whose arrival rate λ is this share of the measured capacity μ. On the "
+                        f"real engine each lasts about {lab.REAL_RUN_S:.0f} s of arrivals, so each one you add "
+                        "costs that much. Above 100% requests arrive faster than the engine's capacity.")
 widgets.write_link(["qu_rhos"])
 rhos = sorted(st.session_state.qu_rhos) or [0.5]
 
 spec = lab.SPEC
-st.markdown(f"The workload: {spec.num_requests} requests, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} "
-            f"tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}, continuous batching with "
-            f"{lab.POLICY.max_num_seqs} slots.")
+st.markdown(f"The workload: prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs "
+            f"{spec.output_len.lo}–{spec.output_len.hi}, continuous batching with {lab.POLICY.max_num_seqs} slots. "
+            f"The simulator runs {lab.SIM_REQUESTS:,} requests per utilization; the real engine about "
+            f"{lab.REAL_RUN_S:.0f} s of arrivals each.")
 
 
 def _estimate() -> str:
@@ -43,52 +51,62 @@ def _estimate() -> str:
 
 
 lo, hi = rhos[0], rhos[-1]
-question = predict.Question(
-    "queueing", f"A request's mean time in the system W at ρ = {lo:.0%} is some number of seconds. How many times "
-    f"that will W be at ρ = {hi:.0%}?", lo=0.1, hi=1000.0, default=1.0, unit="×",
-    help="ρ is the share of the engine's capacity the arrivals ask for. The M/M/1 model says "
-         "W = 1 / (μ − λ): at 90% that is 7 times W at 30%.")
+question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
+                            help="ρ is the share of the engine's capacity the arrivals ask for. The lesson's "
+                                 "M/M/1 table is one way to reason about it.")
 guess = predict.gate(question)
 step_model, profiled = calculators.machine_step_model()
 got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
                                 "Measure μ, then run each utilization", _estimate,
-                                "Measuring capacity, then each arrival rate…", stop=False)
+                                "Measuring capacity, then each arrival rate…", stop=False, lab="queueing")
 widgets.simulated_first_caption(step_model, profiled, "Measure μ, then run each utilization", got is not None,
                                 "every number and chart")
 measured = got is not None
+source = "measured" if measured else "simulated"
 mu, runs = got if measured else simulated_runs(step_model, tuple(rhos))
-points = pd.DataFrame([lab.queue_point(rho, res, mu) for rho, res, _ in runs])
-ratio = points.W_s.iloc[-1] / points.W_s.iloc[0]
-because = (f"W was {points.W_s.iloc[0]:.2f} s at {lo:.0%} and {points.W_s.iloc[-1]:.2f} s at {hi:.0%}. "
-           "Queueing time explodes as ρ nears 100%: arrivals come in random clumps, and a clump that arrives "
-           "while the engine is busy waits. The engine rises less steeply than M/M/1 because it batches: the "
-           "longer the queue, the more requests share each step.")
+points = lab.points_table(runs, mu)
+first, last = points.iloc[0], points.iloc[-1]
+ratio = last.queue_mean_s / first.queue_mean_s if first.queue_mean_s > 0 else float("inf")
+because = (f"Mean queue time was {first.queue_mean_s:.3g} s at {first.rho:.0%} and {last.queue_mean_s:.3g} s at "
+           f"{last.rho:.0%}.")
 if measured:
     predict.record("queueing", mu=f"{mu:.2f} requests/s")
-    predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}")
-else:
-    widgets.simulated_answer(f"×{guess:g}", f"W at {hi:.0%} is **×{ratio:.1f}** W at {lo:.0%}", because)
+predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}", source=source)
+predict.show_verdict(lab.explodes_verdict(points, mu), source)
 cols = st.columns(3)
-cols[0].metric("Capacity μ (measured)" if measured else "Capacity μ (simulated)", widgets.fmt(mu, "req/s"),
-               help="Finished requests / duration when every request arrives at once.")
-cols[1].metric("1/μ at full batch", widgets.fmt(1 / mu, "s"),
-               help="The inverse of the all-at-once capacity: with the batch full, one request finishes every "
-                    "1/μ seconds on average. It is not how long one request takes: each one takes its whole "
-                    "prefill and decode, several times 1/μ, while others run beside it.")
-cols[2].metric(f"W at {points.rho.max():.0%} vs {points.rho.min():.0%}",
-               f"{points.W_s.iloc[-1]:.2f} vs {points.W_s.iloc[0]:.2f} s")
-source = "measured" if measured else "simulated"
+cols[0].metric(f"Capacity μ ({source})", widgets.fmt(mu, "req/s"),
+               help="Finished requests per second while the queue is never empty: the middle half of a run where "
+                    "every request arrives at once.")
+cols[1].metric(f"Queue time at {last.rho:.0%} vs {first.rho:.0%}",
+               f"{last.queue_mean_s:.2f} vs {first.queue_mean_s:.2f} s")
+cols[2].metric(f"W at {last.rho:.0%} vs {first.rho:.0%}", f"{last.W_s:.2f} vs {first.W_s:.2f} s",
+               help="W, the time in system, is queue time plus the request's own service (prefill and decode).")
 widgets.plot(lab.time_in_system(points, mu, source))
-st.markdown("The M/M/1 curve is a model of one server with random service times, drawn for the measured μ. "
-            "The engine is not one: it batches, so it serves faster as the queue grows, and even alone a request "
-            "takes its full decode time. Its points sit elsewhere, but they bend upward the same way. Each point "
-            f"is one run of {lab.SPEC.num_requests} requests: near 100% a run that short is noisy, so read the "
-            "trend, not a single point.")
-show = points[["rho", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_mean_s", "waiting_max"]].rename(
-    columns={"rho": "utilization ρ", "lambda_set": "λ set (req/s)", "lambda_arrivals": "λ drawn (req/s)",
-             "W_s": f"W {source} (s)", "W_mm1_s": "W M/M/1 model (s)", "queue_mean_s": "mean queue time (s)",
+show = points[["rho", "finished", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_mean_s",
+               "service_mean_s", "waiting_max"]].rename(
+    columns={"rho": "utilization ρ", "finished": "requests finished", "lambda_set": "λ set (req/s)",
+             "lambda_arrivals": "λ drawn (req/s)", "W_s": f"W {source} (s)", "W_mm1_s": "W M/M/1 model (s)",
+             "queue_mean_s": "mean queue time (s)", "service_mean_s": "mean service time (s)",
              "waiting_max": "most waiting"})
 widgets.table(show.round(3), csv="queueing")
+
+st.subheader("Past capacity: what tells you to add a replica")
+past = [(rho, res, c) for rho, res, c in runs if rho >= 1]
+if measured and past and len(runs) > 1:
+    over, over_source = points, "measured"
+else:
+    sim_mu, sim_runs = (mu, runs) if not measured else simulated_runs(step_model, tuple(rhos))
+    mine = [r for r in sim_runs if r[0] in lab.OVERLOAD_RHOS]
+    over = lab.points_table(mine + simulated_overload(step_model, sim_mu, tuple(rhos)), sim_mu)
+    over_source = "simulated"
+st.markdown("The same workload just below capacity and past it: how busy the engine looked, and what its waiting "
+            "queue did. " + ("Measured on the real engine." if over_source == "measured" else
+                             f"On the simulator (runs at {', '.join(f'{r:.0%}' for r in lab.OVERLOAD_RHOS)}); add a "
+                             "utilization above 100% to measure it on the real engine."))
+predict.show_verdict(lab.overload_verdict(over), over_source)
+widgets.table(over[["rho", "busy_share", "waiting_growth", "waiting_max", "queue_mean_s"]].rename(
+    columns={"rho": "utilization ρ", "busy_share": "share of time busy", "waiting_growth": "waiting queue growth (req/s)",
+             "waiting_max": "most waiting", "queue_mean_s": "mean queue time (s)"}).round(3))
 
 st.subheader("Little's Law on a window cut from each run")
 st.markdown("L = λ·W: the average number of requests inside equals the arrival rate times the mean time each "
@@ -109,32 +127,41 @@ st.subheader("What Little's Law asks of the KV cache")
 st.markdown("Every request inside holds its KV cache until it finishes. So if requests arrive at λ per second "
             "and the latency target lets each stay W seconds, about L = λ·W of them are inside at once, and the "
             "cache must hold L × (tokens each). Try your own service:")
+kv_dtype = lab.run_dtype(runs[0][1]) if measured else lab.engine_dtype(session.model_name())
+if st.session_state.get("qu_kv_source") != (source, round(mu, 4)):    # defaults follow the numbers shown above
+    for key in ("qu_kv_lambda", "qu_kv_w"):
+        st.session_state.pop(key, None)
+    st.session_state.qu_kv_source = (source, round(mu, 4))
 lam = widgets.number_input("Arrival rate λ (req/s)", 0.01, 10000.0, round(0.9 * mu, 2), key="qu_kv_lambda",
-                           help="Defaults to 90% of the capacity above.")
-w = widgets.number_input("Time in system W (s)", 0.01, 3600.0, round(float(points.W_s.iloc[-1]), 2),
-                         key="qu_kv_w", help="What each request may take end to end; defaults to the W measured "
-                                             f"at {hi:.0%}.")
+                           help=f"Defaults to 90% of the capacity above ({source}).")
+w = widgets.number_input("Time in system W (s)", 0.01, 3600.0, round(float(last.W_s), 2),
+                         key="qu_kv_w", help=f"What each request may take end to end; defaults to the W {source} "
+                                             f"at {last.rho:.0%}.")
 tokens = widgets.number_input("KV tokens per request", 1, 1 << 20, lab.SPEC.prompt_len.hi + lab.SPEC.output_len.hi,
                               key="qu_kv_tokens", help="Prompt + output: what a request holds when it ends. "
                                                        "Defaults to this lab's longest request.")
 capacity = widgets.number_input("KV capacity (tokens)", 16, 1 << 24, lab.POLICY.kv_capacity_tokens, key="qu_kv_cap",
                                 help="What the engine's KV cache may hold; defaults to this lab's engine.")
-need = lab.kv_demand(lam, w, tokens)
+need = lab.kv_demand(lam, w, tokens, lab.kv_bytes_per_token(kv_dtype))
 fits = need["tokens"] <= capacity
-st.markdown(f"L = {lam:g} × {w:g} = **{need['inside']:.1f} requests inside**, × {tokens} tokens = "
-            f"**{need['tokens']:,.0f} tokens** of KV ({need['bytes'] / 2 ** 30:.2f} GiB for SmolLM2 in float32) "
-            f"against {capacity:,} tokens: "
+st.markdown(f"L = {lam:g} × {w:g} = **{need['inside']:.1f} requests inside**, × {widgets.plural(tokens, 'token')} = "
+            f"**{need['tokens']:,.0f} tokens** of KV ({need['bytes'] / 2 ** 30:.2f} GiB for SmolLM2 in {kv_dtype}) "
+            f"against {widgets.plural(capacity, 'token')}: "
             + (f"**✓ fits** ({need['tokens'] / capacity:.0%} of the cache)." if fits else
                f"**✗ does not fit**: {need['tokens'] / capacity:.1f}× the cache. The engine would preempt "
                "requests (or refuse them), and the latency target could not be met at this rate."))
 
-pick = st.select_slider("Run shown below", [p for p in points.rho], value=points.rho.iloc[-1],
+pick = st.select_slider("Run shown below", list(points.rho), value=points.rho.iloc[-1],
                         format_func=lambda r: f"{r:.0%}", key="qu_pick",
                         help="Which utilization's queue to draw over time.")
 res = next(r for rho, r, _ in runs if rho == pick)
 widgets.plot(queue.queue_over_time(frames(res)[1]))
-widgets.definitions("- **μ** (capacity) = finished requests / duration of a run where every request arrives at "
-                    "once.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
+widgets.definitions("- **μ** (sustained capacity) = finished requests per second over the middle half of a run "
+                    "where every request arrives at once, so the queue is never empty there.\n"
+                    "- **Queue time** = first scheduled − arrival; **service time** = W − queue time.\n"
+                    "- **Share of time busy** = time inside engine steps / the span from the first arrival to the "
+                    "last.\n- **Waiting queue growth** = the slope of a straight line through the waiting count "
+                    "over that span.\n- **ρ** = λ / μ with λ the arrival rate the run was given; the drawn arrivals of a short "
                     "run differ a little (λ drawn).\n- **W** = mean (finish − arrival) = mean E2E latency.\n"
                     "- **M/M/1**: W = 1 / (μ − λ), a model, finite only for λ < μ.",
                     with_metrics=False)

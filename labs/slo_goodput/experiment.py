@@ -1,7 +1,8 @@
 """SLOs and goodput: one workload at several arrival rates, each finished run scored against
-TTFT and TPOT targets (which requests met them, and the tokens/s that counted). The same workload
-on the simulator (engine.simulate) at SIM_RATES, 24 rates across the lab's range, answers at once;
-the real runs overlay it."""
+TTFT and TPOT targets (which requests met them, and the tokens/s that counted). The rates are
+shares (LOADS) of the capacity this machine's step model predicts for the workload, so they sit
+below and past capacity on any machine. The same workload on the simulator (engine.simulate) at
+24 rates across that range answers at once; the real runs overlay it."""
 from __future__ import annotations
 
 import math
@@ -23,17 +24,32 @@ from analysis.style import (
 from engine.config import SchedulerPolicy
 from engine.results import RunResult
 from engine.workload import WorkloadSpec
+from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
-RATES = [1.0, 2.0, 4.0, 8.0]
-SPEC = WorkloadSpec(num_requests=32, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
+LOADS = [0.5, 1.0, 1.5, 2.0]      # the real runs' arrival rates, as shares of the predicted capacity
+SIM_LOADS = [round(float(x), 3) for x in np.linspace(0.25, 2.0, 24)]   # the simulated sweep
+SPEC = WorkloadSpec(num_requests=64, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
                     output_kind="uniform", output_lo=16, output_hi=64)
 POLICY = SchedulerPolicy(max_num_seqs=16)
-SIM_RATES = [round(float(r), 3) for r in np.linspace(min(RATES), max(RATES), 24)]   # the simulated sweep
+FALL = claims.CLAIMS["goodput_falls"].threshold
 
 
-def rate_runs(model, rates=RATES, progress=None, refresh: bool = False,
+def capacity(step_model) -> float:
+    """Requests per second the engine finishes on this workload with its queue never empty, as the
+    step model predicts it (four full batches arriving at once)."""
+    res = simulated_run(step_model, POLICY, replace(SPEC, num_requests=4 * POLICY.max_num_seqs, rate=0))
+    return float(res.summary["request_throughput_req_s"])
+
+
+def rates_for(step_model, loads=LOADS) -> list[float]:
+    """The arrival rates: each load × the predicted capacity, rounded (runs are stored under them)."""
+    mu = capacity(step_model)
+    return [round(load * mu, 3) for load in loads]
+
+
+def rate_runs(model, rates, progress=None, refresh: bool = False,
               peek: bool = False) -> list[tuple[float, RunResult, bool]] | None:
     """The same workload at each arrival rate: [(rate, RunResult, was_cached)]."""
     return run_each(rates, lambda rate, p: single_run(model, POLICY, replace(SPEC, rate=float(rate)), p,
@@ -41,12 +57,12 @@ def rate_runs(model, rates=RATES, progress=None, refresh: bool = False,
                     progress, describe=lambda rate: f"rate {rate:g}/s")
 
 
-def estimate_s(model, rates=RATES) -> tuple[float, bool]:
+def estimate_s(model, rates) -> tuple[float, bool]:
     """(seconds, calibrated?) the runs take on this machine."""
     return estimate(model, [(POLICY, [Part(replace(SPEC, rate=float(rate)))]) for rate in rates])
 
 
-def simulated_rate_runs(step_model, rates=SIM_RATES) -> list[tuple[float, RunResult, bool]]:
+def simulated_rate_runs(step_model, rates) -> list[tuple[float, RunResult, bool]]:
     """The same workload at each arrival rate on the simulator, its step times from `step_model`:
     [(rate, RunResult, False)], the shape rate_runs returns; the same runs for the same step model."""
     return [(float(rate), simulated_run(step_model, POLICY, replace(SPEC, rate=float(rate)),
@@ -59,9 +75,35 @@ def goodput_table(runs, ttft_slo_s: float | None, tpot_slo_s: float | None) -> p
 
 
 def simulated_goodput(step_model, ttft_slo_s: float | None, tpot_slo_s: float | None,
-                      rates=SIM_RATES) -> pd.DataFrame:
-    """goodput_table of the simulated runs at `rates` (24 rates across RATES by default)."""
-    return goodput_table(simulated_rate_runs(step_model, rates), ttft_slo_s, tpot_slo_s)
+                      loads=SIM_LOADS) -> pd.DataFrame:
+    """goodput_table of the simulated runs at `loads` × the predicted capacity (24 loads by default)."""
+    return goodput_table(simulated_rate_runs(step_model, rates_for(step_model, loads)), ttft_slo_s, tpot_slo_s)
+
+
+def falls_verdict(table: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> claims.Verdict:
+    """The claim `goodput_falls`: goodput at the highest rate well below the sweep's best, while
+    throughput there is no lower than at the best."""
+    if len(table) < 2:
+        return claims.judge("goodput_falls", math.nan, "", "", "it compares several arrival rates.")
+    t = table.sort_values("rate")
+    best, top = t.loc[t["goodput_req_s"].idxmax()], t.iloc[-1]
+    share = claims.ratio(top.goodput_req_s, best.goodput_req_s)
+    targets = f"TTFT ≤ {ttft_slo_s * 1000:g} ms and TPOT ≤ {tpot_slo_s * 1000:g} ms"
+    numbers = (f"With {targets}, goodput peaks at {best.rate:g} requests/s ({best.goodput_req_s:.2f} req/s within "
+               f"both) and is {top.goodput_req_s:.2f} at {top.rate:g} requests/s ({share:.0%} of the peak), while "
+               f"throughput goes {best.output_tok_s:.0f} → {top.output_tok_s:.0f} tok/s.")
+    if not math.isfinite(share):
+        return claims.judge("goodput_falls", math.nan, "", "", f"no request met {targets} at any rate: loosen them.")
+    if share > FALL:
+        why = (" Every rate here keeps its requests within the targets, so goodput follows throughput."
+               if t["met_share"].min() > 0.9 else " Goodput has not fallen by the highest rate: raise the load or "
+               "tighten the targets.")
+    else:
+        why = " But throughput fell as well."
+    return claims.judge("goodput_falls", share,
+                        numbers + f" Past {best.rate:g} requests/s the queue and fuller batches push requests past "
+                        "the targets faster than new ones arrive: the engine is busy making tokens that come too late.",
+                        numbers + why, extra_test=top.output_tok_s >= 0.95 * best.output_tok_s)
 
 
 def slo_verdicts(requests: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: float | None) -> pd.DataFrame:

@@ -28,7 +28,8 @@ with st.sidebar:
     widgets.choice(st.radio, "Workload", list(lab.WORKLOADS), "short_long", key="svc_workload",
                    format_func=lambda k: lab.WORKLOADS[k][0],
                    help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
-                        "request writes 192 tokens, every other one 8 to 16.")
+                        "request writes 192 tokens, every other one 8 to 16. Offline batch: every request "
+                        "arrives at once with the same prompt and output lengths.")
     widgets.slider("Batch slots (max_num_seqs)", 2, 16, lab.SLOTS, key="svc_slots",
                    help="How many requests may share one engine step.")
     widgets.number_input("Seed", 0, 999, 0, key="svc_seed",
@@ -37,42 +38,44 @@ widgets.write_link(["svc_workload", "svc_slots", "svc_seed"])
 
 workload, slots, seed = st.session_state.svc_workload, st.session_state.svc_slots, st.session_state.svc_seed
 spec = lab.workload_spec(workload, seed)
-st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving at about "
-            f"{spec.rate:g} per second, prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens.")
+arrive = ("all at once" if spec.rate == 0 else f"at about {spec.rate:g} per second")
+st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving {arrive}, prompts "
+            f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}.")
 
 settings = (workload, slots, seed)
-question = predict.Question("static_vs_continuous", "The same requests go through both modes. Which one "
-                            "finishes all of them first?", choices=lab.FINISH_CHOICES,
+question = predict.question("static_vs_continuous", choices=lab.FINISH_CHOICES,
                             help=f"\"{lab.SAME}\": the two finish within {lab.SAME_WITHIN:.0%} of each other.")
 guess = predict.gate(question)
+ttft_q = predict.question("svc_ttft")
+ttft_guess = predict.gate(ttft_q)
 step_model, profiled = calculators.machine_step_model()
 sim = simulated_modes(step_model, *settings)
 sim_summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in sim.items()}
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
                                 "Run both modes",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running static, then continuous…", stop=False)
+                                "Running static, then continuous…", stop=False, lab="static_vs_continuous")
 widgets.simulated_first_caption(step_model, profiled, "Run both modes", got is not None,
                                 "every number, the replay and the table",
                                 "the side-by-side table keeps the simulated columns beside the real ones")
 measured = got is not None
+source = "measured" if measured else "simulated"
 shown = got if measured else sim          # until the real engine has run, the page shows the simulation
 
 tables = {mode: frames(res) for mode, (res, _) in shown.items()}
 summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in shown.items()}
 s, c = summ["static"], summ["continuous"]
 first = lab.first_to_finish({"static": s["duration_s"], "continuous": c["duration_s"]})
-because = (f"Static keeps a batch together until its longest member is done: {s['wasted_slot_steps']} slot-steps "
-           f"ran empty, {s['idle_while_waiting']} of them while requests waited. Continuous refills a slot at the "
-           f"next step ({c['wasted_slot_steps']} empty, {c['idle_while_waiting']} while requests waited).")
 if measured:
     predict.record("static_vs_continuous", ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
                    ttft_p95_continuous=f"{c['ttft_p95_s']:.2f} s")
-    predict.reveal(question, guess, first,
-                   f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s. " + because)
-else:
-    widgets.simulated_answer(f"**{guess}**", f"**{first}** {'finish at about the same time' if first == lab.SAME else 'finishes first'}: "
-                             f"static in {s['duration_s']:.2f} s, continuous in {c['duration_s']:.2f} s", because)
+predict.reveal(question, guess, first, f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s.",
+               source=source)
+ttft_ratio = s["ttft_p95_s"] / c["ttft_p95_s"] if c["ttft_p95_s"] > 0 else float("nan")
+predict.reveal(ttft_q, ttft_guess, ttft_ratio, f"p95 TTFT: static {s['ttft_p95_s']:.2f} s, continuous "
+               f"{c['ttft_p95_s']:.2f} s.", measured_text=f"×{ttft_ratio:.2f}", source=source)
+for v in lab.verdicts(s, c, workload):
+    predict.show_verdict(v, source)
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
@@ -89,57 +92,61 @@ cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"]
                     "steps with more requests, so it can finish later even when everyone else is faster.")
 
 # ----- synchronized replay
-st.subheader("Replay, step by step" + ("" if measured else " (simulated)"))
+st.subheader("Replay, moment by moment" + ("" if measured else " (simulated)"))
+start_s = {mode: float(pd.to_numeric(tables[mode][0]["arrival_s"]).min()) for mode in tables}
+ends = {mode: pd.to_numeric(tables[mode][1]["t_end_s"]).to_numpy(float) - start_s[mode] for mode in tables}
+t_max = round(max((float(e.max()) for e in ends.values() if len(e)), default=0.0) + 0.005, 2)
 n_steps = max(len(tables["static"][1]), len(tables["continuous"][1]))
-last = max(0, n_steps - 1)
+tick = max(0.01, round(t_max / REPLAY_TICKS, 2))
 if st.session_state.get("svc_replaying") != (measured, settings):    # other runs: start at their end
     st.session_state.svc_replaying = (measured, settings)
-    st.session_state.svc_step, st.session_state.svc_playing = last, False
-if st.session_state.get("svc_step", 0) > last:
-    st.session_state.svc_step = last
-st.session_state.setdefault("svc_step", last)
+    st.session_state.svc_t, st.session_state.svc_playing = t_max, False
+st.session_state.svc_t = min(float(st.session_state.get("svc_t", t_max)), t_max)
 st.session_state.setdefault("svc_playing", False)
 
 
 def _toggle():
-    if not st.session_state.svc_playing and st.session_state.svc_step >= last:
-        st.session_state.svc_step = 0
+    if not st.session_state.svc_playing and st.session_state.svc_t >= t_max:
+        st.session_state.svc_t = 0.0
     st.session_state.svc_playing = not st.session_state.svc_playing
 
 
 st.button("⏸ Pause" if st.session_state.svc_playing else "▶ Play", key="svc_play", on_click=_toggle,
-          help="Advance both grids together, a few steps at a time; drag the slider to scrub.")
+          help="Advance both runs together through time; drag the slider to scrub.")
 
 
 @st.fragment(run_every=REPLAY_TICK_S if st.session_state.svc_playing else None)
 def replay():
     if st.session_state.svc_playing:
-        nxt = st.session_state.svc_step + max(1, n_steps // REPLAY_TICKS)
-        st.session_state.svc_step = min(nxt, last)
-        if nxt >= last:
+        nxt = round(st.session_state.svc_t + tick, 2)
+        st.session_state.svc_t = min(nxt, t_max)
+        if nxt >= t_max:
             st.session_state.svc_playing = False
             st.rerun()
-    st.slider("Engine step", 0, last, key="svc_step",
-              help="Both runs up to this engine step. Static needs more steps for the same work when "
-                   "slots sit empty.")
-    k = st.session_state.svc_step
+    st.slider("Time since the first arrival (s)", 0.0, t_max, key="svc_t", step=tick,
+              help="Both runs at the same moment: every step that had ended by then. Both grids share one "
+                   "step axis, as long as the longer run, so a run that needs more steps shows it.")
+    now = st.session_state.svc_t
     left, right = st.columns(2)
     for col, mode in ((left, "static"), (right, "continuous")):
         reqs, steps = tables[mode]
-        upto = steps[steps["step"] <= k]
+        done_steps = int((ends[mode] <= now + 1e-9).sum())
+        upto = steps.iloc[:done_steps]
         with col:
             st.markdown(f"**{mode}**")
             if len(upto):
                 row = upto.iloc[-1]
                 done = int((pd.to_numeric(reqs["finish_s"]) <= row.t_end_s).sum())
-                st.caption(f"t = {row.t_end_s - reqs['arrival_s'].min():.2f} s · running {int(row.running)} · "
+                st.caption(f"t = {now:.2f} s · step {int(row.step)} · running {int(row.running)} · "
                            f"waiting {int(row.waiting)} · finished {done}/{len(reqs)} · wasted slot-steps so far "
                            f"{wasted_slot_steps(upto, slots)}")
             else:
-                st.caption("not started")
-            if k >= len(steps):
+                st.caption(f"t = {now:.2f} s · not started")
+            if done_steps >= len(steps):
                 st.caption(f"finished after {len(steps)} steps")
-            widgets.plot(membership.batch_membership(steps, slots, upto_step=k))
+            fig = membership.batch_membership(steps, slots, upto_step=int(upto["step"].iloc[-1]) if len(upto) else -1)
+            fig.setdefault("layout", {}).setdefault("xaxis", {})["range"] = [-0.5, n_steps - 0.5]
+            widgets.plot(fig)
 
 
 replay()

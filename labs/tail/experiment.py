@@ -1,5 +1,7 @@
 """The tail: two tenants, one steady and one bursty, a share of long prompts; percentile tables
-of one run, for every request and per group (prompt length, tenant)."""
+of one run, for every request and per group (prompt length, tenant, time window). The arrival
+rate is LOAD of the capacity this machine's step model predicts for the mix, so the bursts
+queue on any machine; the simulator runs SIM_REQUESTS, the real engine REQUESTS."""
 from __future__ import annotations
 
 import math
@@ -10,11 +12,15 @@ from analysis.frame_metrics import finished
 from engine.config import SchedulerPolicy
 from engine.metrics import PERCENTILES, percentile
 from engine.workload import LengthDist, WorkloadSpec
+from labs import claims
 from labs.part import Part
 from labs.runs import estimate, mix_run, simulated_mix_run
 
-REQUESTS = 48
-RATE = 5.0
+REQUESTS = 120
+SIM_REQUESTS = 600
+LOAD = 0.6
+WINDOWS = 8              # time windows the tail is split into
+MIN_GROUP = 10           # a group's p99 is judged only with this many requests or more
 SHORT_PROMPT = LengthDist("uniform", 32, 128)
 LONG_PROMPT = LengthDist("uniform", 768, 1024)
 OUTPUT = LengthDist("uniform", 16, 48)
@@ -23,13 +29,25 @@ MIN_TAIL_SAMPLES = 100   # below this many requests in a group, its p99 is littl
 PROMPT_BUCKETS = [(0, 128, "≤128 tokens"), (129, 512, "129–512 tokens"), (513, 10 ** 9, ">512 tokens")]
 
 
-def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> list[Part]:
-    """Two tenants sending the same mix of prompts: "steady" (Poisson) and "bursty" (bursts with
-    quiet gaps between). `long_share` of each tenant's requests carry a long prompt."""
+def capacity(step_model, long_share: float = 0.1) -> float:
+    """Requests per second the engine finishes of this mix with its queue never empty, as the step
+    model predicts it (the mix arriving at once)."""
+    res = simulated_mix_run(step_model, POLICY, tail_parts(long_share, False, 0, rate=0, requests=96))
+    return float(res.summary["request_throughput_req_s"])
+
+
+def rate_for(step_model, long_share: float = 0.1, load: float = LOAD) -> float:
+    return round(load * capacity(step_model, long_share), 3)
+
+
+def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0, rate: float = 5.0,
+               requests: int = REQUESTS) -> list[Part]:
+    """Two tenants sending the same mix of prompts at `rate` in all: "steady" (Poisson) and "bursty"
+    (bursts with quiet gaps between). `long_share` of each tenant's requests carry a long prompt."""
     out = []
-    per_tenant = REQUESTS // 2
+    per_tenant = requests // 2
     n_long = round(per_tenant * long_share)
-    rate = RATE / 2
+    rate = rate / 2
     for t, (tenant, burst) in enumerate((("steady", 1.0), ("bursty", 3.0 if bursty else 1.0))):
         for k, (n, prompt, kind) in enumerate(((per_tenant - n_long, SHORT_PROMPT, "s"), (n_long, LONG_PROMPT, "l"))):
             if n:
@@ -40,20 +58,20 @@ def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> l
     return out
 
 
-def tail_run(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0, progress=None,
+def tail_run(model, rate: float, long_share: float = 0.1, bursty: bool = True, seed: int = 0, progress=None,
              refresh: bool = False, peek: bool = False):
-    return mix_run(model, POLICY, tail_parts(long_share, bursty, seed), progress,
+    return mix_run(model, POLICY, tail_parts(long_share, bursty, seed, rate), progress,
                    label=f"long share {long_share:.0%}", refresh=refresh, peek=peek)
 
 
-def simulated_tail_run(step_model, long_share: float = 0.1, bursty: bool = True, seed: int = 0):
-    """tail_run on the simulator: (RunResult, False), in milliseconds."""
-    return simulated_mix_run(step_model, POLICY, tail_parts(long_share, bursty, seed),
+def simulated_tail_run(step_model, rate: float, long_share: float = 0.1, bursty: bool = True, seed: int = 0):
+    """tail_run on the simulator, SIM_REQUESTS of them: (RunResult, False), in milliseconds."""
+    return simulated_mix_run(step_model, POLICY, tail_parts(long_share, bursty, seed, rate, SIM_REQUESTS),
                              label=f"long share {long_share:.0%}, simulated"), False
 
 
-def estimate_s(model, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, bool]:
-    return estimate(model, [(POLICY, tail_parts(long_share, bursty, seed))])
+def estimate_s(model, rate: float, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, bool]:
+    return estimate(model, [(POLICY, tail_parts(long_share, bursty, seed, rate))])
 
 
 def tail_trust(n: int, q: float = 99) -> str:
@@ -94,3 +112,66 @@ def percentile_table(requests: pd.DataFrame, metric: str, by: pd.Series | None =
         rows.append({"group": name, "n": len(v), "mean": sum(v) / len(v) if v else math.nan,
                      **{f"p{q}": percentile(v, q) for q in PERCENTILES}})
     return pd.DataFrame(rows)
+
+
+def time_window(requests: pd.DataFrame, windows: int = WINDOWS) -> pd.Series:
+    """Each request's arrival window: the run's arrivals cut into `windows` equal stretches of time."""
+    arr = pd.to_numeric(requests["arrival_s"], errors="coerce")
+    lo, hi = float(arr.min()), float(arr.max())
+    width = (hi - lo) / windows if hi > lo else 1.0
+    k = ((arr - lo) // width).clip(upper=windows - 1).fillna(0).astype(int)
+    return k.map(lambda i: f"{i * width:.1f}–{(i + 1) * width:.1f} s")
+
+
+TAIL_SHARE = 0.05        # "the tail": the slowest 5% of requests by TTFT
+
+
+def cause_verdict(requests: pd.DataFrame) -> claims.Verdict:
+    """The claim `tail_has_a_cause`: among the slowest TAIL_SHARE of requests by TTFT, the group (by
+    prompt length or tenant; MIN_GROUP requests or more) most over-represented against its share of
+    all requests: its lift = its share of the tail ÷ its share of the traffic. (Time windows have
+    their own claim, window_verdict: with random arrivals some window always holds more of the tail.)"""
+    fin = finished(requests)
+    ttft = pd.to_numeric(fin["ttft_s"], errors="coerce")
+    k = max(MIN_GROUP // 2, int(round(TAIL_SHARE * len(fin))))
+    if len(fin) < 2 * MIN_GROUP:
+        return claims.judge("tail_has_a_cause", math.nan, "", "",
+                            f"{len(fin)} finished requests are too few to tell a tail from the rest.")
+    slowest = ttft.nlargest(k).index
+    best = None
+    for split, by in (("prompt length", prompt_bucket(fin["prompt_tokens"])), ("tenant", fin["tenant"])):
+        for name in sorted(set(by)):
+            n = int((by == name).sum())
+            if n < MIN_GROUP:
+                continue
+            in_tail = int((by.loc[slowest] == name).sum())
+            lift = (in_tail / k) / (n / len(fin))
+            if best is None or lift > best[0]:
+                best = (lift, split, name, n, in_tail)
+    if best is None:
+        return claims.judge("tail_has_a_cause", math.nan, "", "", f"no group holds {MIN_GROUP} requests.")
+    lift, split, name, n, in_tail = best
+    numbers = (f"Of the {k} slowest requests by TTFT, {in_tail} are {split} {name}, which sends {n / len(fin):.0%} of "
+               f"all requests: ×{lift:.1f} its share.")
+    return claims.judge("tail_has_a_cause", lift, numbers + " The slow requests share that cause.",
+                        numbers + " No group stands out this much: the slow requests here are spread over the groups.")
+
+
+def window_verdict(requests: pd.DataFrame, windows: int = WINDOWS) -> claims.Verdict:
+    """The claim `tail_by_window`: the worst arrival window's p95 TTFT against the median window's."""
+    fin = finished(requests)
+    by = time_window(fin, windows)
+    p95 = {w: percentile(pd.to_numeric(g, errors="coerce").dropna().tolist(), 95)
+           for w, g in fin["ttft_s"].groupby(by)}
+    sizes = by.value_counts()
+    if len(p95) < 3 or sizes.min() < 3:
+        return claims.judge("tail_by_window", math.nan, "", "",
+                            f"{len(fin)} requests make windows of {int(sizes.min()) if len(sizes) else 0} or fewer: "
+                            "too few to compare windows.")
+    values = pd.Series(p95)
+    worst, median = values.idxmax(), float(values.median())
+    r = claims.ratio(values[worst], median)
+    numbers = (f"Cut into {len(values)} windows of arrival time, the worst ({worst}) has p95 TTFT {values[worst]:.2f} s "
+               f"against a median window's {median:.2f} s (×{r:.1f}).")
+    return claims.judge("tail_by_window", r, numbers + " The tail gathers where arrivals bunch up.",
+                        numbers + " The windows are alike: the tail is spread evenly over time here.")

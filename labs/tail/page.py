@@ -9,13 +9,18 @@ from labs.tail import experiment as lab
 from ui import calculators, predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
-SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "none": "nothing (all requests)"}
+SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "window": "time window", "none": "nothing (all requests)"}
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def simulated_run(step_model, share: float, bursty: bool, seed: int):
+def simulated_run(step_model, rate: float, share: float, bursty: bool, seed: int):
     """The run on the simulator for these settings (read-only)."""
-    return lab.simulated_tail_run(step_model, share, bursty, seed)
+    return lab.simulated_tail_run(step_model, rate, share, bursty, seed)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def arrival_rate(step_model, share: float) -> float:
+    return lab.rate_for(step_model, share)
 
 st.title("The average hides the tail")
 st.caption("Two tenants share the engine: one sends steadily, one in bursts. A share of each one's prompts "
@@ -38,37 +43,44 @@ with st.sidebar:
 widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
-
-st.markdown(f"The workload: {lab.REQUESTS} requests at about {lab.RATE:g} per second in all, half from "
-            f"each tenant, continuous batching with {lab.POLICY.max_num_seqs} slots.")
-settings = (share, bursty, seed)
-question = predict.Question("tail", "Over all requests, how many times the median (p50) TTFT will the p99 TTFT be?",
-                            lo=1.0, hi=1000.0, default=1.0, unit="×",
-                            help="p99: the time that 99 of 100 requests beat. Its distance from the median is "
-                                 "how uneven the service is.")
-guess = predict.gate(question)
 step_model, profiled = calculators.machine_step_model()
+rate = arrival_rate(step_model, share)
+
+st.markdown(f"The workload: requests at {rate:g} per second in all ({lab.LOAD:.0%} of what this machine's step model "
+            f"says the engine finishes of this mix), half from each tenant, continuous batching with "
+            f"{lab.POLICY.max_num_seqs} slots. The simulator runs {lab.SIM_REQUESTS} requests, the real engine "
+            f"{lab.REQUESTS}.")
+settings = (rate, share, bursty, seed)
+question = predict.question("tail", help="p99: the time that 99 of 100 requests beat. Its distance from the median "
+                                         "is how uneven the service is.")
+guess = predict.gate(question)
+group_q = predict.question("tail_group", choices=tuple(name for _, _, name in lab.PROMPT_BUCKETS))
+group_guess = predict.gate(group_q)
 got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw),
                                 "Run this workload",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running…", stop=False)
+                                "Running…", stop=False, lab="tail")
 widgets.simulated_first_caption(step_model, profiled, "Run this workload", got is not None,
                                 "every number, curve and table")
 measured = got is not None
+source = "measured" if measured else "simulated"
 res, _ = got if measured else simulated_run(step_model, *settings)
 reqs, _ = frames(res)
 ttft = lab.percentile_table(reqs, "ttft_s").iloc[0]
-because = (f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s. Most requests find a free slot soon; the few "
-           "that arrive in a burst, or behind a long prompt, wait for several whole prefills. But this p99 "
-           f"comes from {int(ttft.n)} requests: it is nearly their largest value, and another seed can move "
-           "it a lot.")
 if measured:
     predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
-    predict.reveal(question, guess, ttft.p99 / ttft.p50, because, measured_text=f"×{ttft.p99 / ttft.p50:.1f}")
-else:
-    widgets.simulated_answer(f"×{guess:g}", f"the p99 TTFT is **×{ttft.p99 / ttft.p50:.1f}** the median", because)
+predict.reveal(question, guess, ttft.p99 / ttft.p50, f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s, from "
+               f"{int(ttft.n)} requests.", measured_text=f"×{ttft.p99 / ttft.p50:.1f}", source=source)
+by_prompt = lab.percentile_table(reqs, "ttft_s", lab.prompt_bucket(reqs["prompt_tokens"])).iloc[1:]
+if len(by_prompt):
+    top_group = by_prompt.loc[by_prompt["p99"].idxmax()]
+    predict.reveal(group_q, group_guess, top_group.group, f"{top_group.group} (n = {int(top_group.n)}) has p99 TTFT "
+                   f"{top_group.p99:.2f} s.", source=source)
+predict.show_verdict(lab.cause_verdict(reqs), source)
+predict.show_verdict(lab.window_verdict(reqs), source)
 name, scale, unit = METRICS[metric]
-by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "none": None}[segment]
+by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "window": lab.time_window(reqs),
+      "none": None}[segment]
 table = lab.percentile_table(reqs, metric, by, scale)
 overall = table.iloc[0]
 cols = st.columns(4)
@@ -79,7 +91,7 @@ if len(few):
     st.warning("**Few samples.** " + "; ".join(f"{widgets.plain(g.group)}: n = {int(g.n)}" for g in few.itertuples())
                + f". A p99 needs well over {lab.MIN_TAIL_SAMPLES} requests per group to mean much: with n requests, "
                "only n/100 lie above it, so below 100 it is about the largest value seen, and one more slow request "
-               "moves it. Read these p99s as \"the worst of a few\"; raise the seed to see how much they move.")
+               "moves it. Read these p99s as \"the worst of a few\"; change the seed to see how much they move.")
 
 widgets.plot(latency.cdf(reqs, metric, by=by))
 if by is not None and len(table) > 2:
@@ -91,7 +103,7 @@ if by is not None and len(table) > 2:
                 f"**{widgets.plain(best.group)}**, while the medians are {widgets.fmt(worst.p50, unit)} "
                 f"and {widgets.fmt(best.p50, unit)}.")
 table = table.assign(p99_from=[lab.tail_trust(int(n)) for n in table["n"]])
-widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group",
+widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group", "n": "requests",
                                    "p99_from": "how far p99 can be trusted"}).round(3), csv="tail")
 with st.expander("Requests"):
     widgets.table(finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",

@@ -20,11 +20,12 @@ from analysis.style import (
 )
 from engine.results import cache_path
 from engine.step_times import measure_batch_scaling
-from labs import knee_rule, timing
+from labs import claims, knee_rule, timing
 from labs.repeats import REPEATS, error_bars, spread
 from labs.runs import cached, estimate, fingerprint
 
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+CLAIM_BATCH = 8   # the claim compares a step of this many sequences with a step of one
 CONTEXT = 128     # tokens each sequence holds before the timed steps
 STEPS = 4         # timed decode steps per batch size, in each pass
 
@@ -90,6 +91,33 @@ def knee(rows: list[dict]) -> int | None:
     return None if k is None else int(k)
 
 
+def amortization_verdict(table: pd.DataFrame) -> claims.Verdict:
+    """The claim `batching_amortizes`: a step of CLAIM_BATCH sequences against a step of one."""
+    have = set(table["batch"].astype(int))
+    if not {1, CLAIM_BATCH} <= have:
+        return claims.judge("batching_amortizes", math.nan, "", "",
+                            f"the claim compares batch {CLAIM_BATCH} with batch 1, and this sweep lacks "
+                            f"{' and '.join(str(b) for b in (1, CLAIM_BATCH) if b not in have)}.")
+    one = table[table["batch"] == 1].iloc[0]
+    many = table[table["batch"] == CLAIM_BATCH].iloc[0]
+    ratio = many.step_ms / one.step_ms
+    numbers = (f"A step of {CLAIM_BATCH} sequences took {many.step_ms:.1f} ms against {one.step_ms:.1f} ms for one: "
+               f"×{ratio:.2f} the time for ×{CLAIM_BATCH} the tokens, so tokens/s grew "
+               f"×{many.tokens_per_s / one.tokens_per_s:.1f}.")
+    if "runs" in table and (table["runs"] > 1).all() and "step_ms_hi" in table:
+        spread_share = float(((table["step_ms_hi"] - table["step_ms_lo"]) / table["step_ms"]).max())
+        noisy = spread_share > 0.5
+    else:
+        noisy = False
+    if noisy:
+        return claims.judge("batching_amortizes", ratio, "", "", f"{numbers} But the passes disagree by up to "
+                            f"{spread_share:.0%} of a step: the machine was too busy for one reading; measure again.")
+    return claims.judge("batching_amortizes", ratio,
+                        numbers + " The weights are read once per step and shared by every sequence in it.",
+                        numbers + " Here the work each sequence brings on its own (attention over its context, "
+                        "its own rows through every layer) outweighs what the step shares.")
+
+
 def linear_fit(rows: list[dict]) -> dict:
     """Least-squares fit step_ms = t0 + c * batch: a model drawn from the measurements.
 
@@ -142,10 +170,17 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
             x=xs, y=1000 * xs / (fit["t0_ms"] + fit["c_ms"] * xs), mode="lines",
             line=dict(color=MODEL_COLOR, width=1.5, dash="dot"),
             hovertemplate="model, batch %{x:.0f}: %{y:.0f} tokens/s<extra></extra>"))
-    marks = ([vline(knee_batch, f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")]
-             if knee_batch is not None else [])
+    # On a log axis plotly reads an annotation's x, and the axis range, in log10 units, while a shape's x
+    # stays in data units: a label placed at x = 32 stood at 10^32 and stretched the axis to it.
+    marks = []
+    if knee_batch is not None:
+        line, label = vline(knee_batch, f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")
+        side = "right" if knee_batch >= b.max() else "left"      # the label stays inside the plot
+        marks = [(line, {**label, "x": math.log10(knee_batch), "xanchor": side})]
+    pad = 0.08 * max(math.log10(b.max() / b.min()), 1.0)
     return go.Figure(data=traces, layout=wrapped_layout(
-        *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b]),
+        *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b],
+                           range=[math.log10(b.min()) - pad, math.log10(b.max()) + pad]),
         yaxis=dict(rangemode="tozero"),
         yaxis2=dict(title=dict(text="ms per token"), overlaying="y", side="right", rangemode="tozero",
                     showgrid=False),

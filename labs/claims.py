@@ -1,0 +1,174 @@
+"""The claims the lessons make and the labs test: one table, read by the lessons, the lab pages,
+tests/test_claims.py and `python -m tools.claims`.
+
+Each claim names its lesson, the lab that tests it, the number the lab computes from its own
+run (the metric) and the threshold that number must pass. A lab never writes its conclusion in
+advance: its experiment.py computes the metric and calls `judge`, which returns a Verdict with
+one of three outcomes, each with its own words built from the run's numbers:
+
+- SHOWN: the run shows the claim;
+- NOT_SHOWN: the run measured it, and it came out the other way;
+- UNDECIDED: this run cannot tell (too few requests, a sweep that hides it, no steady state...),
+  and the words say why.
+
+Thresholds are declared here once; a lesson quotes one as {{lab:claims.CLAIMS.<id>.threshold=5}}
+(checked by tests/test_lesson_numbers.py). No Streamlit here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SHOWN, NOT_SHOWN, UNDECIDED = "shown", "not shown", "undecided"
+OUTCOME_WORDS = {SHOWN: "this run shows it", NOT_SHOWN: "this run does not show it",
+                 UNDECIDED: "not shown by this run"}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    id: str
+    lesson: str          # lesson id (its file name without "NN-")
+    lab: str             # lab id (labs/<lab>/)
+    text: str            # the claim as the lesson makes it
+    metric: str          # what the lab computes from its run, in words
+    threshold: float     # the metric must pass it (`above`: at least; else at most)
+    unit: str            # how the threshold is written: "×", "%", "req/s" ...
+    above: bool          # True: shown when metric >= threshold; False: when metric <= threshold
+    counter: str         # a setting where it must not show (tests/test_claims.py runs it)
+
+    def threshold_text(self) -> str:
+        value = f"{self.threshold:.0%}" if self.unit == "%" else f"{self.threshold:g}{self.unit}"
+        return f"{'at least' if self.above else 'at most'} {value}"
+
+    def passes(self, value: float) -> bool:
+        return math.isfinite(value) and (value >= self.threshold if self.above else value <= self.threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    claim: Claim
+    outcome: str         # SHOWN, NOT_SHOWN or UNDECIDED
+    value: float         # the metric this run measured (nan when it could not)
+    words: str           # what this run shows, with its numbers
+
+    @property
+    def shown(self) -> bool:
+        return self.outcome == SHOWN
+
+    @property
+    def outcome_words(self) -> str:
+        return OUTCOME_WORDS[self.outcome]
+
+    def value_text(self) -> str:
+        if not math.isfinite(self.value):
+            return "—"
+        return f"{self.value:.0%}" if self.claim.unit == "%" else f"{self.value:.3g}{self.claim.unit}"
+
+
+def judge(claim_id: str, value: float, shown: str, not_shown: str, undecided: str | None = None,
+          extra_test: bool = True) -> Verdict:
+    """The verdict of one run: `undecided` (why this run cannot tell) wins when given; else the
+    metric against the claim's threshold (and `extra_test`, a second condition the claim needs)
+    picks the words `shown` or `not_shown`."""
+    claim = CLAIMS[claim_id]
+    value = float(value) if value is not None else math.nan
+    if undecided:
+        return Verdict(claim, UNDECIDED, value, undecided)
+    if claim.passes(value) and extra_test:
+        return Verdict(claim, SHOWN, value, shown)
+    return Verdict(claim, NOT_SHOWN, value, not_shown)
+
+
+def _claims(*claims: Claim) -> dict[str, Claim]:
+    return {c.id: c for c in claims}
+
+
+# The course's claims, in lesson order. A lab may test several; a lesson may hold several.
+CLAIMS = _claims(
+    Claim("batching_amortizes", "why-batch", "why_batch",
+          "One decode step streams every weight once, however many sequences ride in it, so a step of "
+          "8 sequences takes far less than 8 times as long as a step of 1.",
+          "step time at batch 8 ÷ step time at batch 1", 2.0, "×", above=False,
+          counter="a context of 32,768 tokens per sequence, where each sequence's own attention dominates"),
+    Claim("continuous_beats_static", "static-vs-continuous", "static_vs_continuous",
+          "On mixed-length traffic continuous batching refills a freed slot at the next step, so "
+          "arrivals stop waiting for an unrelated long answer: their TTFT falls.",
+          "p95 TTFT under static ÷ p95 TTFT under continuous", 1.5, "×", above=True,
+          counter="equal lengths, all arriving at once (an offline batch)"),
+    Claim("static_fine_offline", "static-vs-continuous", "static_vs_continuous",
+          "For an offline batch of equal lengths static batching loses nothing: every member ends at "
+          "the same step, so no slot sits empty and both modes finish together.",
+          "how far apart the two modes finish (|static ÷ continuous − 1|)", 0.05, "%", above=False,
+          counter="many short requests and one long one"),
+    Claim("long_prompt_stalls", "costs-of-continuous", "costs",
+          "Without chunked prefill, a step that carries a whole long prompt freezes every running "
+          "stream for that step; chunking spreads the prompt and shortens the freeze.",
+          "longest decode gap with chunking off ÷ the usual (median) gap", 3.0, "×", above=True,
+          counter="a 'long' prompt of only 64 tokens"),
+    Claim("small_kv_preempts", "costs-of-continuous", "costs",
+          "Admitting work fills the KV cache; a cache too small for the running batch forces "
+          "preemptions, and the preempted requests' prompts are computed again.",
+          "preemptions in the run", 1.0, "", above=True,
+          counter="a cache big enough for every slot at its longest (4,096 tokens)"),
+    Claim("goodput_falls", "latency-metrics", "slo_goodput",
+          "Throughput counts every token; goodput only requests that met both targets. Past some "
+          "rate, throughput keeps rising while goodput falls.",
+          "goodput at the highest rate ÷ the best goodput of the sweep", 0.9, "%", above=False,
+          counter="targets so loose that every request meets them (TTFT 600 s, TPOT 10 s)"),
+    Claim("queueing_explodes", "queueing", "queueing",
+          "Waiting grows slowly at first and then explodes as the server nears full use.",
+          "mean queue time at the highest utilization ÷ at the lowest", 5.0, "×", above=True,
+          counter="utilizations of 30% and 50% only, far from full use"),
+    Claim("overload_shows_in_waiting", "two-schedulers", "queueing",
+          "Past capacity the engine looks no busier than just below it; only the waiting queue "
+          "shows the overload, so it is the signal to add a replica.",
+          "the waiting queue's growth past capacity, as a share of the arrival rate", 0.05, "%",
+          above=True, counter="70% utilization in place of 120%"),
+    Claim("knee_below_max", "batch-policy", "knee",
+          "Throughput saturates before the engine's limit: past the knee, more slots buy little "
+          "throughput and cost latency, so operate at the knee, not the maximum.",
+          "p95 TPOT at the largest setting ÷ at the knee (with the knee below the largest)", 1.2, "×",
+          above=True, counter="a sweep whose batch never fills (fewer requests than slots)"),
+    Claim("tail_has_a_cause", "tail-latency", "tail",
+          "The slowest requests share a cause (long prompts, one tenant's bursts): split the requests that way "
+          "and one group makes up far more of the tail than of the traffic.",
+          "the most over-represented group's share of the slowest 5% ÷ its share of all requests", 1.5, "×",
+          above=True,
+          counter="no long prompts and no bursts"),
+    Claim("tail_by_window", "tail-latency", "tail",
+          "The tail is not spread evenly over time: it gathers in busy windows (bursts).",
+          "p95 TTFT of the worst time window ÷ the median window's", 3.0, "×", above=True,
+          counter="steady (non-bursty) traffic at a light load"),
+    Claim("orders_favour_someone", "scheduler-policy", "scheduler_orders",
+          "When requests queue, every order favours somebody: each one moves some tenant's p95 TTFT "
+          "against first come, first served.",
+          "the median, over the orders, of the largest change in a tenant's p95 TTFT against fcfs",
+          0.2, "%", above=True, counter="a light load (30% of capacity), where few requests queue"),
+    Claim("sjf_starves_long", "scheduler-policy", "scheduler_orders",
+          "Shortest-job-first starves long prompts: under sjf they wait far longer than under fcfs at the "
+          "same load, while fcfs's queue stays bounded (so it is not plain overload).",
+          "long prompts' p95 queue time under sjf ÷ under fcfs", 2.0, "×", above=True,
+          counter="an overload, where fcfs's waits grow too"),
+    Claim("waiting_to_batch", "two-schedulers", "dynamic_batching",
+          "Waiting to fill a batch raises the tokens each second of engine work makes, not the tokens "
+          "delivered per second, and every request pays for it in TTFT.",
+          "tokens per second of engine work, longest wait ÷ no wait", 1.1, "×", above=True,
+          counter="arrivals dense enough that every batch fills before the wait runs out"),
+)
+
+
+def for_lab(lab: str) -> list[Claim]:
+    return [c for c in CLAIMS.values() if c.lab == lab]
+
+
+def for_lesson(lesson: str) -> list[Claim]:
+    return [c for c in CLAIMS.values() if c.lesson == lesson]
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b, nan when either is missing or b is not positive."""
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return math.nan
+    return a / b if math.isfinite(a) and math.isfinite(b) and b > 0 else math.nan

@@ -1,0 +1,84 @@
+"""The questions each lab asks before it shows a result, declared once.
+
+A lab page (and the Playground) asks them through ui.predict.question, and the lesson's "Predict
+first" paragraph reads the same text through the marker {{predict:<question id>}}
+(lessons/catalog.py), so the lesson and the lab always ask the same thing. A question's text may
+hold {fields} that the page fills from its settings; the lesson shows it with `defaults`, the
+lab's own default settings. No Streamlit here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Ask:
+    id: str                      # the widget keys start with predict_<id>
+    lab: str                     # the lab id that asks it
+    lesson: str                  # the lesson whose "Predict first" reads it
+    text: str                    # may hold {fields}, filled by the page (or by `defaults`)
+    unit: str = ""               # a number's unit ("×", "requests/s"); empty for a choice
+    choices: tuple = ()          # the choices, when they do not depend on the page's settings
+    lo: float = 0.0
+    hi: float = 0.0
+    default: float = 0.0
+    defaults: dict = field(default_factory=dict)
+
+    def render(self, **values) -> str:
+        return self.text.format(**{**self.defaults, **values})
+
+
+def _asks(*asks: Ask) -> dict[str, Ask]:
+    return {a.id: a for a in asks}
+
+
+ASKS = _asks(
+    Ask("why_batch", "why_batch", "why-batch",
+        "A decode step of 1 sequence takes some time. How many times as long will a step of 8 sequences take?",
+        unit="×", lo=0.1, hi=100.0, default=1.0),
+    Ask("why_batch_knee", "why_batch", "why-batch",
+        "At which batch size will the knee be (the smallest with {share} of the best tokens/s)?",
+        defaults={"share": "90%"}),
+    Ask("static_vs_continuous", "static_vs_continuous", "static-vs-continuous",
+        "The same requests go through both modes. Which one finishes all of them first?"),
+    Ask("svc_ttft", "static_vs_continuous", "static-vs-continuous",
+        "How many times the continuous run's p95 TTFT will the static run's be?",
+        unit="×", lo=0.1, hi=100.0, default=1.0),
+    Ask("costs_stall", "costs", "costs-of-continuous",
+        "With chunked prefill off, the longest wait between two tokens of a request that was already "
+        "decoding is how many times its usual (median) gap?", unit="×", lo=1.0, hi=1000.0, default=1.0),
+    Ask("costs_kv", "costs", "costs-of-continuous",
+        "How many times will a running request be preempted (lose its KV cache) at {capacity} tokens of KV?",
+        unit="preemptions", lo=0.0, hi=1000.0, default=0.0, defaults={"capacity": "1,024"}),
+    Ask("slo_goodput", "slo_goodput", "latency-metrics",
+        "As the arrival rate rises, at which rate (requests/s) will goodput (requests/s that meet both "
+        "SLOs) be highest, with the SLOs you set?"),
+    Ask("slo_first_miss", "slo_goodput", "latency-metrics",
+        "At the highest arrival rate, which target will more requests miss?", choices=("TTFT", "TPOT")),
+    Ask("queueing", "queueing", "queueing",
+        "The mean time a request waits in the queue at ρ = {lo} is some number of seconds. How many times "
+        "that will it be at ρ = {hi}?", unit="×", lo=0.1, hi=10000.0, default=1.0,
+        defaults={"lo": "30%", "hi": "90%"}),
+    Ask("knee", "knee", "batch-policy", "At which max_num_seqs will the knee be?"),
+    Ask("knee_goodput", "knee", "batch-policy",
+        "Which max_num_seqs will give the most goodput (requests/s within both SLOs)?"),
+    Ask("tail", "tail", "tail-latency",
+        "Over all requests, how many times the median (p50) TTFT will the p99 TTFT be?",
+        unit="×", lo=1.0, hi=1000.0, default=1.0),
+    Ask("tail_group", "tail", "tail-latency",
+        "Split by prompt length: which group will have the highest p99 TTFT?"),
+    Ask("scheduler_orders", "scheduler_orders", "scheduler-policy",
+        "Under fcfs (first come, first served), which tenant will have the worst p95 TTFT?"),
+    Ask("orders_starve", "scheduler_orders", "scheduler-policy",
+        "Under which order will the long prompts wait longest at the end of the run?"),
+    Ask("dynamic_batching", "dynamic_batching", "two-schedulers",
+        "Raise max_wait_ms from {first} to {last} ms. What happens to the median TTFT and to the tokens "
+        "delivered per second?", defaults={"first": "0", "last": "2,000"}),
+    Ask("playground", "playground", "two-schedulers",
+        "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
+        unit="requests/s", lo=0.1, hi=10000.0, default=1.0),
+)
+
+
+def for_lesson(lesson: str) -> list[Ask]:
+    return [a for a in ASKS.values() if a.lesson == lesson]
