@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from analysis import course, course_serving
 from analysis.pictures import PICTURES as RUN_PICTURES, Picture
+from analysis.pictures_cluster import PICTURES as CLUSTER_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
 from engine.roofline import roofline_profile
 
@@ -247,6 +248,6 @@ def two_schedulers() -> Picture:
                              "request, batching every step; the waiting queue is what tells the autoscaler.")
 
 
-PICTURES = {**RUN_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
+PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
             "knee_curve": knee_curve, "tail_split": tail_split, "starvation": starvation,
             "two_schedulers": two_schedulers}

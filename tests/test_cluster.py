@@ -114,12 +114,12 @@ def test_the_autoscaler_adds_replicas_after_their_start_up_and_counts_their_seco
 
 
 def test_the_labs_figures_draw_each_replica_and_each_router():
-    from labs.cluster import experiment as lab
+    from analysis import cluster as charts
     reqs = hand_requests(60)
     res = SimCluster(PROFILE, SchedulerPolicy(enable_prefix_caching=True), 3, "prefix_affinity").run(reqs)
-    strips = lab.replica_strips(res)
+    strips = charts.replica_strips(res)
     assert len(strips.data) == 2 * 3                     # a batch and a queue trace per replica
-    assert sum(len(t.x) for t in lab.router_choices(res, lab.prefix_groups(res, reqs), "t").data) == len(reqs)
-    bars = lab.routing_bars({"round_robin": res, "prefix_affinity": res})
+    assert sum(len(t.x) for t in charts.router_choices(res, charts.prefix_groups(res, reqs), "t").data) == len(reqs)
+    bars = charts.routing_bars({"round_robin": res, "prefix_affinity": res})
     assert [len(t.x) for t in bars.data] == [2, 2, 2]
-    assert lab.routing_bars({}).layout.annotations[0].text      # "no data" note
+    assert charts.routing_bars({}).layout.annotations[0].text      # "no data" note

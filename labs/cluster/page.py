@@ -4,6 +4,7 @@ clock. Predictions first; every sentence that states an outcome is worked out fr
 import pandas as pd
 import streamlit as st
 
+from analysis import cluster as charts
 from cluster.router import POLICIES, POLICY_HELP
 from engine.roofline import DEVICES
 from labs.cluster import experiment as lab
@@ -68,7 +69,8 @@ with st.spinner("Simulating four routers…"):
     runs = routing_runs(profile, replicas, bound)
 best = min(runs, key=lambda p: runs[p].summary["ttft_p95_s"])
 rr, aff = runs["round_robin"].summary, runs["prefix_affinity"].summary
-predict.record("cluster", best_router=best)
+predict.record("cluster", best_router=best, hit_round_robin=f"{rr['prefix_hit_rate']:.0%}",
+               hit_affinity=f"{aff['prefix_hit_rate']:.0%}")
 predict.reveal(question, guess, best,
                f"{best} gives p95 TTFT {runs[best].summary['ttft_p95_s']:.2f} s. Prefix affinity found "
                f"{aff['prefix_hit_rate']:.0%} of prompt tokens in the caches against round-robin's "
@@ -78,14 +80,14 @@ predict.reveal(question, guess, best,
                          "yet its p95 TTFT is higher: the slowest requests are set by bursts of queueing, which "
                          "the saved prefill does not remove (compare the p50 column).",
                          "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."))
-widgets.plot(lab.routing_bars(runs))
+widgets.plot(charts.routing_bars(runs))
 widgets.table(pd.DataFrame(lab.routing_table(runs)).round(3), csv="cluster-routing")
-groups = lab.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
+groups = charts.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
 left, right = st.columns(2)
 with left:
-    widgets.plot(lab.router_choices(runs["round_robin"], groups, "round_robin's choices"))
+    widgets.plot(charts.router_choices(runs["round_robin"], groups, "round_robin's choices"))
 with right:
-    widgets.plot(lab.router_choices(runs["prefix_affinity"], groups, "prefix_affinity's choices"))
+    widgets.plot(charts.router_choices(runs["prefix_affinity"], groups, "prefix_affinity's choices"))
 st.subheader("The same routers on real servers")
 st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on this machine, a smaller shared-prefix "
             "workload at 90% of what they serve (one server's capacity measured first), routed by round_robin and "
@@ -108,7 +110,7 @@ if real is not None:
                 f"{r_rr['prefix_hit_rate']:.0%}, p50 TTFT {r_aff['ttft_p50_s']:.2f} s against {r_rr['ttft_p50_s']:.2f} s "
                 f"(simulated: {aff['ttft_p50_s']:.2f} s against {rr['ttft_p50_s']:.2f} s).")
 shown = widgets.choice(st.selectbox, "Replicas' batches under", list(POLICIES), "prefix_affinity", key="cl_strips")
-widgets.plot(lab.replica_strips(runs[shown], title=f"Each replica's batch and queue under {shown}"))
+widgets.plot(charts.replica_strips(runs[shown], title=f"Each replica's batch and queue under {shown}"))
 
 # ----------------------------------------------------------------------------- autoscaling
 st.header("2. How many replicas?")
@@ -139,13 +141,13 @@ predict.reveal(q2, guess2, lab.AUTOSCALER_NAMES[cheaper],
                          "Busy fraction met the SLO more often: it scaled before the queue grew, and paid for it "
                          "in replicas it kept when the traffic fell.",
                          "Both met the SLO about equally often.", tol=0.01))
-widgets.plot(lab.replicas_over_time(scaled, phases))
+widgets.plot(charts.replicas_over_time(scaled, phases, lab.AUTOSCALER_NAMES))
 widgets.table(pd.DataFrame(lab.autoscale_table(scaled)).round(3), csv="cluster-autoscaling")
 left, right = st.columns(2)
 with left:
-    widgets.plot(lab.replica_strips(scaled["busy"], title="Replicas under the busy-fraction autoscaler"))
+    widgets.plot(charts.replica_strips(scaled["busy"], title="Replicas under the busy-fraction autoscaler"))
 with right:
-    widgets.plot(lab.replica_strips(scaled["waiting"], title="Replicas under the waiting autoscaler"))
+    widgets.plot(charts.replica_strips(scaled["waiting"], title="Replicas under the waiting autoscaler"))
 
 # ----------------------------------------------------------------------------- claims
 st.header("The lesson's claims")
