@@ -92,15 +92,15 @@ def main(argv=None) -> int:
             slow = scaled("waiting", 30.0)
             out["startup_delay_costs_slo"] = {"value": waiting["slo_attainment"] - slow["slo_attainment"],
                                               "neutral": 0.0, "extra": True, "fast_start": waiting, "slow_start": slow}
-    from labs.cluster.claims import CLAIMS, verdict
+    from labs.cluster.claims import CHECKS, verdict
     agree_all = True
-    for c in [c for c in CLAIMS if c.id in out]:
+    for c in [c for c in CHECKS if c.id in out]:
         real = out[c.id]
         sim = verdict(c)
         same = (real["value"] > real["neutral"]) == (sim["value"] > real["neutral"]) and real["extra"] == c.extra(sim["numbers"])
         agree_all &= same
-        real.update(sim_value=sim["value"], agree=same, real_passes=(real["value"] >= c.threshold) and real["extra"])
-        print(f"{c.id:30s} real {real['value']:+.3f}  simulated {sim['value']:+.3f}  (threshold {c.threshold:g}; "
+        real.update(sim_value=sim["value"], agree=same, real_passes=c.claim.passes(real["value"]) and real["extra"])
+        print(f"{c.id:30s} real {real['value']:+.3f}  simulated {sim['value']:+.3f}  (threshold {c.claim.threshold:g}; "
               f"second condition real {real['extra']}, simulated {c.extra(sim['numbers'])})  "
               f"{'same direction' if same else 'DIFFERENT direction'}", flush=True)
     if args.json:

@@ -1,125 +1,126 @@
-"""The claims of lesson 10 ("Beyond one replica"), each with the run that backs it, the metric and
-threshold it is judged by, and a counter-case: a run where the claim's outcome should NOT appear,
-which shows what the claim depends on. Each is decided on the simulated cluster (fast and the
-same on every machine with a roofline profile), and the real-cluster check
-(`python -m labs.cluster.check`) runs the main cases on real engine servers.
+"""How the cluster lab tests lesson 10's claims (their words and thresholds are in labs/claims.py, with
+every other claim): for each, the runs that measure it on the simulated cluster, the metric read
+from them, and a counter-case, a run where the claim's outcome should NOT appear, which shows what
+the claim depends on. The real-cluster check (`python -m labs.cluster.check`) runs the main cases on
+real engine servers.
 
-A claim's `measure(profile)` returns the numbers it is judged on; `holds(numbers)` says whether
-the outcome appeared. The lesson and the lab page state each verdict from these, never by hand.
+`judge(check, numbers)` turns one run's numbers into the table's Verdict, with words for each way it
+can come out; the lab page and the tests call it, so no verdict is written by hand.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from labs import claims
 from labs.cluster import experiment as lab
 
 
 @dataclass(frozen=True)
-class Claim:
-    """A claim in the claims table's shape (id, lesson, lab, text, metric, threshold, unit, above,
-    counter), with the runs that measure it here: `value(numbers)` is the metric, `extra(numbers)`
-    a second condition the claim needs; `counter_ok(numbers)` says the counter-case came out as it
-    should (the claim's outcome absent, or its cause shown to be what the claim says)."""
-    id: str
-    lesson: str
-    lab: str
-    text: str
-    metric: str
-    threshold: float
-    unit: str
-    above: bool
-    counter: str
+class Check:
+    """The runs that test one claim: `measure(profile)` returns the numbers, `value(numbers)` the metric,
+    `extra(numbers)` a second condition the claim needs, `words(numbers)` what they show in a sentence;
+    `counter_ok(numbers)` says the counter-case came out as it should."""
+    claim_id: str
     measure: Callable[[str], dict]
     value: Callable[[dict], float]
     extra: Callable[[dict], bool]
+    words: Callable[[dict], str]
     counter_measure: Callable[[str], dict]
     counter_ok: Callable[[dict], bool]
 
-    def threshold_text(self) -> str:
-        return f"{'at least' if self.above else 'at most'} {self.threshold:g}{self.unit}"
+    @property
+    def claim(self) -> claims.Claim:
+        return claims.CLAIMS[self.claim_id]
+
+    @property
+    def id(self) -> str:
+        return self.claim_id
 
     def holds(self, numbers: dict) -> bool:
-        v = self.value(numbers)
-        return (v >= self.threshold if self.above else v <= self.threshold) and self.extra(numbers)
+        return self.claim.passes(self.value(numbers)) and self.extra(numbers)
+
+
+def judge(check: Check, numbers: dict) -> claims.Verdict:
+    """The claim's verdict on one run's numbers."""
+    said = check.words(numbers)
+    return claims.judge(check.claim_id, check.value(numbers), shown=said, extra_test=check.extra(numbers),
+                        not_shown=said + " The claim needs " + check.claim.threshold_text()
+                        + (", and its second condition" if not check.extra(numbers) else "") + ".")
+
+
+ROUTER_FIELDS = ("ttft_p50_s", "ttft_p95_s", "prefix_hit_rate", "load_imbalance")
+
+
+def router_numbers(runs: dict) -> dict:
+    """The numbers a router claim reads, from routed runs ({router: ClusterResult})."""
+    return {p: {k: r.summary[k] for k in ROUTER_FIELDS} for p, r in runs.items()}
+
+
+def autoscaler_numbers(runs: dict, shape=lab.RAMP) -> dict:
+    """The numbers an autoscaler claim reads, from ramp runs ({key: ClusterResult})."""
+    end = sum(seconds for seconds, _ in shape)
+    return {key: {"slo_attainment": r.summary["slo_attainment"], "replica_seconds": r.summary["replica_seconds"],
+                  "ttft_p95_s": r.summary["ttft_p95_s"], "max_replicas": r.summary["max_replicas"],
+                  "end_replicas": lab.replicas_at(r, end)} for key, r in runs.items()}
 
 
 def _routers(spec, policies, load_bound=lab.LOAD_BOUND):
     def measure(profile: str) -> dict:
-        runs = {p: lab.routing_run(profile, p.split("@")[0], spec,
-                                   load_bound=lab.UNBOUNDED if p.endswith("@unbounded") else load_bound)
-                for p in policies}
-        return {p: {k: r.summary[k] for k in ("ttft_p50_s", "ttft_p95_s", "prefix_hit_rate", "load_imbalance")}
-                for p, r in runs.items()}
+        return router_numbers({p: lab.routing_run(profile, p.split("@")[0], spec,
+                                                  load_bound=lab.UNBOUNDED if p.endswith("@unbounded") else load_bound)
+                               for p in policies})
     return measure
 
 
 def _autoscalers(shape=lab.RAMP, startup=None, max_num_seqs=64, metrics=("busy", "waiting")):
     def measure(profile: str) -> dict:
-        out = {}
+        runs = {}
         for key in metrics:
             metric, _, start = key.partition("@")
-            res = lab.autoscale_run(profile, metric, shape, float(start) if start else startup, max_num_seqs)
-            out[key] = {k: res.summary[k] for k in ("slo_attainment", "replica_seconds", "ttft_p95_s", "max_replicas")}
-            out[key]["end_replicas"] = lab.replicas_at(res, sum(seconds for seconds, _ in shape))
-        return out
+            runs[key] = lab.autoscale_run(profile, metric, shape, float(start) if start else startup, max_num_seqs)
+        return autoscaler_numbers(runs, shape)
     return measure
 
 
-LESSON = "beyond-one-replica"
-CLAIMS = [
-    Claim("prefix_affinity_hits", LESSON, "cluster",
-          "On a shared-prefix, multi-turn workload near capacity, routing by prefix affinity finds more of each "
-          "prompt in the replicas' prefix caches than round-robin does, so its requests have fewer prompt tokens "
-          "to compute and its median TTFT is lower. (Its p95, set by bursts of queueing, can go either way.)",
-          "prefix hit rate under prefix_affinity − under round_robin (and p50 TTFT lower)", 0.05, "", True,
-          "prompts that share nothing: the hit rates are then within 0.01 (the gain comes from the shared "
-          "prefixes, not from the router as such)",
-          _routers(lab.SHARED, ("round_robin", "prefix_affinity")),
+CHECKS = [
+    Check("prefix_affinity_hits", _routers(lab.SHARED, ("round_robin", "prefix_affinity")),
           lambda m: m["prefix_affinity"]["prefix_hit_rate"] - m["round_robin"]["prefix_hit_rate"],
           lambda m: m["prefix_affinity"]["ttft_p50_s"] < m["round_robin"]["ttft_p50_s"],
+          lambda m: (f"Prefix affinity found {m['prefix_affinity']['prefix_hit_rate']:.0%} of prompt tokens in the "
+                     f"caches against round-robin's {m['round_robin']['prefix_hit_rate']:.0%}; its p50 TTFT was "
+                     f"{m['prefix_affinity']['ttft_p50_s']:.2f} s against {m['round_robin']['ttft_p50_s']:.2f} s."),
           _routers(lab.PLAIN, ("round_robin", "prefix_affinity")),
           lambda m: abs(m["prefix_affinity"]["prefix_hit_rate"] - m["round_robin"]["prefix_hit_rate"]) <= 0.01),
-    Claim("affinity_needs_a_load_bound", LESSON, "cluster",
-          "When one system prompt is in every request, prefix affinity without a load bound sends them all to "
-          "one replica: the load imbalance soars and p95 TTFT is far worse than with the bound.",
-          "load imbalance under unbounded prefix affinity (and p95 TTFT at least twice the bounded one's)",
-          1.5, "×", True,
-          "eight system prompts and many conversations spread the prefixes: unbounded affinity then stays "
-          "nearly even (imbalance below 1.3) without any bound",
-          _routers(lab.HOT, ("prefix_affinity", "prefix_affinity@unbounded")),
+    Check("affinity_needs_a_load_bound", _routers(lab.HOT, ("prefix_affinity", "prefix_affinity@unbounded")),
           lambda m: m["prefix_affinity@unbounded"]["load_imbalance"],
           lambda m: m["prefix_affinity@unbounded"]["ttft_p95_s"] >= 2 * m["prefix_affinity"]["ttft_p95_s"],
+          lambda m: (f"With one system prompt in every request, unbounded affinity's load imbalance was "
+                     f"{m['prefix_affinity@unbounded']['load_imbalance']:.2f} and its p95 TTFT "
+                     f"{m['prefix_affinity@unbounded']['ttft_p95_s']:.2f} s; with the load bound, "
+                     f"{m['prefix_affinity']['load_imbalance']:.2f} and {m['prefix_affinity']['ttft_p95_s']:.2f} s."),
           _routers(lab.SHARED, ("prefix_affinity@unbounded",)),
           lambda m: m["prefix_affinity@unbounded"]["load_imbalance"] < 1.3),
-    Claim("busy_fraction_overprovisions", LESSON, "cluster",
-          "After a traffic peak, when traffic is back to half of what one replica serves, an autoscaler on busy "
-          "fraction (target 0.7) still holds most of its replicas, while one on waiting requests (target 2 per "
-          "replica) is back to one or two: every batching replica that holds a request looks busy.",
-          "replicas held at the end of the ramp, busy autoscaler − waiting autoscaler", 2, "", True,
-          "batching off (max_num_seqs 1): busy fraction is then the share of time a replica's one slot is "
-          "used, it falls with the traffic, and the busy autoscaler ends within one replica of the waiting one",
-          _autoscalers(),
+    Check("busy_fraction_overprovisions", _autoscalers(),
           lambda m: m["busy"]["end_replicas"] - m["waiting"]["end_replicas"],
           lambda m: True,
+          lambda m: (f"At the end of the ramp the busy-fraction autoscaler held {m['busy']['end_replicas']} replicas "
+                     f"and the waiting one {m['waiting']['end_replicas']}."),
           _autoscalers(max_num_seqs=1),
           lambda m: m["busy"]["end_replicas"] <= m["waiting"]["end_replicas"] + 1),
-    Claim("startup_delay_costs_slo", LESSON, "cluster",
-          "The longer a new replica takes to start, the more requests miss the SLO while traffic rises: the "
-          "waiting autoscaler attains less with a 120 s start-up than with a 10 s one.",
-          "SLO attainment with a 10 s start-up − with a 120 s start-up (waiting autoscaler)", 0.05, "", True,
-          "a gentle ramp that one replica serves: no new replica is needed, so the start-up delay changes "
-          "nothing (attainment within 0.01)",
-          _autoscalers(metrics=("waiting@10", "waiting@120")),
+    Check("startup_delay_costs_slo", _autoscalers(metrics=("waiting@10", "waiting@120")),
           lambda m: m["waiting@10"]["slo_attainment"] - m["waiting@120"]["slo_attainment"],
           lambda m: True,
+          lambda m: (f"The waiting autoscaler kept {m['waiting@10']['slo_attainment']:.0%} of requests within the SLO "
+                     f"with a 10 s start-up and {m['waiting@120']['slo_attainment']:.0%} with a 120 s one."),
           _autoscalers(shape=lab.GENTLE, metrics=("waiting@10", "waiting@120")),
           lambda m: abs(m["waiting@120"]["slo_attainment"] - m["waiting@10"]["slo_attainment"]) <= 0.01),
 ]
 
 
-def verdict(claim: Claim, profile: str = lab.PROFILE) -> dict:
+def verdict(check: Check, profile: str = lab.PROFILE) -> dict:
     """Both runs of a claim and what they showed."""
-    main, counter = claim.measure(profile), claim.counter_measure(profile)
-    return {"claim": claim.id, "value": claim.value(main), "holds": claim.holds(main),
-            "counter_holds": claim.counter_ok(counter), "numbers": main, "counter_numbers": counter}
+    main, counter = check.measure(profile), check.counter_measure(profile)
+    return {"claim": check.id, "value": check.value(main), "holds": check.holds(main),
+            "counter_holds": check.counter_ok(counter), "numbers": main, "counter_numbers": counter,
+            "verdict": judge(check, main)}
