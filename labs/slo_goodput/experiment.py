@@ -33,6 +33,7 @@ SIM_LOADS = [round(float(x), 3) for x in np.linspace(0.25, 2.0, 24)]   # the sim
 SPEC = WorkloadSpec(num_requests=64, rate=2.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=256,
                     output_kind="uniform", output_lo=16, output_hi=64)
 POLICY = SchedulerPolicy(max_num_seqs=16)
+TTFT_SLO_MS, TPOT_SLO_MS = 2000, 100   # where the SLO sliders start
 FALL = claims.CLAIMS["goodput_falls"].threshold
 
 

@@ -23,9 +23,9 @@ st.caption("Throughput counts every token. Goodput counts only requests that met
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
 
 with st.sidebar:
-    widgets.slider("TTFT SLO (ms)", 100, 5000, 2000, step=50, key="sg_ttft_ms",
+    widgets.slider("TTFT SLO (ms)", 100, 5000, lab.TTFT_SLO_MS, step=50, key="sg_ttft_ms",
                    help="The longest a user should wait for the first token. Requests slower than this miss the SLO.")
-    widgets.slider("TPOT SLO (ms)", 10, 300, 100, step=5, key="sg_tpot_ms",
+    widgets.slider("TPOT SLO (ms)", 10, 300, lab.TPOT_SLO_MS, step=5, key="sg_tpot_ms",
                    help="The longest average gap between tokens once streaming has started.")
     widgets.choice(st.select_slider, "Load shown in detail (share of capacity)", lab.LOADS, lab.LOADS[1],
                    key="sg_load", format_func=lambda x: f"{x:.0%}",
