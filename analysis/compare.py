@@ -15,9 +15,9 @@ import pandas as pd
 
 from analysis.style import is_empty, num
 from analysis.tables import Tables
-from engine.config import SchedulerPolicy
-from engine.knobs import changes
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import changes
+from engine.runs.workload import WorkloadSpec
 
 # headline key -> (label, unit, scale to the unit, which way is better: "lower", "higher" or None
 # for a count that depends on how long each run went)

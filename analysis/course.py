@@ -15,18 +15,18 @@ import math
 from dataclasses import dataclass
 
 from analysis.knee import knee
-from engine.arrivals import build_requests
-from engine.build import build_engine, size_kv_pool
-from engine.clock import VirtualClock
-from engine.engine import Engine
-from engine.executor import CostModelExecutor
-from engine.kv_cache import BlockPool
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import request_row
-from engine.roofline import MODELS, RooflineStepModel
-from engine.step_model import StepModel
-from engine.validation import kv_bytes_per_token
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine, size_kv_pool
+from engine.core.clock import VirtualClock
+from engine.core.engine import Engine
+from engine.core.executor import CostModelExecutor
+from engine.core.kv_cache import BlockPool
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.metrics import request_row
+from engine.sim.roofline import MODELS, RooflineStepModel
+from engine.core.step_model import StepModel
+from engine.core.validation import kv_bytes_per_token
+from engine.runs.workload import WorkloadSpec
 
 COURSE_MODEL = StepModel(fixed_ms=67.6, knots=(), token_ms=(3.53,), sample_ms=0.0, decode_read_ms=7.97,
                          prefill_pair_ms=0.0,
@@ -219,7 +219,7 @@ KNEE_TPOT_SLO_MS = 50
 
 
 def knee_gpu_name() -> str:
-    from engine.roofline import roofline_profile
+    from engine.sim.roofline import roofline_profile
     m = roofline_profile(KNEE_GPU)
     return f"{m.model.name} on an {m.device.name}"
 
@@ -227,7 +227,7 @@ def knee_gpu_name() -> str:
 @functools.lru_cache(maxsize=1)
 def knee_sweep() -> list[dict]:
     """Each max_num_seqs on the same requests: throughput, p95 TPOT and p95 TTFT; the knee marked."""
-    from engine.roofline import roofline_profile
+    from engine.sim.roofline import roofline_profile
     gpu = roofline_profile(KNEE_GPU)
     config = EngineConfig(kv_pool_tokens=1 << 17, max_model_len=4096)
     out = []
@@ -270,7 +270,7 @@ def slot_grid(lengths: list[int], slots: int, mode: str) -> dict:
     """Requests r0, r1, ... needing `lengths` tokens, all waiting at the start, run by the engine's
     scheduler in `mode`: each step's slots (a request keeps its slot; "" for an empty one; a final
     ✓ marks a request's last token), and the slot-steps used and held."""
-    from engine.request import Request
+    from engine.core.request import Request
     requests = [Request(id=f"r{i}", prompt_token_ids=[1] * GRID_SPEC.prompt_lo, max_new_tokens=n)
                 for i, n in enumerate(lengths)]
     rows, moments = run(SchedulerPolicy(mode=mode, max_num_seqs=slots, max_wait_ms=0), None, requests=requests)

@@ -13,8 +13,8 @@ from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, K
                              percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
 from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, TAIL_SLOTS, WAITING_ALARM, gateway_run,
                                      oldest_wait, tail_run, tail_stats)
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.validation import kv_bytes_per_token
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.validation import kv_bytes_per_token
 
 
 def _r(x: float, digits: int = 0):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import functools
 
 from analysis.course import (COURSE_MODEL, QUEUE_SLOTS, QUEUE_SPEC, capacity, mixed, percentile, run)
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 
 
 # ---- lesson 7: one tail, split by segment -------------------------------------------------------

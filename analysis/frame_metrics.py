@@ -1,6 +1,6 @@
 """The run's metrics over its trace tables (DataFrames in the requests.csv / steps.csv formats).
 
-Every number comes from engine.metrics' definitions, so a page's headline and the CLI's
+Every number comes from engine.core.metrics' definitions, so a page's headline and the CLI's
 summary.json agree; this module only adapts DataFrames to them. No Streamlit.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import is_empty
-from engine import metrics
+from engine.core import metrics
 
 
 def finished(requests: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def meets_slo(requests: pd.DataFrame, slo_ttft: float | None = None,
 
 
 def wasted_slot_steps(steps: pd.DataFrame, max_slots: int | None = None) -> int:
-    """engine.metrics.wasted_slot_steps over a steps table: each step against its own
+    """engine.core.metrics.wasted_slot_steps over a steps table: each step against its own
     max_num_seqs where the table records it, else against `max_slots`."""
     if is_empty(steps, "members"):
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.metrics import UNSERVED
+from engine.core.metrics import UNSERVED
 from analysis.style import (COLORS, MAX_POINTS, METRICS, empty_figure, figure, font_px, ghost_line, is_empty, layout,
                             mark_legend, num, slo_line, stride, time_marks)
 from analysis.tables import Tables

@@ -14,8 +14,8 @@ from plotly.subplots import make_subplots
 
 from analysis.style import COLORS, REQUEST_COLORS, ink_on
 from analysis.course import Moment, lifecycle_run, run, token_times
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 
 PHASE_COLORS = {"waiting": "#c7c7c7", "prefill": COLORS["prefill"], "decode": COLORS["decode"]}
 PICTURE_SPEC = WorkloadSpec(num_requests=6, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=48,

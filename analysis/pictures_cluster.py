@@ -13,10 +13,10 @@ from plotly.subplots import make_subplots
 from analysis.pictures import Picture
 from analysis.style import wrapped_layout
 from cluster.simulated import SimCluster
-from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
-from engine.simulate import resolve_profile
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import SchedulerPolicy
+from engine.sim.simulate import resolve_profile
+from engine.runs.workload import WorkloadSpec
 
 PROFILE = "l4:llama-3.1-8b"
 REPLICAS = 3

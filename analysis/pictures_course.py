@@ -13,7 +13,7 @@ from analysis import course, course_serving
 from analysis.pictures import PICTURES as RUN_PICTURES, Picture
 from analysis.pictures_cluster import PICTURES as CLUSTER_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
-from engine.roofline import roofline_profile
+from engine.sim.roofline import roofline_profile
 
 ROOFLINE = "a100-80gb:llama-3.1-8b"
 ROOF_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from engine.metrics import LIVE_REQUEST_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, Counts, Retired, step_row
-from engine.run_files import step_csv_row, write_csv
+from engine.core.metrics import LIVE_REQUEST_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, Counts, Retired, step_row
+from engine.runs.run_files import step_csv_row, write_csv
 
 MARK_COLUMNS = ["step", "t_s", "label"]
 

@@ -5,8 +5,8 @@ import streamlit as st
 import torch
 
 from ui import session
-from engine.runner import fast_paths
-from playground.run import engine_threads
+from engine.model.runner import fast_paths
+from engine.runs.live import engine_threads
 
 st.title("About this machine")
 model = session.model()

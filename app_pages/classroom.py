@@ -15,10 +15,10 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from classroom.board import BACKGROUND, CLASS, Board, readable, requests_of, student
 from classroom.feed import shared_feed
 from classroom.names import check_name
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
-from engine.metrics import Counts
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
+from engine.core.metrics import Counts
+from engine.runs.workload import WorkloadSpec
 from remote import engines
 from remote.lab_control import LabControl, LabRefused
 from remote.load import LoadGenerator, served_model

@@ -14,10 +14,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import latency, style
-from engine import metrics
-from engine.arrivals import ArrivalFeed
-from engine.knobs import knobs_of
-from engine.workload import WorkloadSpec
+from engine.core import metrics
+from engine.runs.arrivals import ArrivalFeed
+from engine.core.knobs import knobs_of
+from engine.runs.workload import WorkloadSpec
 from remote import engines, prometheus
 from remote.load import LoadGenerator, now_s, served_model
 from ui import widgets

@@ -20,7 +20,7 @@ from analysis.figure_json import figure_dict
 from analysis.membership import OTHER_HUE
 from analysis.style import REQUEST_COLORS, ink_on
 from analysis.tables import Tables
-from engine import metrics
+from engine.core import metrics
 
 from .names import RESERVED
 

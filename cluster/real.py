@@ -28,11 +28,11 @@ import time
 import httpx2 as httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
-from engine.kv_cache import block_keys
-from engine.metrics import SLO
-from engine.request import Request
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
+from engine.core.kv_cache import block_keys
+from engine.core.metrics import SLO
+from engine.core.request import Request
 
 from .autoscaler import Autoscaler, AutoscalerSpec
 from .result import Choice, ClusterResult, ReplicaLife

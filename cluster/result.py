@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.metrics import SLO, FINISHED, percentile
+from engine.core.metrics import SLO, FINISHED, percentile
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """A simulated cluster: N replicas, each the engine's own Engine and Scheduler on a virtual clock
-with step times from a step model (engine/simulate.py), behind a router and, optionally, an
+with step times from a step model (engine/sim/simulate.py), behind a router and, optionally, an
 autoscaler.
 
 Time moves arrival by arrival. Before each request is routed, every replica runs the steps that
@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.engine import Engine
-from engine.kv_cache import block_keys
-from engine.metrics import SLO, request_row
-from engine.request import Request
-from engine.simulate import SimProfile, build_simulation, fresh_copy
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.engine import Engine
+from engine.core.kv_cache import block_keys
+from engine.core.metrics import SLO, request_row
+from engine.core.request import Request
+from engine.sim.simulate import SimProfile, build_simulation, fresh_copy
 
 from .autoscaler import Autoscaler, AutoscalerSpec
 from .result import ClusterResult, Choice, ReplicaLife

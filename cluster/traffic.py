@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.arrivals import ArrivalFeed
-from engine.request import Request
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import ArrivalFeed
+from engine.core.request import Request
+from engine.runs.workload import PromptMaker, WorkloadSpec
 
 
 def ramp(spec: WorkloadSpec, phases: list[tuple[float, float]], prompts: PromptMaker | None = None) -> list[Request]:

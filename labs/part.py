@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.workload import WorkloadSpec
+from engine.runs.workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from engine import results
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.results import RunResult
-from engine.simulate import SimProfile, simulate
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs import results
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.results import RunResult
+from engine.sim.simulate import SimProfile, simulate
+from engine.runs.workload import PromptMaker, WorkloadSpec
 from labs import timing
 from labs.part import Part
 
@@ -41,7 +41,7 @@ class ModelRef:
 @functools.cache
 def _model_ref(name: str) -> ModelRef:
     """What `load_model(name)` would load, as far as the fingerprint goes, without loading weights."""
-    from engine.model import resolve_device, resolve_dtype
+    from engine.model.model import resolve_device, resolve_dtype
     dev = resolve_device("auto")
     return ModelRef(name, dev, resolve_dtype("auto", dev))
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 
-from engine import results
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.runs import results
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 from labs.part import Part
 
 _SIMULATED: dict[str, list] = {}     # job -> its simulated steps, for pages that redraw often

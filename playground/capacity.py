@@ -1,4 +1,4 @@
-"""What this machine can serve for a setup, read off its step model (engine/step_model.py).
+"""What this machine can serve for a setup, read off its step model (engine/core/step_model.py).
 
 - Capacity (requests/s): with B requests decoding together (max_num_seqs, or fewer when the KV
   cache cannot hold that many), every step moves each of them on by one token, and every new
@@ -23,12 +23,12 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from engine import step_fit
-from engine.calibrate import calibrate
-from engine.profile import load_profile, save_profile
-from engine.step_model import StepModel, StepShape
-from engine.threads import in_passing_thread
-from engine.workload import LengthDist
+from engine.core import step_fit
+from engine.sim.calibrate import calibrate
+from engine.sim.profile import load_profile, save_profile
+from engine.core.step_model import StepModel, StepShape
+from engine.model.threads import in_passing_thread
+from engine.runs.workload import LengthDist
 
 from playground.setup import KNOBS, Setup
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.live import QUEUE_CAP
+from engine.runs.live import QUEUE_CAP
 from playground.setup import KNOBS, Setup
 
 

@@ -15,8 +15,8 @@ import re
 
 import streamlit as st
 
-from engine.config import SLO_KNOBS
-from engine.workload import LENGTH_RANGES
+from engine.core.config import SLO_KNOBS
+from engine.runs.workload import LENGTH_RANGES
 
 from playground import engines
 from playground.capacity import rate_slider_hi

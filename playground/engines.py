@@ -2,15 +2,15 @@
 (when the app is attached to one: BATCHING_LAB_ENGINE_URL) a shared Batching Lab server.
 
 A simulated engine is the same Engine and Scheduler on the cost model and a virtual clock
-(engine/live.py), its step times predicted by a step model: this machine's calibrated profile
+(engine/runs/live.py), its step times predicted by a step model: this machine's calibrated profile
 (playground.capacity.machine_step_model), or a roofline model of an H100 serving Llama-3.1-8B
-(engine/roofline.py). It runs at `speed` times real time. No Streamlit here.
+(engine/sim/roofline.py). It runs at `speed` times real time. No Streamlit here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.roofline import roofline_profile
+from engine.sim.roofline import roofline_profile
 from remote import engines as remote_engines
 
 from playground.capacity import machine_step_model

@@ -7,11 +7,10 @@ import time
 
 import streamlit as st
 
-from engine.live import KEEP_STEPS
+from engine.runs.live import KEEP_STEPS, TERMINAL
 from playground import comparison, controls, engines, slot, view
 from playground.checks import check
 from playground.review import step_end, tables_at
-from playground.run import TERMINAL
 from ui import predict, session, widgets
 from ui.instant_feedback import instant_feedback
 

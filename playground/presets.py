@@ -3,8 +3,8 @@ from and why.
 
 A preset fixes the workload's shape and the policy (`changes`, only the knobs it moves from the
 Playground's defaults) and sizes the rest to the engine it runs on, from that engine's step
-model (this machine's calibrated profile, engine/profile.py, or a simulated device's roofline
-model, engine/roofline.py):
+model (this machine's calibrated profile, engine/sim/profile.py, or a simulated device's roofline
+model, engine/sim/roofline.py):
   - the arrival rate is a fraction of the engine's capacity for that workload and policy
     (playground/capacity.py), so "60% load" is 60% load on a laptop or on a GPU;
   - the SLO targets are multiples of what the engine does: TTFT of a lone long prompt, and the
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import SLO_KNOBS
-from engine.step_model import StepModel
+from engine.core.config import SLO_KNOBS
+from engine.core.step_model import StepModel
 
 from playground.capacity import Capacity, capacity
 from playground.setup import KNOBS, Setup

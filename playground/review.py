@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.tables import Tables
-from engine.request import Status
+from engine.core.request import Status
 
 # Request columns that are only known once the request has finished.
 _AT_FINISH = ["finish_s", "tpot_s", "e2e_s"]

@@ -10,33 +10,25 @@ axis, with a short label and the full list of changes. No Streamlit.
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from engine.config import EngineConfig
-from engine.knobs import changes
-from engine.live import THREAD_NAME, LiveRun, Snapshot
-from engine.workload import PromptMaker
+from engine.core.config import EngineConfig
+from engine.core.knobs import changes
+from engine.runs.live import TERMINAL, LiveRun, RunState, Snapshot
+from engine.runs.workload import PromptMaker
 
 from playground import engines
 from remote.shared_run import LOCAL_KNOBS, SharedRun
 from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
 
-TERMINAL = ("finished", "stopped", "error")   # a run in one of these states steps no more
 REST_S = 0.4          # a slider change is applied once the sliders have rested this long
 # The marks table: step, t_s, label (short, drawn on the charts), then the full list of changes
 # (for hover) and the names of the knobs changed.
 DECISION_COLUMNS = MARK_COLUMNS + ["detail", "knobs"]
-
-
-def engine_threads() -> int:
-    """Engines held in this process (every learner's run, all sessions): a run's thread lives,
-    paused or finished too, until the run is stopped or its page is gone."""
-    return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +170,7 @@ class PlaygroundRun:
     @property
     def can_continue(self) -> bool:
         """Finished, but the workload was extended since (more requests to send)."""
-        return self.live.state == "finished" and not self.live.feed.exhausted
+        return self.live.state == RunState.FINISHED and not self.live.feed.exhausted
 
     # ----- changes
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, field, make_dataclass, replace
 
-from engine.config import SchedulerPolicy
-from engine.knobs import Knob, knobs_of
-from engine.workload import LENGTH_RANGES, WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import Knob, knobs_of
+from engine.runs.workload import LENGTH_RANGES, WorkloadSpec
 
 # Physical KV pool of a Playground run and the KV capacity slider's end: twice the engine's default
 # pool, so capacity can be raised past its default (SmolLM2 fp32: 46 KB a token, about 750 MB).

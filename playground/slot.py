@@ -22,7 +22,8 @@ import streamlit as st
 
 from playground.reattach import RUNS, TOKEN_PARAM
 from playground import engines
-from playground.run import PlaygroundRun, engine_threads
+from engine.runs.live import engine_threads
+from playground.run import PlaygroundRun
 from playground.setup import Setup
 from ui import session
 

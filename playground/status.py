@@ -4,7 +4,7 @@ Counts cover the whole run and always add up: "31 arrived = 15 waiting + 4 runni
 finished", read where the engine keeps them (engine.metrics.Counts), never summed from a window
 of rows. The batch is read against each step's own max_num_seqs, so lowering it from 16 to 4
 reads "4 of 4 slots", never "16 of 4": the requests over the new limit go back to the queue
-(engine/scheduler.py) and are counted there.
+(engine/core/scheduler.py) and are counted there.
 """
 from __future__ import annotations
 

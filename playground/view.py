@@ -14,8 +14,8 @@ import streamlit as st
 
 from analysis import frame_metrics, kv, latency, membership, queue, style
 from analysis.tables import MARK_COLUMNS, Tables
-from engine import metrics
-from engine.metrics import LIVE_REQUEST_COLUMNS, STEP_COLUMNS
+from engine.core import metrics
+from engine.core.metrics import LIVE_REQUEST_COLUMNS, STEP_COLUMNS
 from playground import status
 from playground.setup import Setup
 from ui import widgets

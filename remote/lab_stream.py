@@ -15,8 +15,8 @@ import httpx2 as httpx
 import pandas as pd
 
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables
-from engine.engine import StepRecord
-from engine.metrics import LIVE_REQUEST_COLUMNS
+from engine.core.engine import StepRecord
+from engine.core.metrics import LIVE_REQUEST_COLUMNS
 
 KEEP_STEPS = 2000          # as a LiveRun keeps
 REQUEST_ROWS = 500         # recent request rows asked for at each poll

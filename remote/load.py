@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import openai
 import pandas as pd
 
-from engine import metrics
-from engine.arrivals import ArrivalFeed
-from engine.request import Request, Status
+from engine.core import metrics
+from engine.runs.arrivals import ArrivalFeed
+from engine.core.request import Request, Status
 
 T0 = time.perf_counter()        # one time axis for every generator of this process
 KEEP_ROWS = 2000

@@ -1,6 +1,6 @@
 """The Playground on a shared Batching Lab server: a LiveRun's interface, over HTTP.
 
-A Playground run normally owns an engine (engine/live.py). Attached to a server, it owns
+A Playground run normally owns an engine (engine/runs/live.py). Attached to a server, it owns
 none: the server's one engine serves everyone, and this run
 - sends this session's workload as real streaming HTTP requests, under its own tenant
   (remote.load: the load generator);
@@ -20,11 +20,11 @@ from dataclasses import replace
 
 import httpx2 as httpx
 
-from engine.arrivals import ArrivalFeed
-from engine.config import SLO_KNOBS, SchedulerPolicy
-from engine.live import Snapshot
-from engine.metrics import Counts
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import ArrivalFeed
+from engine.core.config import SLO_KNOBS, SchedulerPolicy
+from engine.runs.live import RunState, Snapshot
+from engine.core.metrics import Counts
+from engine.runs.workload import PromptMaker, WorkloadSpec
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import KEEP_STEPS, LabStream
 from remote.load import LoadGenerator, now_s, served_model
@@ -45,13 +45,13 @@ class SharedRun:
         self.control = LabControl(self.url, token, timeout_s)
         self.generator = LoadGenerator(self.url + "/v1", served_model(self.url + "/v1", timeout_s), tenant)
         self.feed = ArrivalFeed(spec, prompts)
-        self.state = "idle"
+        self.state = RunState.IDLE
         self.message = ""
         self._seen_at = (0.0, 0.0)              # (server time of the latest step, local time then)
         self._sent_s = 0.0                      # feed time covered before the latest pause
         self._started_at: float | None = None   # local time the feed (re)started
         self._frozen: Snapshot | None = None
-        self._last = Snapshot("idle", 0.0, (), (), (), SchedulerPolicy(), spec, {}, 0)   # the latest window read
+        self._last = Snapshot(RunState.IDLE, 0.0, (), (), (), SchedulerPolicy(), spec, {}, 0)   # the latest window read
         self._closed = False
         self.is_alive, self.idle_timeout_s = is_alive, idle_timeout_s
         self.last_seen = time.monotonic()
@@ -61,20 +61,20 @@ class SharedRun:
     def start(self) -> None:
         self._started_at = now_s()
         self.generator.run_feed(self.feed, already_s=self._sent_s, keep_going=self._wanted)
-        self.state, self._frozen = "running", None
+        self.state, self._frozen = RunState.RUNNING, None
 
     def _wanted(self) -> bool:
         """Is a page still showing this run?"""
         return self.is_alive() and time.monotonic() - self.last_seen < self.idle_timeout_s
 
     def pause(self) -> None:
-        if self.state == "running":
+        if self.state == RunState.RUNNING:
             self._stop_sending()
             self._frozen = self.snapshot()       # the view stays where it was
-            self.state = "paused"
+            self.state = RunState.PAUSED
 
     def resume(self) -> None:
-        if self.state == "paused":
+        if self.state == RunState.PAUSED:
             self.start()
 
     def step_once(self) -> None:
@@ -83,8 +83,8 @@ class SharedRun:
 
     def stop(self) -> None:
         self._stop_sending()
-        if self.state not in ("finished", "error"):
-            self.state = "stopped"
+        if self.state not in (RunState.FINISHED, RunState.ERROR):
+            self.state = RunState.STOPPED
 
     def close(self) -> None:
         """Stop, and hang up on this run's requests still streaming (the server frees their KV)."""
@@ -124,7 +124,7 @@ class SharedRun:
     @property
     def step_count(self) -> int:
         """Steps the shared engine has taken (asked of the server until it has taken one)."""
-        if not self.stream.next_step and self.state != "error":
+        if not self.stream.next_step and self.state != RunState.ERROR:
             self.snapshot()          # a server that does not answer ends the run in "error"
         return self.stream.next_step or 0
 
@@ -140,7 +140,7 @@ class SharedRun:
         """The shared engine's recent window; while paused, the one frozen at the pause. A server
         that stops answering ends the run in "error", its message saying why, and the last
         window read stays on show."""
-        if self._frozen is not None and self.state in ("paused", "error"):
+        if self._frozen is not None and self.state in (RunState.PAUSED, RunState.ERROR):
             return self._frozen
         try:
             rows, _ = self.stream.read()
@@ -149,11 +149,11 @@ class SharedRun:
             policy = SchedulerPolicy(**self.control.policy())
         except (httpx.HTTPError, RuntimeError, LabRefused, ValueError, TypeError) as exc:   # RuntimeError: closed
             self._stop_sending()
-            self.state, self.message = "error", f"the shared server stopped answering: {exc}"
-            self._frozen = replace(self._last, state="error", message=self.message)
+            self.state, self.message = RunState.ERROR, f"the shared server stopped answering: {exc}"
+            self._frozen = replace(self._last, state=RunState.ERROR, message=self.message)
             return self._frozen
-        if self.state == "running" and self.feed.exhausted and not self.generator.busy:
-            self.state = "finished"
+        if self.state == RunState.RUNNING and self.feed.exhausted and not self.generator.busy:
+            self.state = RunState.FINISHED
         steps = tuple(self.stream.steps)
         counts = Counts.of_step(steps[-1]) if steps else Counts()   # the shared engine's, at its latest step
         self._last = Snapshot(self.state, self.now(), steps, tuple(rows), (), policy,
@@ -162,7 +162,7 @@ class SharedRun:
 
     def _feed_now(self) -> float:
         """The workload's own clock: seconds of sending so far, pauses left out."""
-        if self.state != "running" or self._started_at is None:
+        if self.state != RunState.RUNNING or self._started_at is None:
             return self._sent_s
         return self._sent_s + now_s() - self._started_at
 

@@ -1,7 +1,7 @@
 """Fixtures several test files share."""
 import pytest
 
-from engine.model import cache_root
+from engine.model.model import cache_root
 
 
 @pytest.fixture

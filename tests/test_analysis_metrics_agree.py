@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 
 from analysis import frame_metrics
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import SLO, STEP_COLUMNS, percentile, request_row, step_row, summarize, tpot_so_far, ttft
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.metrics import SLO, STEP_COLUMNS, percentile, request_row, step_row, summarize, tpot_so_far, ttft
+from engine.runs.workload import WorkloadSpec
 
 
 @pytest.mark.parametrize("stop_after", [15, 60, None])   # part-way through, and at the end

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
-from engine.step_model import UNCALIBRATED, StepModel
+from engine.core.step_model import UNCALIBRATED, StepModel
 from lessons.catalog import FOLDER, load_lessons, split_pictures
 from lessons.views import FOLDER_ENV, LESSON_URL_PREFIX
 from ui.calculators import CALCULATOR_IDS
@@ -149,7 +149,7 @@ def test_step_time_widget_without_a_profile_says_it_is_a_guess(tmp_path, monkeyp
 
 
 def test_step_time_widget_reads_this_machines_profile(tmp_path, monkeypatch):
-    from engine.profile import Profile, current_key, save_profile
+    from engine.sim.profile import Profile, current_key, save_profile
     monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     # t(B) = 5 ms + 1 ms x B: nothing else costs anything
@@ -169,8 +169,8 @@ def test_step_time_widget_reads_the_refit_from_the_apps_own_steps(tmp_path, monk
     with its current error beside the numbers."""
     import json
 
-    from engine import step_fit
-    from engine.profile import Profile, current_key, save_profile
+    from engine.core import step_fit
+    from engine.sim.profile import Profile, current_key, save_profile
     monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     monkeypatch.setattr(step_fit, "_fits", {})

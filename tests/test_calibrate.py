@@ -5,14 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import calibrate as cal
-from engine import profile as profiles
-from engine.clock import VirtualClock
-from engine.executor import CostModelExecutor
-from engine.kv_cache import BlockPool
-from engine.request import Request
-from engine.scheduler import ScheduledChunk, StepPlan
-from engine.step_model import UNCALIBRATED, StepModel, StepShape, step_shape
+from engine.sim import calibrate as cal
+from engine.sim import profile as profiles
+from engine.core.clock import VirtualClock
+from engine.core.executor import CostModelExecutor
+from engine.core.kv_cache import BlockPool
+from engine.core.request import Request
+from engine.core.scheduler import ScheduledChunk, StepPlan
+from engine.core.step_model import UNCALIBRATED, StepModel, StepShape, step_shape
 
 # A machine whose step times are known exactly: piecewise in rows, like a CPU.
 KNOWN = StepModel(fixed_ms=9.0, knots=(2, 8, 32, 128), token_ms=(2.0, 0.3, 0.6, 0.8, 0.75),
@@ -199,7 +199,7 @@ def test_the_engine_loop_term_is_the_mean_gap_between_steps():
 
 def test_the_engine_loop_term_of_a_real_run_is_its_time_between_steps():
     """On the real engine (tiny model) the loop takes some time between steps, and under 50 ms."""
-    from engine.model import load_model
+    from engine.model.model import load_model
     model = load_model("tiny", "cpu", "fp32")
     per_step = cal.loop_ms(model)
     assert 0 < per_step < 50

@@ -8,7 +8,8 @@ import pytest
 
 from analysis import frame_metrics, kv, latency, membership, queue, style
 from analysis.tables import Tables
-from engine import metrics, run_files
+from engine.core import metrics
+from engine.runs import run_files
 from tools.bench_charts import builders, synthetic_trace
 
 NAN = float("nan")
@@ -554,8 +555,8 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
 def test_the_batch_chart_draws_each_steps_own_slots():
     """After max_num_seqs 4 -> 2, the later steps' rows 2 and 3 are no slot at all (blank), not
     empty slots, while the earlier steps keep their four; a chart of steps all at 2 has two rows."""
-    from engine.engine import StepRecord
-    from engine.metrics import STEP_COLUMNS, step_row
+    from engine.core.engine import StepRecord
+    from engine.core.metrics import STEP_COLUMNS, step_row
     recs = [StepRecord(i, i, i + 1, 0, n, 0, n, 0, 8, tuple((f"r{j}", "decode", 1) for j in range(n)),
                        max_num_seqs=limit)
             for i, (n, limit) in enumerate([(3, 4)] * 3 + [(2, 2)] * 3)]

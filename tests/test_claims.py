@@ -14,8 +14,8 @@ import functools
 
 import pytest
 
-from engine.simulate import resolve_profile
-from engine.step_model import StepModel
+from engine.sim.simulate import resolve_profile
+from engine.core.step_model import StepModel
 from labs import claims
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic

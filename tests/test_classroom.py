@@ -13,8 +13,8 @@ from classroom import feed as feed_module
 from classroom.board import CLASS, requests_of
 from classroom.feed import ClassroomFeed, refresh_interval_s
 from classroom.names import check_name
-from engine.config import SchedulerPolicy
-from engine.model import load_model
+from engine.core.config import SchedulerPolicy
+from engine.model.model import load_model
 from remote.load import LoadGenerator
 from test_server import TOKEN, serving
 

@@ -6,9 +6,9 @@ import pytest
 
 from engine.cli import main, parser
 from engine.cli.flags import RANGE_FLAGS, policy_from, spec_from
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
+from engine.runs.workload import WorkloadSpec
 
 RUN = ["run", "--out", "unused", "--cost-model"]
 
@@ -88,7 +88,7 @@ def read_csv(path):
 
 
 def test_simulate_writes_the_run_files_and_says_they_are_simulated(tmp_path, capsys):
-    from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+    from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
     out = tmp_path / "sim"
     assert main(["run", "--simulate", "--profile", "h100-sxm:llama-3.1-8b", "--out", str(out),
                  "--num-requests", "20", "--rate", "5"]) == 0

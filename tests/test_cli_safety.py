@@ -23,8 +23,8 @@ FIRST_STEP = re.compile(rb"\| *[1-9][0-9]*/[0-9]+ \[")     # tqdm after a step: 
 KILLED_MID_WRITE = """
 import os, sys
 import engine.cli.run as run
-from engine.metrics import REQUEST_COLUMNS, request_row
-from engine.run_files import write_csv
+from engine.core.metrics import REQUEST_COLUMNS, request_row
+from engine.runs.run_files import write_csv
 def write_one_file_then_die(out_dir, requests, steps, summary):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "requests.csv"), "w", newline="") as f:
@@ -295,9 +295,9 @@ def test_nothing_served_exits_3_and_summary_is_strict_json(tmp_path):
 
 def test_text_the_files_cannot_encode_is_escaped_not_fatal(tmp_path):
     """Whatever reaches the writers (a Request built in code, not through validation), the run is written."""
-    from engine.metrics import summarize
-    from engine.run_files import write_run
-    from engine.request import Request
+    from engine.core.metrics import summarize
+    from engine.runs.run_files import write_run
+    from engine.core.request import Request
     r = Request("r\ud800", [5], 2, tenant="t\udfff")
     write_run(str(tmp_path), [r], [], summarize([r], []))
     text = (tmp_path / "requests.csv").read_text()

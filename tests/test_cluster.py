@@ -8,10 +8,10 @@ from cluster.autoscaler import Autoscaler, AutoscalerSpec
 from cluster.router import ReplicaState, Router
 from cluster.simulated import SimCluster
 from cluster.traffic import ramp, rate_at
-from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
-from engine.simulate import HAND_SET, resolve_profile
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import SchedulerPolicy
+from engine.sim.simulate import HAND_SET, resolve_profile
+from engine.runs.workload import WorkloadSpec
 
 PROFILE = resolve_profile(HAND_SET)
 

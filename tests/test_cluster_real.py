@@ -3,10 +3,10 @@ import contextlib
 
 from cluster.autoscaler import AutoscalerSpec
 from cluster.real import run_real
-from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
-from engine.metrics import SLO
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import SchedulerPolicy
+from engine.core.metrics import SLO
+from engine.runs.workload import WorkloadSpec
 from tests.test_server import serving, tiny  # noqa: F401 (tiny is a fixture)
 
 SPEC = WorkloadSpec(num_requests=16, rate=8, prompt_lo=8, prompt_hi=16, output_lo=3, output_hi=5, system_prompts=2,

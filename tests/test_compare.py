@@ -6,8 +6,8 @@ import pytest
 
 from analysis import compare
 from analysis.tables import Tables
-from engine.config import SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 
 BEFORE = {"ttft_p50_s": 0.5, "ttft_p95_s": 2.0, "tpot_p50_s": 0.1, "tpot_p95_s": 0.2,
           "throughput_tok_s": 40.0, "goodput_req_s": 1.0, "waiting_now": 5, "finished": 30,

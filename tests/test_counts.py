@@ -11,13 +11,13 @@ import pytest
 
 from analysis import frame_metrics
 from analysis.tables import TraceTables
-from engine.arrivals import ArrivalFeed
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.live import LiveRun
-from engine.metrics import Counts
-from engine.model import load_model
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import ArrivalFeed
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.live import LiveRun
+from engine.core.metrics import Counts
+from engine.model.model import load_model
+from engine.runs.workload import WorkloadSpec
 from playground import engines, status
 from playground.run import PlaygroundRun
 from playground.setup import Setup

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import cpu_kernels
-from engine.linear import EXACT_ROWS, Linear, onednn_available, padded_rows
+from engine.model import cpu_kernels
+from engine.model.linear import EXACT_ROWS, Linear, onednn_available, padded_rows
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                                reason="no C compiler: the runner uses PyTorch ops instead")
@@ -115,8 +115,8 @@ def test_padded_rows_bound_the_row_counts_onednn_meets():
 
 def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
     """The whole forward, kernels on vs plain PyTorch: decode at batch 1 and batch 3, one step."""
-    from engine.model import load_model
-    from engine.runner import ModelRunner, SeqInput
+    from engine.model.model import load_model
+    from engine.model.runner import ModelRunner, SeqInput
     lm = load_model("tiny", device="cpu", dtype="fp32")
     prompts = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((30, 7, 50))]
     results = []
@@ -146,8 +146,8 @@ def test_without_a_compiler_load_says_why_and_returns_none(monkeypatch, tmp_path
 def test_stacked_weights_leave_the_model_unchanged():
     """Stacking q/k/v re-points the model's parameters at one matrix: same values, same forward,
     and a second stacking (a second runner on the same model) reuses it."""
-    from engine.linear import stack_rows
-    from engine.model import load_model
+    from engine.model.linear import stack_rows
+    from engine.model.model import load_model
     lm = load_model("tiny", device="cpu", dtype="fp32")
     attn = lm.hf_model.model.layers[0].self_attn
     params = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from engine.arrivals import ArrivalFeed, build_requests
+from engine.runs.arrivals import ArrivalFeed, build_requests
 from engine.cli import main
-from engine.config import SchedulerPolicy
-from engine.live import LiveRun
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.live import LiveRun
+from engine.runs.workload import PromptMaker, WorkloadSpec
 
 SPECS = [
     WorkloadSpec(num_requests=40, rate=6, burstiness=2.0, prompt_lo=20, prompt_hi=200, output_kind="longtail",
@@ -36,7 +36,7 @@ def test_drawing_step_by_step_gives_the_same_requests_as_all_at_once(spec):
 
 
 def test_the_same_with_real_prompts():
-    from engine.model import load_model
+    from engine.model.model import load_model
     prompts = PromptMaker(load_model("tiny").tokenizer)
     feed, live = ArrivalFeed(SPECS[0], prompts), []
     for t in range(100):
@@ -108,7 +108,7 @@ def test_real_prompts_and_stand_ins_draw_the_same_lengths_arrivals_and_tenants()
     """A simulated run (stand-in prompt ids) draws the requests the real run (the model's own text)
     draws: the prompt's content comes from a stream of its own. Prompts here are longer than the
     chat template, which sets a real prompt's shortest length."""
-    from engine.model import load_model
+    from engine.model.model import load_model
     spec = WorkloadSpec(num_requests=40, rate=5, prompt_kind="longtail", prompt_lo=64, prompt_hi=900,
                         output_lo=8, output_hi=64, tenants=3, burstiness=2, seed=4)
     drawn = lambda rs: [(r.id, r.prompt_tokens, r.max_new_tokens, r.arrival_s, r.tenant) for r in rs]  # noqa: E731

@@ -8,12 +8,12 @@ import sys
 import pytest
 import torch
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.model import load_model
-from engine.request import Request, Status
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.model.model import load_model
+from engine.core.request import Request, Status
+from engine.runs.workload import PromptMaker, WorkloadSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

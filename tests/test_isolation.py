@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.model import load_model
-from engine.request import EventKind, Request, Status
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.model.model import load_model
+from engine.core.request import EventKind, Request, Status
 
 BATCH = SchedulerPolicy(max_num_seqs=16, max_num_batched_tokens=512)
 
@@ -186,11 +186,11 @@ def test_a_scheduler_error_fails_what_it_holds_and_the_engine_goes_on():
     engine = build_engine(EngineConfig(), BATCH)
     real, calls = engine.scheduler.schedule, {"n": 0}
 
-    def schedule(now, policy=None):
+    def schedule(now):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyError("lost track")
-        return real(now, policy)
+        return real(now)
     engine.scheduler.schedule = schedule
     first = run(engine, requests(3))
     assert all(r.status is Status.FAILED and "could not be scheduled: KeyError" in r.error for r in first.values())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.config import SchedulerPolicy
+from engine.core.config import SchedulerPolicy
 from labs import runs
 from labs.knee import experiment as knee
 from ui.predict import MEASUREMENTS_KEY, PREDICTIONS_KEY
@@ -172,7 +172,7 @@ def test_dynamic_batching_sweeps_max_wait(lab_env):
 
 
 def test_peek_finds_what_cached_run_stored(lab_env):
-    from engine.model import load_model
+    from engine.model.model import load_model
     model = load_model("tiny")
     spec = knee.SPEC.__class__.from_dict({**knee.SPEC.to_dict(), "num_requests": 3})
     policy = SchedulerPolicy(max_num_seqs=2)

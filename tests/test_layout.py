@@ -112,3 +112,42 @@ def test_modules_stay_small():
     long = {str(p.relative_to(ROOT)): n for p in modules().values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES and str(p.relative_to(ROOT)) not in LONG_ON_PURPOSE}
     assert long == {}
+
+
+# engine/'s own rooms, bottom to top: each may import the rooms before it in this list, never one
+# after it (a lazy import inside a function counts too). core is the engine itself and imports no torch.
+ENGINE_ROOMS = ("core", "model", "runs", "sim", "server", "cli")
+TORCH = ("torch", "transformers")
+
+
+def engine_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "engine" and len(parts) > 2 or (len(parts) == 2 and parts[1] in ENGINE_ROOMS
+                                                                      and parts[0] == "engine") else None
+
+
+def upward_engine_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    order = {room: k for k, room in enumerate(ENGINE_ROOMS)}
+    return [(mod, dep) for mod, deps in graph.items() for dep in deps
+            if engine_room(mod) in order and engine_room(dep) in order
+            and order[engine_room(dep)] > order[engine_room(mod)]]
+
+
+def test_engine_rooms_import_only_downwards():
+    graph = project_graph()
+    rooms = {engine_room(m) for m in graph if m.startswith("engine.")} - {None}
+    assert rooms == set(ENGINE_ROOMS), "every module of engine/ sits in one of its rooms"
+    assert [m for m in graph if m.startswith("engine.") and engine_room(m) is None and m.count(".") > 1] == []
+    assert upward_engine_imports(graph) == []
+
+
+def test_the_room_check_sees_an_import_upwards():
+    assert upward_engine_imports({"engine.core.scheduler": {"engine.model.runner"}}) == \
+        [("engine.core.scheduler", "engine.model.runner")]
+
+
+def test_the_engine_core_imports_no_torch():
+    mods = modules()
+    offenders = {name for name, path in mods.items() if engine_room(name) == "core"
+                 and any(m.split(".")[0] in TORCH for m in imports(path, name))}
+    assert offenders == set()

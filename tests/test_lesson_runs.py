@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from engine.results import RunResult
+from engine.runs.results import RunResult
 from labs import knee_rule, timing
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
@@ -167,7 +167,7 @@ def test_oldest_waiting_age_from_request_rows():
 
 
 def test_stall_runs_are_keyed_by_step_priority(tmp_path, monkeypatch):
-    from engine.results import cache_path
+    from engine.runs.results import cache_path
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     for chunked in (False, True):
         first = costs.stall_policy(chunked)
@@ -230,6 +230,6 @@ def test_estimates_stretch_busy_time_but_not_waits_for_arrivals(tmp_path, monkey
 
 
 def knee_job():
-    from engine.config import SchedulerPolicy
+    from engine.core.config import SchedulerPolicy
     from labs.part import Part
     return SchedulerPolicy(max_num_seqs=4), [Part(knee.SPEC)]

@@ -2,9 +2,9 @@
 a pause stops its clock. Loose bounds: this checks the pacing, not the machine's timer."""
 import time
 
-from engine.config import SchedulerPolicy
-from engine.live import LiveRun
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.live import LiveRun
+from engine.runs.workload import WorkloadSpec
 
 
 class ConstantSteps:

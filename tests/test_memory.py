@@ -9,12 +9,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis.tables import TraceTables
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.engine import StepRecord
-from engine.live import LiveRun
-from engine.metrics import summarize, SLO
-from engine.model import load_model
-from engine.workload import WorkloadSpec
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.engine import StepRecord
+from engine.runs.live import LiveRun
+from engine.core.metrics import summarize, SLO
+from engine.model.model import load_model
+from engine.runs.workload import WorkloadSpec
 from playground.run import PlaygroundRun
 from playground.setup import Setup
 
@@ -204,7 +204,7 @@ def test_fifty_thousand_steps_of_continuous_traffic_hold_a_bounded_set_of_object
 
 
 def test_an_overloaded_live_run_turns_arrivals_away_past_the_queue_cap(monkeypatch):
-    monkeypatch.setattr("engine.live.QUEUE_CAP", 30)
+    monkeypatch.setattr("engine.runs.live.QUEUE_CAP", 30)
     spec = WorkloadSpec(continuous=True, rate=500.0, prompt_lo=64, prompt_hi=128, output_lo=64,
                         output_hi=128, seed=2)
     live = LiveRun(SchedulerPolicy(max_num_seqs=4), spec, keep_steps=200)

@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from engine.engine import StepRecord
-from engine.metrics import SLO, distribution, e2e, itls, percentile, queue_time, summarize, ttft, tpot
-from engine.request import Request, Status
+from engine.core.engine import StepRecord
+from engine.core.metrics import SLO, distribution, e2e, itls, percentile, queue_time, summarize, ttft, tpot
+from engine.core.request import Request, Status
 
 
 def finished(rid, arrival, scheduled, token_times, tenant="a"):

@@ -12,7 +12,7 @@ import pytest
 from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
-from engine.config import ORDERS, STEP_PRIORITIES
+from engine.core.config import ORDERS, STEP_PRIORITIES
 from labs.static_vs_continuous.experiment import WORKLOADS
 from labs.why_batch import experiment as why_batch
 from playground.run import PlaygroundRun
@@ -122,7 +122,7 @@ def test_a_failing_measurement_shows_an_error_not_a_traceback(lab_env, monkeypat
     def broken(model, *args, peek=False, **kw):
         if peek:
             return None
-        raise RuntimeError(f"could not write {ROOT}/engine/results.py")
+        raise RuntimeError(f"could not write {ROOT}/engine/runs/results.py")
 
     monkeypatch.setattr(why_batch, "batch_scaling", broken)
     at = past_the_prediction(page("labs/why_batch/page.py"))
@@ -145,7 +145,7 @@ def test_a_failing_lookup_of_stored_results_shows_an_error(lab_env, monkeypatch)
 
 def test_a_playground_engine_failure_shows_an_error_not_a_traceback(lab_env, monkeypatch):
     def broken(self):
-        raise RuntimeError(f"engine thread died in {ROOT}/engine/live.py")
+        raise RuntimeError(f"engine thread died in {ROOT}/engine/runs/live.py")
 
     monkeypatch.setattr(PlaygroundRun, "start", broken)
     at = page("playground/page.py")

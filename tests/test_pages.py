@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS
-from engine.step_model import StepModel
+from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from engine.core.step_model import StepModel
 from playground.checks import check
-from playground.run import REST_S, PlaygroundRun, engine_threads
+from engine.runs.live import engine_threads
+from playground.run import REST_S, PlaygroundRun
 from playground.setup import KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
 from analysis.tables import requests_csv, steps_csv
@@ -228,7 +229,7 @@ def test_two_knobs_moved_together_make_one_mark(app):
 
 
 def test_is_alive_false_stops_the_engine_thread():
-    from engine.model import load_model
+    from engine.model.model import load_model
     alive = {"yes": True}
     lab = PlaygroundRun(Setup(rate=0, num_requests=30, output_lo=300, output_hi=300),
                  load_model("tiny"), is_alive=lambda: alive["yes"])
@@ -250,7 +251,7 @@ def test_lab_run_refuses_to_run_without_a_model():
 
 
 def test_a_simulated_run_draws_the_same_requests_as_the_real_one():
-    from engine.model import load_model
+    from engine.model.model import load_model
     tiny, setup = load_model("tiny"), Setup(continuous=False, rate=4.0, num_requests=20, seed=7)
     real = PlaygroundRun(setup, tiny)
     simulated = PlaygroundRun(setup, tiny, engine_choice="sim_h100")
@@ -287,7 +288,7 @@ def test_playground_runs_a_simulated_h100(app):
 def test_a_preset_is_sized_again_for_the_engine_chosen(app):
     """A preset left as it was follows the engine: on the simulated H100 its rate and targets are
     the H100's (past this machine's slider end), and back on the real engine this machine's."""
-    from engine.roofline import roofline_profile
+    from engine.sim.roofline import roofline_profile
     from playground.capacity import machine_step_model, rate_slider_hi
     from playground.engines import H100_PROFILE
     from ui import session
@@ -446,7 +447,7 @@ def test_bad_link_shows_a_warning_not_a_trace(app):
 
 
 def test_downloads_use_the_cli_formats():
-    from engine.model import load_model
+    from engine.model.model import load_model
     lab = PlaygroundRun(Setup(rate=0, num_requests=3, output_lo=4, output_hi=4), load_model("tiny"))
     lab.start()
     deadline = time.monotonic() + 30

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from analysis.tables import Tables
-from engine.engine import StepRecord
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_row
-from engine.model import load_model
+from engine.core.engine import StepRecord
+from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_row
+from engine.model.model import load_model
 from playground.checks import check
 from playground.run import DECISION_COLUMNS, REST_S, PlaygroundRun
 from playground.setup import Setup

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
-from engine.model import load_model
-from engine.step_model import StepModel
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
+from engine.model.model import load_model
+from engine.core.step_model import StepModel
+from engine.runs.workload import WorkloadSpec
 from playground.controls import IN_RANGE, RANGES
 from playground.presets import PRESETS
 from playground.run import PlaygroundRun

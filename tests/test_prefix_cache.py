@@ -1,14 +1,14 @@
 """Prefix caching: the block pool's cache, the scheduler's use of it, and its counts (cost model, no torch)."""
 import pytest
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.kv_cache import BlockPool
-from engine.metrics import summarize
-from engine.request import Request, Status
-from engine.simulate import HAND_SET, fresh_copy, resolve_profile, simulate
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.kv_cache import BlockPool
+from engine.core.metrics import summarize
+from engine.core.request import Request, Status
+from engine.sim.simulate import HAND_SET, fresh_copy, resolve_profile, simulate
+from engine.runs.workload import WorkloadSpec
 
 S = list(range(1000, 1040))          # a 40-token shared prefix: two full blocks of 16, and 8 more
 T = list(range(2000, 2040))          # another one
@@ -154,7 +154,7 @@ def test_the_membership_chart_marks_each_hit_with_the_tokens_it_skipped():
     import plotly.graph_objects as go
 
     from analysis.membership import batch_membership
-    from engine.metrics import STEP_COLUMNS, step_row
+    from engine.core.metrics import STEP_COLUMNS, step_row
 
     def hit_traces(eng):
         steps = pd.DataFrame([step_row(s) for s in eng.steps], columns=STEP_COLUMNS)

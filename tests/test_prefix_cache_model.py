@@ -4,13 +4,13 @@ import os
 
 import pytest
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.model import load_model
-from engine.request import Status
-from engine.simulate import fresh_copy
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.model.model import load_model
+from engine.core.request import Status
+from engine.sim.simulate import fresh_copy
+from engine.runs.workload import PromptMaker, WorkloadSpec
 from tests.test_engine_model import reference_greedy
 
 MODEL = os.environ.get("PREFIX_TEST_MODEL", "tiny")

@@ -1,5 +1,5 @@
 """/metrics counts prefix-cache queries and hits in tokens, under vLLM's names."""
-from engine.config import SchedulerPolicy
+from engine.core.config import SchedulerPolicy
 from tests.test_server import client, metrics, sample, serving, tiny  # noqa: F401 (tiny is a fixture)
 
 SHARED = list(range(1000, 1040))      # 40 tokens: two full blocks of 16

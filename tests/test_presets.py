@@ -2,12 +2,12 @@
 is meant to miss, on the cost-model engine standing for a machine, and on one ten times faster."""
 import pytest
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig
-from engine.metrics import SLO, summarize
-from engine.roofline import roofline_profile
-from engine.step_model import StepModel
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig
+from engine.core.metrics import SLO, summarize
+from engine.sim.roofline import roofline_profile
+from engine.core.step_model import StepModel
 
 from playground.capacity import capacity, rate_slider_hi
 from playground.checks import check
@@ -106,7 +106,7 @@ def test_the_playground_uses_the_profile_and_measures_once_without_one(monkeypat
     from types import SimpleNamespace
 
     import playground.capacity as cap
-    from engine import step_fit
+    from engine.core import step_fit
     model = SimpleNamespace(name="m", dtype="torch.float32", device="cpu")
     monkeypatch.setattr(step_fit, "_fits", {})
     monkeypatch.setattr(cap, "load_profile", lambda *key: SimpleNamespace(step_model=CPU))

@@ -8,11 +8,11 @@ import pytest
 
 from analysis.queueing import (littles_law_window, middle_window, mm1_time_in_system,
                                 time_averaged_from_steps, time_averaged_in_system)
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.results import result_of
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.results import result_of
+from engine.runs.workload import WorkloadSpec
 
 
 @pytest.mark.parametrize("rho, w_times_mu", [(0.5, 2.0), (0.9, 10.0), (0.99, 100.0)])

@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.model import load_model
+from engine.model.model import load_model
 from playground.reattach import RunRegistry
 from playground.run import PlaygroundRun
 from playground.setup import Setup

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.arrivals import build_requests
-from engine.model import load_model
-from engine.workload import WorkloadSpec
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.runs.arrivals import build_requests
+from engine.model.model import load_model
+from engine.runs.workload import WorkloadSpec
 from remote import engines, prometheus
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import LabStream

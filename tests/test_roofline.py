@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.roofline import (DEVICES, MEMORY_UTILIZATION, MODELS, Device, RooflineStepModel,
+from engine.sim.roofline import (DEVICES, MEMORY_UTILIZATION, MODELS, Device, RooflineStepModel,
                              is_roofline_name, model_named, roofline_profile, this_cpu)
 
 H100_8B = "h100-sxm:llama-3.1-8b"
@@ -17,7 +17,7 @@ def test_the_shapes_give_the_published_parameter_counts(key, published):
 
 
 def test_the_smollm2_shape_is_the_bundled_models():
-    from engine.model import smollm2_dir
+    from engine.model.model import smollm2_dir
     c = json.loads((smollm2_dir() / "config.json").read_text())
     m = model_named("smollm2-135m")
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.intermediate, m.vocab, m.tied_embeddings) == (

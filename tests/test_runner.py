@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from engine.model import load_model, resolve_dtype
-from engine.runner import ModelRunner, SeqInput
+from engine.model.model import load_model, resolve_dtype
+from engine.model.runner import ModelRunner, SeqInput
 
 NUM_BLOCKS = 64
 

@@ -3,13 +3,13 @@ import itertools
 
 import pytest
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.kv_cache import BlockPool
-from engine.request import Request, Status
-from engine.scheduler import Scheduler
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.kv_cache import BlockPool
+from engine.core.request import Request, Status
+from engine.core.scheduler import Scheduler
+from engine.runs.workload import WorkloadSpec
 
 
 def run(policy, spec=None, requests=None, pool_tokens=32768):

@@ -16,10 +16,10 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.build import build_engine
+from engine.runs.build import build_engine
 from engine.cli import main as cli_main
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.model import load_model
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.model.model import load_model
 from engine.server.app import create_app
 from engine.server.connections import Server, server_config
 from engine.server.limits import ServerLimits
@@ -153,7 +153,7 @@ def test_openai_client_smollm2_and_greedy_text_equals_the_cli(tmp_path):
 
 def test_greedy_text_equals_the_engine_in_process(server, tiny):
     url, _ = server
-    from engine.request import Request
+    from engine.core.request import Request
     ids = tiny.tokenizer.encode("Once upon a time")
     engine = build_engine(EngineConfig(model="tiny"), SchedulerPolicy(), tiny)
     engine.submit(Request("a", list(ids), 20))

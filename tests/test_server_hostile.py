@@ -11,8 +11,8 @@ import time
 import httpx2 as httpx
 import pytest
 
-from engine.config import SchedulerPolicy
-from engine.model import load_model
+from engine.core.config import SchedulerPolicy
+from engine.model.model import load_model
 from engine.server.limits import ServerLimits
 from test_server import TOKEN, serving, wait_for
 
@@ -224,7 +224,7 @@ def test_a_new_user_string_does_not_reset_the_per_client_limit(tiny):
 
 def test_the_server_caps_its_waiting_line_by_default():
     import argparse
-    from engine.server.cli import SERVE_MAX_WAITING, add_serve_parser
+    from engine.cli.serve import SERVE_MAX_WAITING, add_serve_parser
     p = argparse.ArgumentParser()
     add_serve_parser(p.add_subparsers(dest="cmd"))
     assert p.parse_args(["serve"]).max_waiting == SERVE_MAX_WAITING > 0

@@ -1,8 +1,8 @@
 """Workload knobs for shared system prompts and multi-turn conversations."""
 from dataclasses import replace
 
-from engine.arrivals import build_requests
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.workload import WorkloadSpec
 
 SPEC = WorkloadSpec(num_requests=40, rate=5, prompt_lo=8, prompt_hi=24, output_lo=4, output_hi=9, seed=4)
 

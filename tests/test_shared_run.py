@@ -7,8 +7,8 @@ import time
 import httpx2 as httpx
 import pytest
 
-from engine.config import SchedulerPolicy
-from engine.model import load_model
+from engine.core.config import SchedulerPolicy
+from engine.model.model import load_model
 from playground import engines
 from playground.run import PlaygroundRun
 from playground.setup import Setup

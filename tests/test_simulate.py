@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.arrivals import build_requests
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.request import EventKind
-from engine.simulate import SimProfile, build_simulation, fresh_copy, resolve_profile, simulate
-from engine.validate_sim import CASES, compare, error_table, relative_errors, run_real, worst
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.request import EventKind
+from engine.sim.simulate import SimProfile, build_simulation, fresh_copy, resolve_profile, simulate
+from engine.sim.validate_sim import CASES, compare, error_table, relative_errors, run_real, worst
+from engine.runs.workload import PromptMaker, WorkloadSpec
 
 CONFIG = EngineConfig(kv_pool_tokens=8192)
 
@@ -56,7 +56,7 @@ class ReplayedSteps:
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from engine.model import load_model
+    from engine.model.model import load_model
     return load_model("smollm2", "cpu", "auto")
 
 
@@ -131,7 +131,7 @@ def test_the_comparison_reports_a_known_difference_in_step_times():
 def test_a_miss_counts_as_noise_only_within_the_real_engines_own_spread():
     """An error of 15% on a metric whose real runs spread by 20% is within the noise; 15% where
     they spread by 5%, or 25% where they spread by 20%, is not; 8% passes the 10% tolerance anyway."""
-    from engine.validate_sim import within, within_noise
+    from engine.sim.validate_sim import within, within_noise
     result = {"errors": {"TTFT p50": 0.15, "TTFT p95": -0.15, "TPOT p50": 0.25, "TPOT p95": 0.08,
                          "throughput": math.nan},
               "real_spread": {"TTFT p50": 0.20, "TTFT p95": 0.05, "TPOT p50": 0.20, "TPOT p95": 0.0,
@@ -158,8 +158,8 @@ def test_a_kv_capacity_beyond_the_simulated_device_is_refused():
 
 
 def test_the_calibrated_profile_is_found_by_default_or_by_its_file(tmp_path, monkeypatch):
-    from engine.profile import Profile, current_key, save_profile
-    from engine.step_model import StepModel
+    from engine.sim.profile import Profile, current_key, save_profile
+    from engine.core.step_model import StepModel
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     known = StepModel(fixed_ms=5.0, knots=(), token_ms=(0.5,), sample_ms=0.1, decode_read_ms=1.0,
                       prefill_pair_ms=0.2, label="known")
@@ -201,8 +201,8 @@ def test_the_real_side_is_the_median_of_its_repeats():
 def test_validate_runs_every_case_in_rounds_on_the_real_engine(lab_env):
     """validate() on the tiny model: each case's real side is the median of `repeats` runs, made
     in rounds (every case once, then again), and each case is also simulated."""
-    from engine import validate_sim
-    from engine.model import load_model
+    from engine.sim import validate_sim
+    from engine.model.model import load_model
     model = load_model("tiny")
     order = []
     real_run = validate_sim.run_real
@@ -227,10 +227,10 @@ def test_the_machine_speed_factor_recovers_a_known_slow_down(monkeypatch):
     """validate-sim times the reference steps again and compares them with their calibrated
     times. On the virtual clock a step takes what its cost model says, so an engine whose costs
     are 1.25 times the calibrated ones must give 1.25, and the same costs 1.0."""
-    from engine import profile as profiles
-    from engine.calibrate import plan_for
-    from engine.step_model import StepModel, step_shape
-    from engine.validate_sim import ANCHOR_STEPS, calibrated_times, retimed, speed_factor
+    from engine.sim import profile as profiles
+    from engine.sim.calibrate import plan_for
+    from engine.core.step_model import StepModel, step_shape
+    from engine.sim.validate_sim import ANCHOR_STEPS, calibrated_times, retimed, speed_factor
     now = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "the machine now")
     then = now.scaled(1 / 1.25, "the machine when calibrated")
     stored = [[*step_shape(plan_for(chunks)), then.step_ms(plan_for(chunks))] for chunks in ANCHOR_STEPS]
@@ -254,7 +254,7 @@ def test_the_machine_speed_factor_recovers_a_known_slow_down(monkeypatch):
 
 
 def test_the_spread_of_the_real_runs_is_largest_minus_smallest_over_the_median():
-    from engine.validate_sim import METRICS, spread
+    from engine.sim.validate_sim import METRICS, spread
     def summary(ttft_p50):
         return {"ttft_s": {"p50": ttft_p50, "p95": 2.0}, "tpot_s": {"p50": 0.05, "p95": 0.06},
                 "output_throughput_tok_s": 100.0, "duration_s": 0.0}
@@ -269,8 +269,8 @@ def test_a_case_arrives_at_its_share_of_the_capacity_the_profile_gives():
     capacity is the requests per second of the same requests all arriving at once, on the simulator.
     Twice as slow a machine gets half the rate; a case with no load keeps its own rate."""
     from dataclasses import replace
-    from engine.validate_sim import CASES, sized
-    from engine.step_model import StepModel
+    from engine.sim.validate_sim import CASES, sized
+    from engine.core.step_model import StepModel
     fast = StepModel(9.0, (), (0.5,), 0.4, 1.5, 0.7, "fast")
     case = replace(CASES[2], load=0.5)
     on_fast = sized(case, SimProfile("fast", "fast", fast), None, CONFIG)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.step_model import StepModel
+from engine.core.step_model import StepModel
 from labs.knee import experiment as knee
 from labs.runs import simulated_name
 from labs.slo_goodput import experiment as slo
@@ -92,7 +92,7 @@ def lab_env(lab_env, monkeypatch):
     """The shared lab set-up (tests/conftest.py), and any attempt to run the real engine fails."""
     def no_real_engine(*args, **kw):
         raise AssertionError("the real engine ran")
-    monkeypatch.setattr("engine.results.run_workload", no_real_engine)
+    monkeypatch.setattr("engine.runs.results.run_workload", no_real_engine)
     monkeypatch.setattr("ui.session.model", no_real_engine)
     return lab_env
 

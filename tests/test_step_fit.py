@@ -5,13 +5,13 @@ import random
 import numpy as np
 import pytest
 
-from engine import step_fit
-from engine.arrivals import ArrivalFeed
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.step_fit import StepFit, fit_offset_scale
-from engine.step_model import StepModel, StepShape
-from engine.workload import WorkloadSpec
+from engine.core import step_fit
+from engine.runs.arrivals import ArrivalFeed
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.step_fit import StepFit, fit_offset_scale
+from engine.core.step_model import StepModel, StepShape
+from engine.runs.workload import WorkloadSpec
 
 PROFILE = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a profile")
 

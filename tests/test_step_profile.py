@@ -1,6 +1,6 @@
-"""engine/step_profile.py: a step's time split into the runner's parts; the parts add up to the step."""
-from engine.model import load_model
-from engine.step_profile import PARTS, format_table, profile_shapes
+"""engine/model/step_profile.py: a step's time split into the runner's parts; the parts add up to the step."""
+from engine.model.model import load_model
+from engine.model.step_profile import PARTS, format_table, profile_shapes
 
 
 def test_every_part_is_timed_and_the_parts_add_up_to_the_step():

@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.model import smollm2_dir
+from engine.model.model import smollm2_dir
 from engine.server.text import TextStream
 
 

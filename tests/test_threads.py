@@ -1,11 +1,11 @@
-"""engine/threads.py: set-up on a passing thread, and the engine's threads named and deprioritised for the OS."""
+"""engine/model/threads.py: set-up on a passing thread, and the engine's threads named and deprioritised for the OS."""
 import os
 import sys
 import threading
 
 import pytest
 
-from engine.threads import OS_THREAD_NAME, in_passing_thread, lower_os_priority, name_os_thread
+from engine.model.threads import OS_THREAD_NAME, in_passing_thread, lower_os_priority, name_os_thread
 
 
 def comm(tid: int) -> str:

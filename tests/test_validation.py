@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from engine.cli import main
-from engine.validation import Limits, request_from_dict
-from engine.validation import unique_keys
+from engine.core.validation import Limits, request_from_dict
+from engine.core.validation import unique_keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -195,8 +195,8 @@ def test_a_prompt_too_long_to_fit_is_refused_by_its_characters_before_tokenizing
 def test_the_prompt_character_bound_holds_for_the_real_tokenizer():
     """No text of max_prompt_chars characters or fewer that fits is refused: the bound is the
     longest token's spelling times the context, and real text takes far fewer characters a token."""
-    from engine.model import load_model
-    from engine.validation import max_prompt_chars
+    from engine.model.model import load_model
+    from engine.core.validation import max_prompt_chars
     tok = load_model("tiny", "cpu", "fp32").tokenizer
     bound = max_prompt_chars(tok, 2048)
     longest = max(len(tok.decode([i])) for i in range(len(tok)))
@@ -282,11 +282,11 @@ def test_offline_hub_id_is_one_clear_line(tmp_path):
 @pytest.mark.parametrize("model_flags", [["--cost-model"], ["--model", "tiny", "--device", "cpu", "--dtype", "fp32"]],
                          ids=["cost-model", "tiny"])
 def test_kv_pool_beyond_memory_says_how_many_tokens_fit(model_flags, tmp_path, capsys, monkeypatch):
-    import engine.build
-    import engine.model
+    import engine.runs.build
+    import engine.model.model
     one_gb = 10**9
-    monkeypatch.setattr(engine.build, "available_memory_bytes", lambda: one_gb)
-    monkeypatch.setattr(engine.model, "free_memory_bytes", lambda device: one_gb // 1000)
+    monkeypatch.setattr(engine.runs.build, "available_memory_bytes", lambda: one_gb)
+    monkeypatch.setattr(engine.model.model, "free_memory_bytes", lambda device: one_gb // 1000)
     assert main(["run", "--out", str(tmp_path / "o"), "--kv-capacity-tokens", "1048576", *model_flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "kv_capacity_tokens 1,048,576 needs" in err and "tokens fit" in err, err

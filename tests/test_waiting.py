@@ -1,12 +1,12 @@
-"""engine/waiting.py keeps the admission orders up to date instead of sorting every step: each order
+"""engine/core/waiting.py keeps the admission orders up to date instead of sorting every step: each order
 must be what sorting the plain queue gives, through random arrivals, preemptions and admissions."""
 import random
 from collections import defaultdict
 
 import pytest
 
-from engine.request import Request
-from engine.waiting import WaitingQueue
+from engine.core.request import Request
+from engine.core.waiting import WaitingQueue
 
 
 def reference_round_robin(queue: list[Request], served: dict[str, int]) -> list[Request]:

@@ -16,12 +16,12 @@ import pandas as pd
 
 from analysis import frame_metrics, kv, latency, membership, queue
 from analysis.tables import MARK_COLUMNS
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
-from engine.request import Request
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
+from engine.core.request import Request
+from engine.runs.workload import WorkloadSpec
 from analysis.figure_json import figure_dict
 
 STEP_S_GUESS = 0.05  # rough mean step time on the cost model, to spread arrivals over the run's start

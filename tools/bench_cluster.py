@@ -14,10 +14,10 @@ import time
 
 from cluster.router import POLICIES
 from cluster.simulated import SimCluster
-from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
-from engine.simulate import resolve_profile
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import SchedulerPolicy
+from engine.sim.simulate import resolve_profile
+from engine.runs.workload import WorkloadSpec
 
 PROFILE = "h100-sxm:llama-3.1-8b"
 POLICY = SchedulerPolicy(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=100_000,

@@ -21,9 +21,9 @@ import time
 
 from analysis import frame_metrics
 from analysis.tables import TraceTables
-from engine.arrivals import build_requests
-from engine.config import EngineConfig
-from engine.live import LiveRun
+from engine.runs.arrivals import build_requests
+from engine.core.config import EngineConfig
+from engine.runs.live import LiveRun
 from playground import view
 from playground.setup import Setup
 

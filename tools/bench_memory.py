@@ -42,9 +42,9 @@ def rss_mb(pid: int | str = "self") -> float:
 
 def live(minutes: float, keep_steps: int | None, every: int) -> None:
     from analysis.tables import TraceTables
-    from engine.config import SchedulerPolicy
-    from engine.live import LiveRun
-    from engine.workload import WorkloadSpec
+    from engine.core.config import SchedulerPolicy
+    from engine.runs.live import LiveRun
+    from engine.runs.workload import WorkloadSpec
 
     # rate 3 req/s keeps the cost-model engine busy without its queue growing without end.
     spec = WorkloadSpec(num_requests=1_000_000, rate=3.0, prompt_lo=32, prompt_hi=256,

@@ -68,7 +68,7 @@ def main(argv=None):
     ap.add_argument("--warm", type=float, default=4.0)
     ap.add_argument("--window", type=float, default=14.0)
     args = ap.parse_args(argv)
-    from engine.model import load_model
+    from engine.model.model import load_model
     model = load_model("smollm2")
     ratios, cores = [], []
     for i in range(args.rounds):

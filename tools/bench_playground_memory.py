@@ -22,8 +22,8 @@ import tracemalloc
 from pathlib import Path
 
 from analysis import frame_metrics
-from engine.live import KEEP_STEPS
-from engine.model import load_model
+from engine.runs.live import KEEP_STEPS
+from engine.model.model import load_model
 from playground.run import PlaygroundRun
 from playground.setup import Setup
 from playground.status import status_text

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from engine.arrivals import build_requests
-from engine.build import build_engine
-from engine.config import EngineConfig, SchedulerPolicy
-from engine.metrics import summarize
-from engine.model import load_model
-from engine.simulate import fresh_copy
-from engine.workload import PromptMaker, WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.runs.build import build_engine
+from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.metrics import summarize
+from engine.model.model import load_model
+from engine.sim.simulate import fresh_copy
+from engine.runs.workload import PromptMaker, WorkloadSpec
 
 SPEC = WorkloadSpec(num_requests=16, rate=1.0, prompt_lo=16, prompt_hi=48, output_lo=8, output_hi=16,
                     system_prompts=2, system_prompt_tokens=512, seed=11)

@@ -34,10 +34,10 @@ import time
 
 import httpx2 as httpx
 
-from engine.arrivals import build_requests
+from engine.runs.arrivals import build_requests
 from engine.cli.bench import run_engine
-from engine.model import load_model
-from engine.workload import LengthDist, PromptMaker, WorkloadSpec
+from engine.model.model import load_model
+from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
 
 
 def parse_args():

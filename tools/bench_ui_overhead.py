@@ -17,7 +17,7 @@ Each page round ends with Reset, and the next round waits until the server's eng
 idle: a closed page's run would go on for the reload grace period, beside the headless engine.
 
 It prints each round and the median ratio page/headless, and the app's own CPU: the server
-process's CPU less that of its engine threads (named by engine/threads.py name_os_thread). Steps are counted from the step
+process's CPU less that of its engine threads (named by engine/model/threads.py name_os_thread). Steps are counted from the step
 records (t_start/t_end on the engine's clock) inside the same window after warm-up; for the
 page, the records come from the page's own steps.csv download. Both run with app.py's process
 setting (the engine's own OpenMP wait, engine/__init__.py), so the ratio is the UI's cost alone. Needs Debian's Chromium.
@@ -43,7 +43,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from engine.threads import OS_THREAD_NAME
+from engine.model.threads import OS_THREAD_NAME
 from playground.setup import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,9 +87,9 @@ def cli(warm_s: float, window_s: float) -> float:
     """Steps/s of `python -m engine run` on SETUP's requests and policy, in the same window."""
     from dataclasses import asdict
 
-    from engine.arrivals import build_requests
-    from engine.model import load_model
-    from engine.workload import PromptMaker, write_jsonl
+    from engine.runs.arrivals import build_requests
+    from engine.model.model import load_model
+    from engine.runs.workload import PromptMaker, write_jsonl
     tmp = Path(tempfile.mkdtemp(prefix="bench_ui_cli-"))
     write_jsonl(str(tmp / "w.jsonl"), build_requests(SETUP.workload(), PromptMaker(load_model("smollm2").tokenizer)))
     flags = []
@@ -163,7 +163,7 @@ def cpu_s(pid: int) -> float:
 
 def engine_cpu_s(pid: int) -> float:
     """CPU seconds of the process's live engine threads: those the operating system knows by the
-    engine's name (engine/threads.py), the engine's thread and its OpenMP workers."""
+    engine's name (engine/model/threads.py), the engine's thread and its OpenMP workers."""
     total = 0.0
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
@@ -294,7 +294,7 @@ def main(argv=None):
         browser_cpu = cpus[1]
 
     from playwright.sync_api import sync_playwright
-    from engine.model import load_model
+    from engine.model.model import load_model
     model = load_model("smollm2")     # the model the server runs too (start_server drops BATCHING_LAB_MODEL)
     port = free_port()
     server = start_server(port)

@@ -3,7 +3,7 @@
 Starts `streamlit run app.py` (the default model) and Debian's Chromium, then:
 1. runs the default workload on the real engine for --warm seconds and reads, every 5 s, the
    step model's current error as the page shows it (predicted against real step times, the median
-   over the latest steps: engine/step_fit.py);
+   over the latest steps: engine/core/step_fit.py);
 2. for each preset: a fresh page (so its rate and targets are sized from the refit step model),
    the preset chosen in the sidebar, Start, --run seconds, then the headline's p95 TTFT, p95 TPOT
    and waiting line read off the page beside the preset's targets read off its sliders.

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from engine.simulate import resolve_profile
+from engine.sim.simulate import resolve_profile
 from labs import claims, runs
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write every verdict, with its words, to this file")
     args = ap.parse_args(argv)
     model_name = os.environ.get("BATCHING_LAB_MODEL", "smollm2")
-    from engine.profile import load_profile
+    from engine.sim.profile import load_profile
     found = load_profile(model_name)
     if found is None:
         print(f"no calibrated profile of {model_name} here: run `python -m engine calibrate` first", file=sys.stderr)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     machine = found.step_model
     sources = []
     if args.real:
-        from engine.model import load_model
+        from engine.model.model import load_model
         sources.append(Source("real engine", model=load_model(model_name), machine=machine))
     sources += [Source("simulator, this machine", step_model=machine), Source("H100 roofline",
                                                                                step_model=resolve_profile(H100).step_model)]

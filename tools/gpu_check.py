@@ -5,7 +5,7 @@ Four checks, then one table:
               fp32, with the engine batching all prompts in one run (the CPU's tests hold this)
   bench       `engine bench`'s comparison in bf16: this engine against transformers' static
               batches and its continuous batching, the roofline share, decode at batch 1 against
-              the memory floor, and the per-shape breakdown of a step (engine/step_profile.py)
+              the memory floor, and the per-shape breakdown of a step (engine/model/step_profile.py)
   calibrate   the step model fitted on this device (quick grid), and its held-out error
   playground  a Playground run through the app's own engine (PlaygroundRun, as the page starts
               it): steps/s, finished requests, TTFT
@@ -43,11 +43,11 @@ def check_greedy(model_name: str, device: str) -> dict:
     """Engine vs transformers' greedy tokens, one prompt at a time through generate."""
     import torch
 
-    from engine.arrivals import build_requests
-    from engine.build import build_engine
-    from engine.config import EngineConfig, SchedulerPolicy
-    from engine.model import load_model
-    from engine.workload import PromptMaker, WorkloadSpec
+    from engine.runs.arrivals import build_requests
+    from engine.runs.build import build_engine
+    from engine.core.config import EngineConfig, SchedulerPolicy
+    from engine.model.model import load_model
+    from engine.runs.workload import PromptMaker, WorkloadSpec
     model = load_model(model_name, device, "fp32")
     spec = WorkloadSpec(num_requests=GREEDY_PROMPTS, rate=0, seed=3, prompt_lo=8, prompt_hi=64,
                         output_lo=GREEDY_TOKENS, output_hi=GREEDY_TOKENS)
@@ -73,13 +73,13 @@ def check_greedy(model_name: str, device: str) -> dict:
 
 def check_bench(model_name: str, device: str, dtype: str, num_requests: int, continuous: bool = True) -> dict:
     """engine bench's side-by-side run, with the per-shape breakdown."""
-    from engine.arrivals import build_requests
+    from engine.runs.arrivals import build_requests
     from engine.cli.bench import (agreement, measure_roofline, model_costs, run_engine, run_hf_continuous,
                                   run_hf_static, step_roofline_s)
-    from engine.model import load_model
-    from engine.step_profile import format_table, profile_shapes
-    from engine.step_times import measure_batch_scaling
-    from engine.workload import LengthDist, PromptMaker, WorkloadSpec
+    from engine.model.model import load_model
+    from engine.model.step_profile import format_table, profile_shapes
+    from engine.sim.step_times import measure_batch_scaling
+    from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
     model = load_model(model_name, device, dtype)
     spec = WorkloadSpec(num_requests=num_requests, rate=0, seed=0, **LengthDist("uniform", 16, 256).as_fields("prompt"),
                         **LengthDist("uniform", 8, 128).as_fields("output"))
@@ -115,8 +115,8 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
 
 
 def check_calibrate(model_name: str, device: str, budget_s: float) -> dict:
-    from engine.calibrate import calibrate
-    from engine.model import load_model
+    from engine.sim.calibrate import calibrate
+    from engine.model.model import load_model
     profile = calibrate(load_model(model_name, device, "auto"), budget_s=budget_s, quick=True)
     return {"held-out mean error": f"{profile.fit['heldout_mean_error']:.1%}",
             "held-out max error": f"{profile.fit['heldout_max_error']:.1%}",
@@ -124,7 +124,7 @@ def check_calibrate(model_name: str, device: str, budget_s: float) -> dict:
 
 
 def check_playground(model_name: str, device: str, seconds: float) -> dict:
-    from engine.model import load_model
+    from engine.model.model import load_model
     from playground.run import PlaygroundRun
     from playground.setup import Setup
     model = load_model(model_name, device, "auto")

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from engine.config import STEP_PRIORITIES
+from engine.core.config import STEP_PRIORITIES
 from labs import runs
 from labs.costs import experiment as costs_lab
 from labs.dynamic_batching import experiment as dynamic_lab
@@ -162,8 +162,8 @@ class QuietGuard:
 def _machine():
     """This machine's step model (its saved profile, else the hand-set guess): the labs size their
     arrival rates with it, as their pages do."""
-    from engine.profile import load_profile
-    from engine.step_model import UNCALIBRATED
+    from engine.sim.profile import load_profile
+    from engine.core.step_model import UNCALIBRATED
     found = load_profile(os.environ.get("BATCHING_LAB_MODEL", "smollm2"))
     return UNCALIBRATED if found is None else found.step_model
 
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
                          "took more than twice CORES at any moment while it ran")
     args = ap.parse_args(argv)
 
-    from engine.model import load_model
+    from engine.model.model import load_model
     model = load_model(os.environ.get("BATCHING_LAB_MODEL", "smollm2"))
     report = {"model": model.name, "dtype": str(model.dtype), "labs": {}}
     guard = None

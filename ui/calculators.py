@@ -21,11 +21,11 @@ from analysis import course
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
-from engine import step_fit
-from engine.config import EngineConfig
-from engine.profile import load_profile
-from engine.results import cache_dir
-from engine.step_model import UNCALIBRATED, StepModel
+from engine.core import step_fit
+from engine.core.config import EngineConfig
+from engine.sim.profile import load_profile
+from engine.runs.results import cache_dir
+from engine.core.step_model import UNCALIBRATED, StepModel
 
 
 def _seconds(s: float) -> str:

@@ -20,7 +20,7 @@ import plotly
 import plotly.io as pio
 import streamlit.components.v1 as components
 
-from engine.results import cache_dir
+from engine.runs.results import cache_dir
 from analysis.figure_json import figure_dict, figure_height, json_safe
 
 FRONTEND = Path(__file__).with_name("live_chart")

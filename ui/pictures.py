@@ -21,8 +21,8 @@ import streamlit as st
 
 from analysis.pictures import Picture
 from analysis.pictures_course import PICTURES
-from engine.results import cache_dir
-from engine.threads import lower_os_priority
+from engine.runs.results import cache_dir
+from engine.model.threads import lower_os_priority
 
 PICTURE_IDS = tuple(PICTURES)
 DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on

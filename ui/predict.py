@@ -267,9 +267,9 @@ def capacity_req_s(step_model, policy, workload) -> float:
     all at once, and counts finishes over the middle half."""
     from dataclasses import replace
 
-    from engine.arrivals import build_requests
-    from engine.config import EngineConfig
-    from engine.simulate import SimProfile, simulate
+    from engine.runs.arrivals import build_requests
+    from engine.core.config import EngineConfig
+    from engine.sim.simulate import SimProfile, simulate
 
     spec = replace(workload, num_requests=max(16, 4 * policy.max_num_seqs), rate=0.0)
     name = getattr(step_model, "label", "") or "step model"

@@ -13,8 +13,8 @@ import streamlit as st
 from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from engine.model import load_model
-from engine.step_times import measure_step_times
+from engine.model.model import load_model
+from engine.sim.step_times import measure_step_times
 
 MODEL_ENV = "BATCHING_LAB_MODEL"
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pandas as pd
 import streamlit as st
 
-from engine import metrics
+from engine.core import metrics
 from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
@@ -50,7 +50,7 @@ def plain(text) -> str:
 
 
 def without_paths(text: str) -> str:
-    """`text` with the folders of any server path cut out: ".../engine/results.py" -> "results.py"."""
+    """`text` with the folders of any server path cut out: ".../engine/runs/results.py" -> "results.py"."""
     return re.sub(r"/(?:[\w.@+-]+/)+", "", text)
 
 

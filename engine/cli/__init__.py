@@ -14,17 +14,17 @@ import argparse
 import os
 import sys
 
-from ..config import EngineConfig, SchedulerPolicy
-from ..knobs import knobs_of
-from ..workload import WorkloadSpec
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.knobs import knobs_of
+from ..runs.workload import WorkloadSpec
 from .bench import add_bench_flags, bench_command
 from .calibrate import add_calibrate_parser, calibrate_command
 from .flags import add_knob_flag, add_knob_flags, add_model_flags, add_simulate_flags, policy_from, spec_from
 from .run import run_command
+from .serve import add_serve_parser, serve_command
 from .validate_sim import add_validate_sim_parser, validate_sim_command
 
 def parser() -> argparse.ArgumentParser:
-    from ..server.cli import add_serve_parser     # here: engine.server.cli imports this package's flags
     ap = argparse.ArgumentParser(prog="python -m engine", description="Batching Lab inference engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="serve a workload and write requests.csv, steps.csv, summary.json")
@@ -53,7 +53,6 @@ def main(argv=None) -> int:
         if args.cmd == "run":
             return run_command(args, policy_from(args), spec_from(args))
         if args.cmd == "serve":
-            from ..server.cli import serve_command
             return serve_command(args)
         if args.cmd == "calibrate":
             return calibrate_command(args)

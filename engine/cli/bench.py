@@ -12,14 +12,14 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..arrivals import build_requests
-from ..build import build_engine
-from ..config import EngineConfig, SchedulerPolicy
-from ..kv_cache import BlockPool
-from ..request import Request
-from ..scheduler import Scheduler
-from ..step_times import measure_batch_scaling
-from ..workload import LengthDist, PromptMaker, WorkloadSpec
+from ..runs.arrivals import build_requests
+from ..runs.build import build_engine
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.kv_cache import BlockPool
+from ..core.request import Request
+from ..core.scheduler import Scheduler
+from ..sim.step_times import measure_batch_scaling
+from ..runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from .flags import add_knob_flags, add_model_flags
 
 
@@ -29,7 +29,7 @@ BENCH_DEFAULTS = dict(dtype="fp32,bf16", num_requests=64, prompt_len=[16, 256], 
 
 
 def add_bench_flags(p) -> None:
-    """The knobs' own flags (ranges and help from engine/config.py and engine/workload.py),
+    """The knobs' own flags (ranges and help from engine/core/config.py and engine/runs/workload.py),
     with the bench's defaults, plus its comparison settings."""
     add_model_flags(p)
     add_knob_flags(p, SchedulerPolicy, only=("max_num_seqs", "max_num_batched_tokens"))
@@ -53,7 +53,7 @@ def measure_roofline(device, dtype) -> dict:
     flops = []
     for _ in range(4):
         t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
-    from ..linear import Linear, onednn_available
+    from ..model.linear import Linear, onednn_available
     if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
         linear = Linear(b, pack=True)
         for _ in range(4):
@@ -193,7 +193,7 @@ def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30)
 
 def bench_command(args) -> int:
     import torch
-    from ..model import load_model
+    from ..model.model import load_model
 
     spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
                         **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
@@ -220,7 +220,7 @@ def bench_command(args) -> int:
         print(f"decode step at batch 1: {b1['step_ms']:.1f} ms; memory roofline {floor_ms:.1f} ms "
               f"-> {b1['step_ms'] / floor_ms:.2f}x the floor")
         if args.profile:
-            from ..step_profile import format_table, profile_shapes
+            from ..model.step_profile import format_table, profile_shapes
             shape_roof_ms = lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["context"]) * 1000
             print("where a step's time goes (ms and share of the step; median step of several):")
             print(format_table(profile_shapes(model), shape_roof_ms))
@@ -238,7 +238,7 @@ def bench_command(args) -> int:
                "b1_floor_ratio": b1["step_ms"] / floor_ms}
         print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
               f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes")
-        from ..linear import native_bf16
+        from ..model.linear import native_bf16
         if not args.skip_peers and model.device.type == "cpu" and model.dtype == torch.bfloat16 and not native_bf16():
             print("transformers in bf16: skipped, its matmuls are emulated on this CPU (no AVX-512 BF16, AMX or "
                   "AVX-NE-CONVERT), many times slower than its fp32, so its run would take tens of minutes; see the fp32 ratios")

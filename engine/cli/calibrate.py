@@ -1,8 +1,8 @@
 """`python -m engine calibrate`: measure this machine's step times and save the fitted profile.
 
-It loads the model, times the grid of step shapes (engine/calibrate.py) within the time budget,
+It loads the model, times the grid of step shapes (engine/sim/calibrate.py) within the time budget,
 fits the step model, saves it where `run --simulate` and the Playground find it
-(engine/profile.py), and prints the fitted parameters and the error on held-out steps.
+(engine/sim/profile.py), and prints the fitted parameters and the error on held-out steps.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def calibrate_command(args) -> int:
-    from ..calibrate import calibrate
-    from ..model import load_model
-    from ..profile import save_profile
+    from ..sim.calibrate import calibrate
+    from ..model.model import load_model
+    from ..sim.profile import save_profile
     if not 1 <= args.max_num_seqs <= 4096:
         raise ValueError(f"--max-num-seqs {args.max_num_seqs} is not allowed (1 to 4096)")
     if not args.budget_s >= 10:

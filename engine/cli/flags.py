@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import SchedulerPolicy
-from ..knobs import Knob, knobs_of
-from ..workload import LENGTH_RANGES, WorkloadSpec
+from ..core.config import SchedulerPolicy
+from ..core.knobs import Knob, knobs_of
+from ..runs.workload import LENGTH_RANGES, WorkloadSpec
 
 # Flags that set two fields at once: --prompt-len LO HI sets prompt_lo and prompt_hi.
 RANGE_FLAGS = {f"--{what}-len": pair for what, pair in LENGTH_RANGES.items()}

@@ -10,7 +10,7 @@ once without writing. A run in which no request finished (every one refused or f
 writes its files, says so, and exits with status 3 (NOTHING_SERVED), so a script notices.
 
 --simulate runs the same engine on a virtual clock with step times from a profile
-(engine/simulate.py); --cost-model is --simulate --profile hand-set. The files are the same,
+(engine/sim/simulate.py); --cost-model is --simulate --profile hand-set. The files are the same,
 and summary.json says "simulated": true, names the profile and says the token ids are stand-ins.
 """
 from __future__ import annotations
@@ -19,15 +19,15 @@ import signal
 import sys
 from dataclasses import asdict, replace
 
-from ..arrivals import build_requests
-from ..build import build_engine
-from ..config import EngineConfig
-from ..metrics import SLO, summarize
-from ..run_files import write_run
-from ..request import Request
-from ..simulate import HAND_SET, SimProfile, build_simulation, resolve_profile
-from ..validation import Limits, max_prompt_chars
-from ..workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
+from ..runs.arrivals import build_requests
+from ..runs.build import build_engine
+from ..core.config import EngineConfig
+from ..core.metrics import SLO, summarize
+from ..runs.run_files import write_run
+from ..core.request import Request
+from ..sim.simulate import HAND_SET, SimProfile, build_simulation, resolve_profile
+from ..core.validation import Limits, max_prompt_chars
+from ..runs.workload import PromptMaker, check_workload_file, read_jsonl, write_jsonl
 from .out_dir import OutDir
 
 NOTHING_SERVED = 3         # the exit status of a run that wrote its files but finished no request
@@ -97,7 +97,7 @@ def start_engine(args, config: EngineConfig, policy, profile: SimProfile | None)
     """The engine, once its KV pool is known to fit in this machine's memory."""
     if profile is not None:
         return build_simulation(config, policy, profile), None
-    from ..model import load_model
+    from ..model.model import load_model
     print(f"loading {config.model} ...", file=sys.stderr)
     model = load_model(config.model, config.device, config.dtype)
     return build_engine(config, policy, model), model

@@ -1,11 +1,11 @@
 """`python -m engine validate-sim`: the simulator against the real engine, workload by workload.
 
-Each validation workload (engine/validate_sim.py) runs on the real model and on the simulator
+Each validation workload (engine/sim/validate_sim.py) runs on the real model and on the simulator
 with the same requests (the real engine --repeats times, each metric the median); the table gives the relative error of p50/p95 TTFT, p50/p95 TPOT,
 output throughput and makespan. Exit status 0 when every error is within --tolerance, 1 when not.
 
 With a calibrated profile of SmolLM2 on the CPU, a second table checks the roofline model of
-this CPU (engine/roofline.py) against the calibrated step times, shape by shape.
+this CPU (engine/sim/roofline.py) against the calibrated step times, shape by shape.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import os
 import statistics
 import sys
 
-from ..roofline import CPU_DEVICE, roofline_profile
-from ..simulate import resolve_profile
-from ..validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, spread_table,
+from ..sim.roofline import CPU_DEVICE, roofline_profile
+from ..sim.simulate import resolve_profile
+from ..sim.validate_sim import (CASES, REPEATS, TOLERANCE, error_table, gap_table, roofline_gap, spread_table,
                             validate, within, within_noise, worst)
 from .flags import add_model_flags
 
@@ -51,7 +51,7 @@ def _fraction(text: str) -> float:
 
 
 def validate_sim_command(args) -> int:
-    from ..model import load_model
+    from ..model.model import load_model
     if not 1 <= args.repeats <= 20:
         raise ValueError(f"--repeats {args.repeats} is not allowed (1 to 20)")
     if args.calibrate and args.profile:
@@ -61,8 +61,8 @@ def validate_sim_command(args) -> int:
     print(f"loading {args.model} ...", file=sys.stderr)
     model = load_model(args.model, args.device, args.dtype)
     if args.calibrate:
-        from ..calibrate import calibrate
-        from ..profile import save_profile
+        from ..sim.calibrate import calibrate
+        from ..sim.profile import save_profile
         save_profile(calibrate(model, progress=lambda f, text: print(f"  calibrating: {text}", file=sys.stderr)))
         profile = resolve_profile(None, args.model, args.dtype, args.device)
     print(f"simulator: {profile.label}", file=sys.stderr)

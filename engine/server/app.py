@@ -37,8 +37,8 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..request import Request, Status
-from ..validation import max_prompt_chars
+from ..core.request import Request, Status
+from ..core.validation import max_prompt_chars
 from . import openai_schema as oa
 from .background import spec_from
 from .lab_feed import MAX_REQUEST_ROWS, LabFeed

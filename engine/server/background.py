@@ -1,7 +1,7 @@
 """Background load: the server drawing its own requests from a WorkloadSpec, for a classroom.
 
 An instructor turns it on so the class sees a busy engine before anyone presses send. The
-requests come from engine.arrivals (the one request generator), so a seed gives the same
+requests come from engine.runs.arrivals (the one request generator), so a seed gives the same
 requests as the CLI and the Playground. Only the engine thread calls `due`; each start
 numbers its requests afresh ("bg1-0", "bg1-1", ... then "bg2-0") so ids never repeat.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields, replace
 
-from ..arrivals import ArrivalFeed
-from ..request import Request
-from ..workload import PromptMaker, WorkloadSpec
+from ..runs.arrivals import ArrivalFeed
+from ..core.request import Request
+from ..runs.workload import PromptMaker, WorkloadSpec
 
 SPEC_FIELDS = {f.name for f in fields(WorkloadSpec)} - {"start_s", "id_prefix"}
 

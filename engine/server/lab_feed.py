@@ -15,7 +15,7 @@ import itertools
 from collections import deque
 from dataclasses import asdict
 
-from ..metrics import request_row
+from ..core.metrics import request_row
 from .openai_schema import json_bytes
 
 POLL_S = 0.05

@@ -24,7 +24,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..validation import MAX_REQUEST_BYTES
+from ..core.validation import MAX_REQUEST_BYTES
 
 # A client's requests being read, tokenized, waiting or running. Below the default batch
 # (max_num_seqs 16), so one client cannot fill every slot and queue everyone else behind it.

@@ -13,8 +13,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from ..knobs import short
-from ..validation import (MIN_TEMPERATURE, PRIORITY_RANGE, SEED_MAX, check_unicode, flag, integer, number,
+from ..core.knobs import short
+from ..core.validation import (MIN_TEMPERATURE, PRIORITY_RANGE, SEED_MAX, check_unicode, flag, integer, number,
                           parse_json, stop_texts, tenant_text)
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

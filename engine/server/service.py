@@ -25,9 +25,9 @@ import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..engine import Engine, PolicyMark
-from ..request import Request, Status
-from ..threads import lower_os_priority, name_os_thread
+from ..core.engine import Engine, PolicyMark
+from ..core.request import Request, Status
+from ..model.threads import lower_os_priority, name_os_thread
 from .background import BackgroundLoad
 from .openai_schema import ApiError, Sampling
 from .prom import ServerMetrics

@@ -16,9 +16,9 @@ import sys
 import tempfile
 from dataclasses import replace
 
-from engine.arrivals import build_requests
-from engine.metrics import SLO
-from engine.workload import PromptMaker
+from engine.runs.arrivals import build_requests
+from engine.core.metrics import SLO
+from engine.runs.workload import PromptMaker
 
 from cluster.autoscaler import AutoscalerSpec
 from cluster.real import Servers, run_real
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--claims", nargs="*", default=None, help="only these claims (ids); default: all")
     args = ap.parse_args(argv)
     from transformers import AutoTokenizer
-    from engine.model import smollm2_dir
+    from engine.model.model import smollm2_dir
     prompts = PromptMaker(AutoTokenizer.from_pretrained(smollm2_dir()))
     wanted = set(args.claims) if args.claims else None
     run = lambda claim_id: wanted is None or claim_id in wanted

@@ -16,11 +16,11 @@ from cluster.result import ClusterResult
 from cluster.router import POLICIES
 from cluster.simulated import SimCluster
 from cluster.traffic import ramp
-from engine.arrivals import build_requests
-from engine.config import SchedulerPolicy
-from engine.metrics import SLO
-from engine.simulate import SimProfile, resolve_profile
-from engine.workload import WorkloadSpec
+from engine.runs.arrivals import build_requests
+from engine.core.config import SchedulerPolicy
+from engine.core.metrics import SLO
+from engine.sim.simulate import SimProfile, resolve_profile
+from engine.runs.workload import WorkloadSpec
 
 PROFILE = "l4:llama-3.1-8b"       # a common inference GPU; any profile engine.simulate knows works
 REPLICAS = 4
@@ -150,14 +150,14 @@ def real_routing(model, progress=None, refresh: bool = False, peek: bool = False
     """The routing part on REAL_REPLICAS real engine servers of `model` on this machine (REAL_SHARED, the
     shared-prefix workload, at 90% of what they serve), under round_robin and prefix_affinity:
     {router: summary}. Stored per machine and model (labs.runs.cached); peek=True only looks it up."""
-    from engine import results
+    from engine.runs import results
     from labs.runs import cached, fingerprint
     name = model if isinstance(model, str) else model.name
     path = results.cache_path("cluster-real", fingerprint(model), REAL_ROUTERS, REAL_REPLICAS)
 
     def compute(loaded):
         from cluster.real import Servers, run_real
-        from engine.workload import PromptMaker
+        from engine.runs.workload import PromptMaker
         prompts = PromptMaker(loaded.tokenizer)
         with Servers(REAL_REPLICAS, name, REAL_POLICY) as servers:
             if progress:

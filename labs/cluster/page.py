@@ -6,7 +6,7 @@ import streamlit as st
 
 from analysis import cluster as charts
 from cluster.router import POLICIES, POLICY_HELP
-from engine.roofline import DEVICES
+from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from labs.cluster.claims import CHECKS, autoscaler_numbers, judge, router_numbers
 from ui import predict, widgets

@@ -5,8 +5,8 @@ import streamlit as st
 
 from analysis import kv
 from analysis.frame_metrics import finished
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
 from ui import calculators, predict, session, widgets

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from analysis.membership import member_counts
 from analysis.style import COLORS, empty_figure, is_empty, wrapped_layout
-from engine.config import SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 from labs import claims, timing
 from labs.repeats import error_bars, spread
 from labs.part import Part

@@ -3,8 +3,8 @@
 at once; the real sweep, when run, is drawn over it."""
 import streamlit as st
 
-from engine.config import SchedulerPolicy
-from engine.knobs import knobs_of
+from engine.core.config import SchedulerPolicy
+from engine.core.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
 from labs.runs import simulated_name
 from ui import calculators, predict, session, widgets

@@ -12,8 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, wrapped_layout
-from engine.config import SchedulerPolicy
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.workload import WorkloadSpec
 from labs import claims, knee_rule
 from labs.repeats import error_bars, spread
 from labs.part import Part

@@ -13,10 +13,10 @@ import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
 from analysis.style import empty_figure, is_empty, wrapped_layout
-from engine.config import ORDERS, SchedulerPolicy
-from engine.metrics import percentile
-from engine.results import RunResult
-from engine.workload import LengthDist, WorkloadSpec
+from engine.core.config import ORDERS, SchedulerPolicy
+from engine.core.metrics import percentile
+from engine.runs.results import RunResult
+from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run

@@ -21,9 +21,9 @@ from analysis.style import (
     vline,
     wrapped_layout,
 )
-from engine.config import SchedulerPolicy
-from engine.results import RunResult
-from engine.workload import WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.runs.results import RunResult
+from engine.runs.workload import WorkloadSpec
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, run_each, simulated_run, single_run

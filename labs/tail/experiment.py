@@ -9,9 +9,9 @@ import math
 import pandas as pd
 
 from analysis.frame_metrics import finished
-from engine.config import SchedulerPolicy
-from engine.metrics import PERCENTILES, percentile
-from engine.workload import LengthDist, WorkloadSpec
+from engine.core.config import SchedulerPolicy
+from engine.core.metrics import PERCENTILES, percentile
+from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, mix_run, simulated_mix_run

@@ -18,8 +18,8 @@ from analysis.style import (
     vline,
     wrapped_layout,
 )
-from engine.results import cache_path
-from engine.step_times import measure_batch_scaling
+from engine.runs.results import cache_path
+from engine.sim.step_times import measure_batch_scaling
 from labs import claims, knee_rule, timing
 from labs.repeats import REPEATS, error_bars, spread
 from labs.runs import cached, estimate, fingerprint

@@ -1,5 +1,5 @@
 """Calibration: time real steps on this machine, over the shapes the scheduler makes, and fit
-the step model (engine/step_model.py) that the simulator runs on.
+the step model (engine/core/step_model.py) that the simulator runs on.
 
 The grid covers what a run asks of the model:
   - decode steps: batch 1..max_num_seqs, each sequence with a short, medium or long context;
@@ -37,15 +37,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .arrivals import build_requests
-from .build import build_engine
-from .config import EngineConfig, SchedulerPolicy
-from .kv_cache import blocks_for
+from ..runs.arrivals import build_requests
+from ..runs.build import build_engine
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.kv_cache import blocks_for
 from .profile import Profile, current_key
-from .request import Request
-from .scheduler import ScheduledChunk, StepPlan
-from .step_model import StepModel, StepShape, features, step_shape
-from .workload import PromptMaker, WorkloadSpec
+from ..core.request import Request
+from ..core.scheduler import ScheduledChunk, StepPlan
+from ..core.step_model import StepModel, StepShape, features, step_shape
+from ..runs.workload import PromptMaker, WorkloadSpec
 
 @dataclass(frozen=True)
 class Grid:
@@ -65,7 +65,7 @@ class Grid:
 # 9.6 ms for a minute, then 12-20 ms), so a shape's median over passes spread across the whole
 # budget is its time on the machine as it usually is; 9 passes in 37 s could sit in one slow spell.
 # Knots at 2 and 3: on a CPU, one or two rows go through the hand-written kernel and three or
-# more through oneDNN (engine/linear.py), and a decode step of 3 took 19.5 ms where one of 2 took
+# more through oneDNN (engine/model/linear.py), and a decode step of 3 took 19.5 ms where one of 2 took
 # 13.0; rows are whole numbers, so the segment from 2 to 3 is that jump, which a slope across
 # 2-8 spreads over batches 3-7 (predicting batch 2 16% slow and batch 3 10% fast).
 FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 256, 1024),

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .config import SchedulerPolicy
+from .config import Mode, Order, SchedulerPolicy, StepPriority
 from .kv_cache import BlockPool, blocks_for
 from .request import Request, Status
 from .waiting import WaitingQueue
@@ -57,6 +57,7 @@ class StepPlan:
     note: str = ""      # why the step is empty or partial, in plain words
     prefix_queries: int = 0                  # tokens looked up in the prefix cache by requests starting now
     prefix_hits: list[tuple[Request, int]] = field(default_factory=list)   # (request, tokens it found there)
+    policy: SchedulerPolicy | None = None    # the policy this step was planned under
 
     @property
     def num_tokens(self) -> int:
@@ -73,10 +74,12 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, policy: SchedulerPolicy, pool: BlockPool, max_model_len: int = 2048):
+        # The live policy: this is its one copy, checked once as it is set (set_policy). A step reads
+        # it once as it starts (schedule), so a policy set from another thread applies from the next.
         self.policy = policy.validate()
         self.pool = pool
         self.max_model_len = max_model_len
-        self.waiting = WaitingQueue()          # preempted first, then arrivals in order (engine/waiting.py)
+        self.waiting = WaitingQueue()          # preempted first, then arrivals in order (engine/core/waiting.py)
         self.running: list[Request] = []
         self.tenant_service: dict[str, int] = defaultdict(int)   # tokens served per tenant ("fair")
 
@@ -114,27 +117,32 @@ class Scheduler:
     def wake_at_s(self) -> float | None:
         """In static mode with a batch forming: the time the oldest request's wait runs out."""
         p = self.policy
-        if p.mode == "static" and not self.running and self.waiting:
+        if p.mode == Mode.STATIC and not self.running and self.waiting:
             return min(r.arrival_s for r in self.waiting) + p.max_wait_ms / 1000
         return None
 
     # ----- one step -----
 
-    def schedule(self, now_s: float, policy: SchedulerPolicy | None = None) -> StepPlan:
-        if policy is not None and policy is not self.policy:   # the engine's policy is checked as it is set
-            self.policy = policy.validate()
-        p = self.policy
+    def set_policy(self, policy: SchedulerPolicy) -> list[str]:
+        """Make `policy` the live one (checked here, once); the knobs it changes, in words."""
+        policy.validate()
+        changes = self.policy.diff(policy)
+        self.policy = policy
+        return changes
+
+    def schedule(self, now_s: float) -> StepPlan:
+        p = self.policy                         # read once: this step's policy
         self.pool.set_capacity_tokens(p.kv_capacity_tokens)
         self.pool.caching = p.enable_prefix_caching
         if p.enable_prefix_caching:
             for r in self.running:              # blocks filled by the last step join the cache
                 self.pool.cache_computed(r)
-        plan = StepPlan()
+        plan = StepPlan(policy=p)
         budget = p.max_num_batched_tokens
 
         # Static mode: a new batch forms only when the last one is gone.
-        admit = p.mode == "continuous"
-        if p.mode == "static" and not self.running and self.waiting:
+        admit = p.mode == Mode.CONTINUOUS
+        if p.mode == Mode.STATIC and not self.running and self.waiting:
             oldest = min(r.arrival_s for r in self.waiting)
             oldest_wait_ms = (now_s - oldest) * 1000
             # The same sum as wake_at_s: (now - oldest) * 1000 can round just below max_wait_ms
@@ -146,12 +154,12 @@ class Scheduler:
                              f"oldest {oldest_wait_ms:.0f}/{p.max_wait_ms:.0f} ms")
 
         while len(self.running) > p.max_num_seqs:   # max_num_seqs was lowered below the batch
-            victim = self._pick_victim(self.running)
+            victim = self._pick_victim(self.running, p)
             self._preempt(victim, plan)
             plan.over_limit.append(victim)
 
         running = list(self.running)             # admitted before this step
-        if p.step_priority == "prefill_first":
+        if p.step_priority == StepPriority.PREFILL_FIRST:
             prompts = [r for r in running if r.in_prefill]
             budget = self._schedule_running(plan, budget, prompts, running)
             if admit and not plan.preempted:
@@ -177,11 +185,11 @@ class Scheduler:
         for req in requests:
             if req.status is not Status.RUNNING:        # preempted earlier in this step
                 continue
-            n = self._chunk_size(req, budget)
+            n = self._chunk_size(req, budget, plan.policy)
             if n == 0:
                 continue
             while not self.pool.can_allocate(req, n):
-                victim = self._pick_victim([r for r in self.running if r in admitted_before])
+                victim = self._pick_victim([r for r in self.running if r in admitted_before], plan.policy)
                 budget += self._preempt(victim, plan)
                 if victim is req:
                     break
@@ -195,11 +203,11 @@ class Scheduler:
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> int:
         """Admit waiting requests in the policy's order; returns the budget left."""
-        p = self.policy
+        p = plan.policy
         admitted: set[Request] = set()
         slots = p.max_num_seqs - len(self.running)
-        for req in self._ordered_waiting(now_s):
-            if slots <= 0 or (budget <= 0 and p.mode == "continuous"):
+        for req in self._ordered_waiting(now_s, p):
+            if slots <= 0 or (budget <= 0 and p.mode == Mode.CONTINUOUS):
                 break
             reason = self._never_fits(req, p)
             if reason:
@@ -211,8 +219,8 @@ class Scheduler:
             # starts after them (the model runner reads their keys and values where they are).
             hit = self.pool.lookup(req) if p.enable_prefix_caching and not req.block_table else []
             req.num_computed_tokens = len(hit) * self.pool.block_size
-            n = self._chunk_size(req, budget)
-            if (n == 0 and p.mode == "continuous") or not self.pool.can_allocate(req, max(n, 1), hit):
+            n = self._chunk_size(req, budget, plan.policy)
+            if (n == 0 and p.mode == Mode.CONTINUOUS) or not self.pool.can_allocate(req, max(n, 1), hit):
                 req.num_computed_tokens = 0     # wait for a step with room (keeps the order)
                 break
             # (static: a member joins the batch now and prefills once the budget allows)
@@ -236,9 +244,8 @@ class Scheduler:
 
     # ----- helpers -----
 
-    def _chunk_size(self, req: Request, budget: int) -> int:
+    def _chunk_size(self, req: Request, budget: int, p: SchedulerPolicy) -> int:
         """Tokens `req` may run this step within `budget` (0 = not this step)."""
-        p = self.policy
         n = req.remaining_tokens
         if n <= 0 or budget <= 0:
             return 0
@@ -253,8 +260,8 @@ class Scheduler:
             return budget   # admitted before the budget shrank below it: chunk rather than stall forever
         return 0
 
-    def _pick_victim(self, candidates: list[Request]) -> Request:
-        if self.policy.order == "priority":
+    def _pick_victim(self, candidates: list[Request], p: SchedulerPolicy) -> Request:
+        if p.order == Order.PRIORITY:
             return max(candidates, key=lambda r: (r.priority, r.arrival_s))
         return candidates[-1]
 
@@ -297,19 +304,19 @@ class Scheduler:
             return f"queue full: {len(self.waiting)} requests already waiting (max_waiting={limit})"
         return ""
 
-    def _ordered_waiting(self, now_s: float):
+    def _ordered_waiting(self, now_s: float, p: SchedulerPolicy):
         """Waiting requests in admission order, walked lazily; preempted requests always come first."""
-        order = self.policy.order
-        if order == "fcfs":
+        order = p.order
+        if order == Order.FCFS:
             return self.waiting        # kept in arrival order; preempted ones were put at the front
-        if order == "fair":            # least-served tenant first, then one request per tenant per round
+        if order == Order.FAIR:            # least-served tenant first, then one request per tenant per round
             return self.waiting.round_robin(self.tenant_service)
-        if order == "priority":
+        if order == Order.PRIORITY:
             key = lambda r: (not r.was_preempted, r.priority, r.arrival_s)
-        elif order == "sjf":
+        elif order == Order.SJF:
             key = lambda r: (not r.was_preempted, r.total_work, r.arrival_s)
         else:  # edf: earliest TTFT deadline first
-            slo = self.policy.ttft_slo_s
+            slo = p.ttft_slo_s
             key = lambda r: (not r.was_preempted,
                              r.arrival_s + (r.ttft_slo_s if r.ttft_slo_s is not None else slo))
             order = (order, slo)

@@ -6,9 +6,9 @@ Where the step times come from, a profile:
   - the calibrated profile of this machine, model and dtype (`python -m engine calibrate`
     measures and fits it), used when no profile is named;
   - a file written by the calibration, named by its path;
-  - a roofline model of other hardware, DEVICE:MODEL (engine/roofline.py), such as
+  - a roofline model of other hardware, DEVICE:MODEL (engine/sim/roofline.py), such as
     h100-sxm:llama-3.1-8b: a model from spec-sheet figures, not a measurement;
-  - "hand-set": the hand-set guess (engine/step_model.py UNCALIBRATED), not calibrated.
+  - "hand-set": the hand-set guess (engine/core/step_model.py UNCALIBRATED), not calibrated.
 
 The token ids a simulated run writes are stand-ins (the same for a seed, never EOS) and it has
 no output text; summary.json says "simulated": true and names the profile.
@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .build import build_engine
-from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine
-from .request import Request
+from ..runs.build import build_engine
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.engine import Engine
+from ..core.request import Request
 from .roofline import CPU_DEVICE, DEVICES, MODELS, is_roofline_name, roofline_profile
-from .step_model import UNCALIBRATED
+from ..core.step_model import UNCALIBRATED
 
 HAND_SET = "hand-set"
 STAND_INS = ("stand-ins: no model ran in this simulated run, so output_token_ids are placeholders "

@@ -12,11 +12,11 @@ import os
 import secrets
 import sys
 
-from ..build import build_engine
-from ..cli.flags import add_knob_flags, add_model_flags, policy_from
-from ..config import EngineConfig, SchedulerPolicy
-from ..threads import in_passing_thread
-from . import limits
+from ..runs.build import build_engine
+from .flags import add_knob_flags, add_model_flags, policy_from
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..model.threads import in_passing_thread
+from ..server import limits
 
 TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
 KEEP_STEPS = 20_000        # a server runs for days: keep a window of recent steps, not all of them
@@ -53,12 +53,12 @@ def server_limits(args) -> limits.ServerLimits:
 
 def build_app(args, policy: SchedulerPolicy, token: str):
     """The FastAPI app for these flags, its engine built and its model loaded."""
-    from ..model import load_model
-    from .app import create_app
-    from .service import EngineService
+    from ..model.model import load_model
+    from ..server.app import create_app
+    from ..server.service import EngineService
 
     # Loading and the KV pool's allocation run torch on a thread that ends at once: the engine
-    # thread is then the process's only OpenMP team, and steps at full speed (see engine/threads.py).
+    # thread is then the process's only OpenMP team, and steps at full speed (see engine/model/threads.py).
     model = in_passing_thread(load_model, args.model, args.device, args.dtype)
     config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, kv_pool_tokens=args.kv_pool_tokens)
     engine = in_passing_thread(build_engine, config, policy, model)
@@ -71,7 +71,7 @@ def build_app(args, policy: SchedulerPolicy, token: str):
 
 
 def serve_command(args) -> int:
-    from .connections import Server, server_config
+    from ..server.connections import Server, server_config
 
     policy = policy_from(args)
     token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(16)
@@ -94,6 +94,6 @@ def serve_command(args) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m engine.server.cli")
+    parser = argparse.ArgumentParser(prog="python -m engine.cli.serve")
     add_serve_parser(parser.add_subparsers(dest="cmd", required=True))
     sys.exit(serve_command(parser.parse_args(["serve", *sys.argv[1:]])))

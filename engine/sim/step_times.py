@@ -11,11 +11,11 @@ import random
 import statistics
 import time
 
-from .build import build_engine
-from .config import EngineConfig, SchedulerPolicy
-from .kv_cache import blocks_for
-from .request import Request
-from .scheduler import ScheduledChunk, StepPlan
+from ..runs.build import build_engine
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.kv_cache import blocks_for
+from ..core.request import Request
+from ..core.scheduler import ScheduledChunk, StepPlan
 
 BATCH_SIZES = (1, 8, 32)
 PROMPT_TOKENS = 32

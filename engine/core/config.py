@@ -11,24 +11,45 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields, replace
+from enum import StrEnum
 
 from .knobs import changes, check_all, knob, short
 
-MODES = ("static", "continuous")
-ORDERS = ("fcfs", "priority", "sjf", "fair", "edf")
-STEP_PRIORITIES = ("decode_first", "prefill_first")
+
+
+# The knobs that pick one of a few ways of scheduling. Each is a StrEnum, so a value read from a
+# link, a JSON body or a CLI flag ("static") equals its member (Mode.STATIC) and prints as itself.
+class Mode(StrEnum):
+    STATIC = "static"            # a batch forms, runs to its end, and nobody joins in between
+    CONTINUOUS = "continuous"    # requests join and leave at every step
+
+
+class Order(StrEnum):
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+    SJF = "sjf"
+    FAIR = "fair"
+    EDF = "edf"
+
+
+class StepPriority(StrEnum):
+    DECODE_FIRST = "decode_first"
+    PREFILL_FIRST = "prefill_first"
+
+
+MODES, ORDERS, STEP_PRIORITIES = tuple(Mode), tuple(Order), tuple(StepPriority)
 DEVICE_TYPES = ("cpu", "cuda")   # and "auto"; "cuda:1" picks a GPU
 SLO_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the policy's targets: they score runs (and set edf's deadline)
 
 
 @dataclass(slots=True)
 class SchedulerPolicy:
-    mode: str = knob(
-        "continuous", "Batching mode",
+    mode: Mode = knob(
+        Mode.CONTINUOUS, "Batching mode",
         "static: a batch forms, runs until every member is done, and nobody joins in between. "
         "continuous: requests join and leave the batch at every step.", choices=MODES)
-    step_priority: str = knob(
-        "decode_first", "Step priority",
+    step_priority: StepPriority = knob(
+        StepPriority.DECODE_FIRST, "Step priority",
         "Who fills a step's token budget first. decode_first: running requests take their next "
         "token (or chunk) first and waiting prompts get what is left, as vLLM v1 does. "
         "prefill_first: prompts go first (those part-way through a chunked prefill, then waiting "
@@ -64,8 +85,8 @@ class SchedulerPolicy:
         "of computing them again. The least recently used cached blocks are evicted when free "
         "blocks run out. vLLM turns this on by default; here it starts off, so the lessons "
         "before it measure an engine without it.")
-    order: str = knob(
-        "fcfs", "Admission order",
+    order: Order = knob(
+        Order.FCFS, "Admission order",
         "Which waiting request gets a free slot first. fcfs: first come first served. priority: "
         "the lowest priority number first (0 is the most important). sjf: shortest job first. "
         "fair: tenants take turns. edf: earliest TTFT deadline first.", choices=ORDERS)

@@ -35,16 +35,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from .arrivals import build_requests
-from .build import build_engine
-from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine
-from .metrics import summarize
-from .request import Request
-from .scheduler import ScheduledChunk, StepPlan
+from ..runs.arrivals import build_requests
+from ..runs.build import build_engine
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.engine import Engine
+from ..core.metrics import summarize
+from ..core.request import Request
+from ..core.scheduler import ScheduledChunk, StepPlan
 from .simulate import SimProfile, fresh_copy, simulate
-from .step_model import step_shape
-from .workload import PromptMaker, WorkloadSpec
+from ..core.step_model import step_shape
+from ..runs.workload import PromptMaker, WorkloadSpec
 
 TOLERANCE = 0.10     # the goal: every metric within 10% of the real engine
 REPEATS = 3          # real runs of each workload; each metric is their median
@@ -170,7 +170,7 @@ def spread(summaries: list[dict]) -> dict[str, float]:
     return out
 
 
-# Steps of the calibration grid (engine/calibrate.py FULL), each a list of (start, tokens, samples):
+# Steps of the calibration grid (engine/sim/calibrate.py FULL), each a list of (start, tokens, samples):
 # 8 and 32 decodes at context 256, prompts of 128 and 512 tokens, 8 decodes beside a 128-token chunk.
 ANCHOR_STEPS = [[(256, 1, True)] * 8, [(256, 1, True)] * 32, [(0, 128, True)], [(0, 512, True)],
                 [(256, 1, True)] * 8 + [(0, 128, False)]]

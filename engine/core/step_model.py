@@ -7,7 +7,7 @@ A step's shape is four numbers read off its plan (`step_shape`):
   - decode_context: keys the decode tokens read from the KV cache (each reads its whole context);
   - prefill_pairs: (query, key) pairs the prefill chunks compute (causal, after their offset).
 
-The form, chosen from measurements (engine/calibrate.py compares the candidates on held-out
+The form, chosen from measurements (engine/sim/calibrate.py compares the candidates on held-out
 steps and keeps the best):
 
     step_ms = fixed + body(tokens) + sample·samples + read·decode_context/1000 + pair·prefill_pairs/1000
@@ -16,7 +16,7 @@ steps and keeps the best):
 Nearly all arithmetic is in the linear layers, and their cost per row is not constant: at a
 few rows a step is bound by reading the weights once (adding a row costs little), and past a
 few dozen rows it is bound by arithmetic (each row costs its FLOPs); on a CPU a hand-written
-kernel takes one or two rows and oneDNN the rest (engine/linear.py), each with its own speed.
+kernel takes one or two rows and oneDNN the rest (engine/model/linear.py), each with its own speed.
 One straight line cannot follow all of that; `python -m engine calibrate` prints the held-out
 error of each form it tried (one line, or piecewise with few or more knots; knots at 2 and 3
 let the switch from one kernel to the other be a jump, since rows are whole numbers). Attention

@@ -1,6 +1,6 @@
 """The step model where it is used: this machine's profile, refit online from the app's own steps.
 
-A profile (engine/profile.py) times steps built by hand, alone on the machine. The app runs its
+A profile (engine/sim/profile.py) times steps built by hand, alone on the machine. The app runs its
 engine differently: OpenMP workers that sleep between loops, a page refreshing twice a second, a
 browser drawing, the loop's own bookkeeping between steps. So the app keeps a `StepFit` per model:
 every real step its live runs take is recorded with its shape and its time, from the end of the

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .clock import VirtualClock, WallClock
-from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine
-from .executor import CostModelExecutor, ModelExecutor
-from .kv_cache import BlockPool
-from .validation import SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes, check_kv_fits
+from ..core.clock import VirtualClock, WallClock
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.engine import Engine
+from ..core.executor import CostModelExecutor
+from ..core.kv_cache import BlockPool
+from ..core.validation import SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes, check_kv_fits
 
 
 def size_kv_pool(config: EngineConfig, policy: SchedulerPolicy) -> EngineConfig:
@@ -34,7 +34,7 @@ def check_kv_memory(config: EngineConfig, policy: SchedulerPolicy, model=None) -
         check_kv_fits(field, tokens, SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes(),
                       "SmolLM2 in float32, which the cost model stands for")
         return
-    from .model import free_memory_bytes, model_kv_bytes_per_token
+    from ..model.model import free_memory_bytes, model_kv_bytes_per_token
     check_kv_fits(field, tokens, model_kv_bytes_per_token(model), free_memory_bytes(model.device),
                   f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
 
@@ -53,6 +53,7 @@ def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost
     if model is None:
         clock = VirtualClock()
         return Engine(CostModelExecutor(clock, cost), clock, policy, pool, config.max_model_len)
+    from ..model.executor import ModelExecutor     # torch is imported only here
     executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
     return Engine(executor, WallClock(), policy, pool, min(config.max_model_len, model.max_model_len),
                   model.tokenizer, model.eos_token_id)

@@ -1,9 +1,9 @@
 """Executors run a StepPlan. They never decide policy; the scheduler never touches torch.
 
-ModelExecutor runs the real model (packed forward over paged KV) under a wall clock.
-CostModelExecutor predicts the step time from its shape and advances a virtual clock:
+The model's executor (engine/model/executor.py) runs the real model (packed forward over paged
+KV) under a wall clock. CostModelExecutor, here, predicts the step time from its shape and advances a virtual clock:
 the same scheduler, instantly, for sweeps and "what would this do on other hardware". Its
-step model is a machine's calibrated profile (engine/step_model.py, engine/profile.py), or
+step model is a machine's calibrated profile (engine/core/step_model.py, engine/sim/profile.py), or
 the labelled, hand-set `UNCALIBRATED` guess when there is none.
 Both check a step's inputs before running it (`check_inputs`): a request that no model can
 run raises here, and the engine fails that request alone.
@@ -64,30 +64,6 @@ class Executor(Protocol):
     def execute(self, plan: StepPlan) -> dict[Request, int]:
         """Run the plan; return the sampled next token of every chunk that reaches its request's end."""
         ...
-
-
-class ModelExecutor:
-    def __init__(self, model, num_kv_blocks: int, block_size: int):
-        from .runner import ModelRunner, SeqInput   # torch is imported only here
-        self._SeqInput = SeqInput
-        self.model = model
-        self.runner = ModelRunner(model, num_kv_blocks, block_size)
-        self.device = str(model.device)
-        self.dtype = str(model.dtype).replace("torch.", "")
-
-    def execute(self, plan: StepPlan) -> dict[Request, int]:
-        check_inputs(plan, self.runner.vocab_size)
-        seqs = [self._SeqInput(request_id=c.request.id,
-                               token_ids=c.request.token_ids(c.start, c.num_tokens),
-                               start_pos=c.start,
-                               block_table=c.request.block_table,
-                               sample=c.samples,
-                               temperature=c.request.temperature,
-                               top_p=c.request.top_p,
-                               seed=c.request.seed)
-                for c in plan.chunks]
-        tokens = self.runner.run(seqs)
-        return {c.request: t for c, t in zip(plan.chunks, tokens) if t is not None}
 
 
 class CostModelExecutor:

@@ -76,7 +76,6 @@ class Engine:
         self.scheduler = Scheduler(policy, pool, max_model_len)
         self.tokenizer = tokenizer
         self.eos_token_id = eos_token_id
-        self._policy = policy.validate()
         self._lock = threading.Lock()
         self._stepping = threading.RLock()   # held through a step, so abort() lands between steps
         self.pending: list[Request] = []     # submitted, arrival time not reached yet (sorted)
@@ -98,14 +97,14 @@ class Engine:
 
     @property
     def policy(self) -> SchedulerPolicy:
-        return self._policy
+        """The live policy; its one copy is the scheduler's."""
+        return self.scheduler.policy
 
     def set_policy(self, policy: SchedulerPolicy) -> None:
-        """Swap the live policy; it applies from the next step and is marked on the time axis."""
-        policy.validate()
+        """Swap the live policy (checked once, by the scheduler); it applies from the next step and
+        is marked on the time axis."""
         with self._lock:
-            changes = self._policy.diff(policy)
-            self._policy = policy
+            changes = self.scheduler.set_policy(policy)
             if changes:
                 self.marks.append(PolicyMark(self.step_count, self.clock.now(), ", ".join(changes)))
 
@@ -189,9 +188,8 @@ class Engine:
     def _step(self) -> StepRecord | None:
         now = self.clock.now()
         self._admit_arrivals(now)
-        policy = self._policy                    # read once: this step's policy
         try:
-            plan = self.scheduler.schedule(now, policy)
+            plan = self.scheduler.schedule(now)
         except Exception as exc:  # no request to blame: all the scheduler holds fail; the engine goes on
             reason = f"step {self.step_count} could not be scheduled: {_describe(exc)}"
             for req in [*self.scheduler.waiting, *self.scheduler.running]:
@@ -231,7 +229,7 @@ class Engine:
             kv_used_blocks=self.pool.used_blocks, kv_total_blocks=self.pool.capacity_blocks,
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
             preempted=len(plan.preempted), error=error, prefix_queries=plan.prefix_queries,
-            prefix_hits=tuple((r.id, hit) for r, hit in plan.prefix_hits), max_num_seqs=policy.max_num_seqs,
+            prefix_hits=tuple((r.id, hit) for r, hit in plan.prefix_hits), max_num_seqs=plan.policy.max_num_seqs,
             arrived=n.arrived, finished=n.finished, rejected=n.rejected, failed=n.failed,
             aborted=n.aborted)
         self.steps.append(rec)
@@ -329,7 +327,7 @@ class Engine:
         while n < len(self.events) and self.events[n].t_s < cutoff:
             n += 1
         del self.events[:n]
-        slo = SLO(self._policy.ttft_slo_s, self._policy.tpot_slo_s)
+        slo = SLO(self.policy.ttft_slo_s, self.policy.tpot_slo_s)
         with self._lock:
             ended = [r for r in self.requests.values() if r.done and
                      (r.finish_s if r.finish_s is not None else r.arrival_s) < cutoff]

@@ -24,15 +24,16 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from .arrivals import ArrivalFeed
 from .build import build_engine
-from .clock import VirtualClock
-from .config import EngineConfig, SchedulerPolicy
-from .engine import PolicyMark, StepRecord
-from . import step_fit
-from .threads import name_os_thread
-from .metrics import SLO, Counts, Retired, request_row, summarize
+from ..core.clock import VirtualClock
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.engine import PolicyMark, StepRecord
+from ..core import step_fit
+from ..model.threads import name_os_thread
+from ..core.metrics import SLO, Counts, Retired, request_row, summarize
 from .workload import PromptMaker, WorkloadSpec
 
 THREAD_NAME = "batching-lab-engine"   # every LiveRun's engine thread (the About page counts them)
@@ -45,9 +46,27 @@ COST_MODEL_PACE_S = 0.002     # the cost model is instant: a pause per step keep
 MAX_LAG_S = 0.5               # a paced run that falls this far behind (a slow machine) starts counting anew
 
 
+def engine_threads() -> int:
+    """Engines held in this process (every learner's run, all sessions): a run's thread lives,
+    paused or finished too, until the run is stopped or its page is gone."""
+    return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
+
+
+class RunState(StrEnum):
+    IDLE = "idle"                    # built, not started
+    RUNNING = "running"
+    PAUSED = "paused"                # between two steps, its clock stopped
+    FINISHED = "finished"            # every request of its workload ended
+    STOPPED = "stopped"              # stopped by the learner
+    ERROR = "error"                  # ended by a failure; `message` says which
+
+
+TERMINAL = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.ERROR})   # a run that steps no more
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    state: str                       # idle | running | paused | finished | stopped | error
+    state: RunState
     now_s: float
     steps: tuple[StepRecord, ...]    # the latest KEEP_STEPS steps (a window of the run)
     requests: tuple[dict, ...]       # rows in the requests.csv format (+ "partial_text" while running):
@@ -89,7 +108,7 @@ class LiveRun:
         self._anchor: tuple[float, float] | None = None   # (wall, virtual) time pacing counts from
         self.is_alive = is_alive
         self.idle_timeout_s = idle_timeout_s
-        self.state = "idle"
+        self.state = RunState.IDLE
         self.message = ""
         self._lock = threading.Lock()            # held while a step runs or a snapshot is taken
         self._reader = threading.Event()         # a snapshot waits for the lock: let it in between steps
@@ -105,26 +124,26 @@ class LiveRun:
     def start(self) -> None:
         """Run: the first start, a resume, or going on after "finished" with more workload."""
         self._anchor = None
-        self.state = "running"
+        self.state = RunState.RUNNING
         self._stop = False
         if not self.thread_alive:
             self._start_thread()
         self._wake.set()
 
     def pause(self) -> None:
-        if self.state == "running":
-            self.state = "paused"
+        if self.state == RunState.RUNNING:
+            self.state = RunState.PAUSED
 
     def resume(self) -> None:
-        if self.state == "paused":
+        if self.state == RunState.PAUSED:
             self._anchor = None              # paced time counts from now: the pause is not made up
-            self.state = "running"
+            self.state = RunState.RUNNING
             self._wake.set()
 
     def step_once(self) -> None:
         """While paused (or before starting): run exactly one engine step."""
         if not self.thread_alive:
-            self.state = "paused"
+            self.state = RunState.PAUSED
             self._start_thread()
         self._step_requests += 1
         self._wake.set()
@@ -134,8 +153,8 @@ class LiveRun:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        if self.state not in ("finished", "error"):
-            self.state = "stopped"
+        if self.state not in (RunState.FINISHED, RunState.ERROR):
+            self.state = RunState.STOPPED
 
     def close(self) -> None:
         """Stop for good and let go of the executor: the model runner and its KV pool are freed
@@ -189,11 +208,11 @@ class LiveRun:
         name_os_thread()        # before its first matmul, so its OpenMP workers carry the name too
         while not self._stop:
             if not self.is_alive() or time.monotonic() - self.last_seen > self.idle_timeout_s:
-                self.state = "stopped"
+                self.state = RunState.STOPPED
                 self.message = "stopped: the page that owned this run is gone"
                 self._release()
                 return
-            if self.state != "running" and self._step_requests == 0:
+            if self.state != RunState.RUNNING and self._step_requests == 0:
                 # Paused (or done): the run's clock stands still, so no arrivals pile up meanwhile
                 # and nobody's wait grows; it goes on from where it stopped.
                 self.engine.clock.stop()
@@ -203,12 +222,12 @@ class LiveRun:
             try:
                 self._step()
             except Exception as exc:             # never die silently: the page shows this
-                self.state = "error"
+                self.state = RunState.ERROR
                 self.message = f"engine stopped: {type(exc).__name__}: {exc}"
                 self._step_requests = 0
 
     def _step(self) -> None:
-        single = self.state != "running"
+        single = self.state != RunState.RUNNING
         if self._anchor is None:
             self._anchor = (time.monotonic(), self.engine.clock.now())
         self._let_reader_in()
@@ -227,7 +246,7 @@ class LiveRun:
             elif self.pace_s:
                 time.sleep(self.pace_s)
         elif self.feed.exhausted and not self.engine.has_work():
-            self.state = "finished"
+            self.state = RunState.FINISHED
             self._step_requests = 0
         else:
             self._wait_for_next_event(paced=bool(self.speed) and not single)
@@ -282,7 +301,7 @@ class LiveRun:
     def _pace(self, t_s: float) -> None:
         """Sleep until wall time × speed reaches virtual time `t_s` (in short naps: a pause, a new
         speed or a stop is noticed at once). Far behind, count anew rather than race to catch up."""
-        while self.state == "running" and not self._stop:
+        while self.state == RunState.RUNNING and not self._stop:
             ahead_s = (t_s - self._paced_now()) / self.speed
             if ahead_s <= 0:
                 if -ahead_s > MAX_LAG_S:

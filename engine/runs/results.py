@@ -12,12 +12,12 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field
 
-from . import step_fit
+from ..core import step_fit
 from .arrivals import build_requests
 from .build import build_engine
-from .config import EngineConfig, SchedulerPolicy
-from .engine import Engine
-from .metrics import SLO, request_row, step_row, summarize
+from ..core.config import EngineConfig, SchedulerPolicy
+from ..core.engine import Engine
+from ..core.metrics import SLO, request_row, step_row, summarize
 from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
 
 CACHE_VERSION = 5     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
@@ -41,7 +41,7 @@ def machine_fingerprint(model) -> dict:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
-    from .runner import fast_paths
+    from ..model.runner import fast_paths
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
             "model": model.name, "device": str(model.device), "dtype": str(model.dtype),
             "fast_paths": fast_paths(model.device, model.dtype), "forward_code": _forward_code_digest()}
@@ -58,8 +58,8 @@ def _files_digest(*paths: str) -> str:
 
 def _forward_code_digest() -> str:
     """Timings belong to the code that ran the forward: a changed runner means new measurements."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    return _files_digest(*(os.path.join(here, name) for name in ("runner.py", "linear.py", "cpu_kernels.c")))
+    model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model")
+    return _files_digest(*(os.path.join(model, name) for name in ("runner.py", "linear.py", "cpu_kernels.c")))
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 
-from .request import Request
+from ..core.request import Request
 from .workload import PromptMaker, WorkloadSpec, tenant_name
 
 

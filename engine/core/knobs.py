@@ -64,7 +64,7 @@ class Knob:
         if self.kind == "choice":
             if value not in self.choices:
                 raise ValueError(f"{self.name} must be one of {', '.join(self.choices)} (got {value!r})")
-            return value
+            return self.choices[self.choices.index(value)]     # the choice itself (an enum member)
         number = float(value)
         if not math.isfinite(number):
             raise ValueError(f"{self.name} is not a finite number (got {value!r})")

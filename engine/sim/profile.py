@@ -1,6 +1,6 @@
 """A machine's calibrated profile: the fitted step model of one model and dtype on one device.
 
-A profile is stored as JSON in the results cache (engine/results.py), one file per model, dtype
+A profile is stored as JSON in the results cache (engine/runs/results.py), one file per model, dtype
 and device, and keyed by everything its step times depend on:
   - the machine: the CPU's model name and core count, or the CUDA device's name, read at run time;
   - the model, the dtype and the device type;
@@ -15,8 +15,8 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .results import _forward_code_digest, cache_dir, store, stored
-from .step_model import StepModel
+from ..runs.results import _forward_code_digest, cache_dir, store, stored
+from ..core.step_model import StepModel
 
 # 2: the loop term is the mean gap between a real run's steps, the passes span the whole budget and
 # the forms include a jump at 2-3 rows; a profile of version 1 is measured again.
@@ -61,7 +61,7 @@ class Profile:
 
 def resolve(dtype: str, device: str) -> tuple[str, str]:
     """("bfloat16", "cpu") from names such as ("auto", "auto"), as the model loader resolves them."""
-    from .model import resolve_device, resolve_dtype     # torch is imported only here
+    from ..model.model import resolve_device, resolve_dtype     # torch is imported only here
     dev = resolve_device(device)
     if dev.type == "cuda" and dev.index is None:              # "cuda" and "cuda:0" are one device
         import torch

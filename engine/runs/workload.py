@@ -13,12 +13,12 @@ import os
 import random
 from dataclasses import asdict, dataclass, replace
 
-from .knobs import check_all, knob, knobs_of
-from .request import Request
-from .validation import HORIZON_S, MAX_REQUEST_BYTES, Limits, id_of, parse_json, request_from_dict
+from ..core.knobs import check_all, knob, knobs_of
+from ..core.request import Request
+from ..core.validation import HORIZON_S, MAX_REQUEST_BYTES, Limits, id_of, parse_json, request_from_dict
 
 
-PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "assets", "prompts.jsonl")
+PROMPTS_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "prompts.jsonl")
 LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
 # The two length ranges of a WorkloadSpec, each a pair of fields: "from" and "to".
 LENGTH_RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}

@@ -26,8 +26,8 @@ import functools
 import time
 from dataclasses import dataclass
 
-from .validation import available_memory_bytes, kv_bytes_per_token
-from .step_model import StepShape
+from ..core.validation import available_memory_bytes, kv_bytes_per_token
+from ..core.step_model import StepShape
 
 MEMORY_UTILIZATION = 0.9   # the share of device memory the engine may take (vLLM's gpu_memory_utilization default)
 TERA = 1e12
@@ -124,7 +124,7 @@ def this_cpu(dtype_name: str = "auto") -> Device:
     (about a second), in `dtype_name` (auto: the dtype the engine picks here). Measured once
     per process and dtype."""
     import torch
-    from .model import resolve_dtype
+    from ..model.model import resolve_dtype
     dtype = resolve_dtype(dtype_name, "cpu")
     n = 1024
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)

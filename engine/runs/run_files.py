@@ -7,7 +7,7 @@ import json
 import math
 import os
 
-from .metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
+from ..core.metrics import REQUEST_COLUMNS, STEP_COLUMNS, request_row, step_row
 
 
 def members_text(members) -> str:

@@ -1,0 +1,1 @@
+"""Runs of the engine: workloads, arrivals, a live run, results and the files a run writes."""
