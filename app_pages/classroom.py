@@ -19,7 +19,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from engine.core.metrics import Counts
 from engine.runs.workload import WorkloadSpec
-from remote import engines
+from remote import attach
 from remote.lab_control import LabControl, LabRefused
 from remote.load import LoadGenerator, served_model
 from ui import widgets
@@ -43,7 +43,7 @@ st.markdown("1. Type **your name** under the chart: it is your colour on the cha
             "3. Find **your colour** in the shared batch chart (your cells carry a dot) and compare "
             "**your TTFT and TPOT** with the class's in the table.")
 try:
-    choice = engines.from_env()
+    choice = attach.from_env()
 except ValueError as exc:
     st.error(widgets.plain(exc))
     st.stop()

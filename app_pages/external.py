@@ -3,7 +3,7 @@
 A client sees less than the engine does. This page shows only what it can know: each request's
 TTFT, TPOT and ITL timed from its own stream, a per-request timeline from this app's own
 timestamps, and running, waiting and KV usage read from the engine's Prometheus page. It says
-so beside the charts. The address can come from the environment (remote/engines.py), so a
+so beside the charts. The address can come from the environment (remote/attach.py), so a
 teacher can point the whole app at a GPU server before class.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from engine.core import metrics
 from engine.runs.arrivals import ArrivalFeed
 from engine.core.knobs import knobs_of
 from engine.runs.workload import WorkloadSpec
-from remote import engines, prometheus
+from remote import attach, prometheus
 from remote.load import LoadGenerator, now_s, served_model
 from ui import widgets
 
@@ -34,10 +34,10 @@ st.markdown("Point the lab at **any OpenAI-compatible server**: vLLM, SGLang or 
             "streaming requests; the charts are drawn from what comes back.")
 
 try:
-    env = engines.from_env()
+    env = attach.from_env()
 except ValueError as exc:
     st.error(widgets.plain(exc))
-    env = engines.EngineChoice()
+    env = attach.EngineChoice()
 
 with st.form("ext_target"):
     cols = st.columns([3, 2, 3])
@@ -51,12 +51,12 @@ with st.form("ext_target"):
 
 if connect:
     try:
-        base = engines.base_url(url)
-        engines.check_reachable(base)                 # a classroom's app reaches only its engine
+        base = attach.base_url(url)
+        attach.check_reachable(base)                 # a classroom's app reaches only its engine
         if metrics_url.strip():
-            engines.check_reachable(metrics_url)
+            attach.check_reachable(metrics_url)
         name = model.strip() or served_model(base + "/v1")
-        choice = engines.EngineChoice("openai", base, name, metrics_url.strip())
+        choice = attach.EngineChoice("openai", base, name, metrics_url.strip())
     except Exception as exc:        # a bad address or a server that does not answer: say which
         st.error(widgets.plain(f"Could not connect to {url!r}: {exc}"))
     else:
@@ -66,10 +66,10 @@ if connect:
         st.session_state["ext_choice"] = choice
         st.session_state["ext_generator"] = LoadGenerator(choice.api_url, choice.model, "you")
         st.session_state["ext_gauges"] = []
-        st.session_state["ext_kind"] = engines.kind_name(choice.url)
+        st.session_state["ext_kind"] = attach.kind_name(choice.url)
         st.session_state["ext_started"] = None
 
-choice: engines.EngineChoice | None = st.session_state.get("ext_choice")
+choice: attach.EngineChoice | None = st.session_state.get("ext_choice")
 if choice is None:
     st.info("Give the server's address and press Connect. To try it here, start this project's "
             "server in a terminal with `make serve` and connect to http://127.0.0.1:8000.")
@@ -184,7 +184,7 @@ def live() -> None:
         st.plotly_chart(timeline, width="stretch", key="ext_timeline")
     with right:
         st.plotly_chart(gauge_figure(readings), width="stretch", key="ext_gauges_chart")
-    st.info(widgets.plain(engines.HIDDEN["openai"]), icon=":material/visibility_off:")
+    st.info(widgets.plain(attach.HIDDEN["openai"]), icon=":material/visibility_off:")
     errors = table[table["error"].astype(bool)] if len(table) else table
     if len(errors):
         st.caption("Requests the server refused or failed, with its reason:")

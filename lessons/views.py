@@ -7,7 +7,7 @@ URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossa
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
 read, checks answered) lives in st.session_state (lessons/progress.py), so it lasts as long as the
 browser session; the quiz is lessons/quiz.py. A body line `{{picture:<id>}}` shows that picture
-(ui.pictures), `{{calculator:<id>}}` that calculator (ui.calculators).
+(ui.lesson_pictures), `{{calculator:<id>}}` that calculator (ui.calculators).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -26,7 +26,7 @@ import streamlit as st
 from lessons import catalog, progress
 from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
 from lessons.quiz import show_quiz
-from ui import calculators, pictures, predict
+from ui import calculators, lesson_pictures, predict
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -145,7 +145,7 @@ def lesson_pages(lab_pages: Mapping[str, st.Page] | None = None) -> list[st.Page
     st.navigation. lab_pages maps lab ids to the lab pages given to st.navigation; a lab that is
     missing gets plain text instead of a link."""
     site = load_site()
-    pictures.warm()            # the lessons' simulated pictures, drawn once per process in the background
+    lesson_pictures.warm()            # the lessons' simulated pictures, drawn once per process in the background
     labs = dict(lab_pages or {})
     pages: dict[str, st.Page] = {}
     glossary = st.Page(lambda: _show_glossary(pages), title="Glossary", icon=GLOSSARY_ICON,
@@ -223,7 +223,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 
 def _body(markdown: str) -> None:
     """The lesson text, with its pictures and calculators where their markers stand."""
-    shown = {"picture": (pictures.PICTURE_IDS, pictures.show_picture),
+    shown = {"picture": (lesson_pictures.PICTURE_IDS, lesson_pictures.show_picture),
              "calculator": (calculators.CALCULATOR_IDS, calculators.show_calculator)}
     for kind, part in split_pictures(markdown):
         if kind == "markdown":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.sim.roofline import roofline_profile
-from remote import engines as remote_engines
+from remote import attach
 
 from playground.capacity import machine_step_model
 
@@ -36,9 +36,9 @@ class Seat:
 
 
 def server_url() -> str:
-    """The Batching Lab server the app is attached to (remote.engines.from_env), or ""."""
+    """The Batching Lab server the app is attached to (remote.attach.from_env), or ""."""
     try:
-        attached = remote_engines.from_env()
+        attached = attach.from_env()
     except ValueError:
         return ""                    # the Classroom and Any engine pages say what is wrong
     return attached.url if attached.kind == "server" else ""

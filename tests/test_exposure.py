@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from remote import engines
+from remote import attach
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = str(ROOT / "app_pages" / "external.py")
@@ -35,7 +35,7 @@ def test_the_classroom_opts_in_to_the_network_and_says_so():
     assert "--trusted-client 127.0.0.1" in classroom
 
 
-ATTACHED = {engines.URL_ENV: "http://10.1.2.3:8000"}
+ATTACHED = {attach.URL_ENV: "http://10.1.2.3:8000"}
 
 
 @pytest.mark.parametrize("url, env, allowed", [
@@ -46,21 +46,21 @@ ATTACHED = {engines.URL_ENV: "http://10.1.2.3:8000"}
     ("http://127.0.0.1:22", ATTACHED, False),
     ("https://10.1.2.3:8000", ATTACHED, False),
     ("http://10.1.2.3:notaport", ATTACHED, False),
-    ("http://gpu:9000", {**ATTACHED, engines.ALLOWED_ENV: "http://gpu:9000, http://other:1"}, True),
-    ("http://169.254.169.254", {**ATTACHED, engines.ALLOWED_ENV: "*"}, True),
+    ("http://gpu:9000", {**ATTACHED, attach.ALLOWED_ENV: "http://gpu:9000, http://other:1"}, True),
+    ("http://169.254.169.254", {**ATTACHED, attach.ALLOWED_ENV: "*"}, True),
     ("http://169.254.169.254", {}, True),                        # an app of its own: its user's choice
 ])
 def test_a_classroom_app_reaches_only_its_engine(url, env, allowed):
     if allowed:
-        engines.check_reachable(url, env)
+        attach.check_reachable(url, env)
     else:
-        with pytest.raises(ValueError, match=f"reaches only that engine.*{engines.ALLOWED_ENV}"):
-            engines.check_reachable(url, env)
+        with pytest.raises(ValueError, match=f"reaches only that engine.*{attach.ALLOWED_ENV}"):
+            attach.check_reachable(url, env)
 
 
 def test_the_any_engine_page_refuses_other_addresses_in_a_classroom(monkeypatch):
-    monkeypatch.setenv(engines.URL_ENV, "http://127.0.0.1:9")        # attached (nothing needs to listen)
-    monkeypatch.delenv(engines.ALLOWED_ENV, raising=False)
+    monkeypatch.setenv(attach.URL_ENV, "http://127.0.0.1:9")        # attached (nothing needs to listen)
+    monkeypatch.delenv(attach.ALLOWED_ENV, raising=False)
     at = AppTest.from_file(EXTERNAL, default_timeout=30).run()
     at.text_input(key="ext_url").set_value("http://127.0.0.1:22")
     at.button[0].click().run()
@@ -70,7 +70,7 @@ def test_the_any_engine_page_refuses_other_addresses_in_a_classroom(monkeypatch)
     at.text_input(key="ext_metrics").set_value("http://169.254.169.254/latest")
     at.button[0].click().run()
     assert at.error and "not allowed" in at.error[0].value and "169" in at.error[0].value
-    monkeypatch.setenv(engines.ALLOWED_ENV, "http://127.0.0.1:22")
+    monkeypatch.setenv(attach.ALLOWED_ENV, "http://127.0.0.1:22")
     at.text_input(key="ext_url").set_value("http://127.0.0.1:22")
     at.text_input(key="ext_metrics").set_value("")
     at.button[0].click().run()

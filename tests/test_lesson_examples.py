@@ -7,7 +7,7 @@ from analysis.course_numbers import numbers
 from lessons.catalog import FOLDER, find_blocks, find_example_numbers, load_lessons
 from tests.test_lesson_numbers import written
 from ui.calculators import CALCULATOR_IDS
-from ui.pictures import PICTURE_IDS
+from ui.lesson_pictures import PICTURE_IDS
 
 LESSONS, _ = load_lessons()
 GLOSSARY_TEXT = (FOLDER / "glossary.md").read_text(encoding="utf-8")

@@ -5,7 +5,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import course_serving, pictures
 from analysis.pictures_course import PICTURES
-from ui.pictures import PICTURE_IDS
+from ui.lesson_pictures import PICTURE_IDS
 
 
 @pytest.mark.parametrize("picture_id", PICTURE_IDS)
@@ -44,7 +44,7 @@ def test_lifecycle_marks_ttft_itl_and_e2e():
 def picture_page():
     import streamlit as st
 
-    from ui.pictures import show_picture
+    from ui.lesson_pictures import show_picture
     show_picture(st.session_state.get("picture", "two_schedulers"))
 
 
@@ -77,7 +77,7 @@ def test_the_roofline_picture_turns_compute_bound_where_the_arithmetic_passes_th
 
 
 def test_a_picture_is_kept_on_disk_under_the_digest_of_the_code_that_draws_it(tmp_path, monkeypatch):
-    from ui import pictures as glue
+    from ui import lesson_pictures as glue
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     monkeypatch.setattr(glue, "_drawn", {})
     drawn = []

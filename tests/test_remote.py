@@ -10,7 +10,7 @@ from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.arrivals import build_requests
 from engine.model.model import load_model
 from engine.runs.workload import WorkloadSpec
-from remote import engines, prometheus
+from remote import attach, prometheus
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import LabStream
 from remote.load import LoadGenerator
@@ -61,11 +61,11 @@ def smol():
 
 
 def test_engine_choice_from_the_environment():
-    assert engines.from_env({}).kind == "embedded" and not engines.from_env({}).remote
-    ours = engines.from_env({"BATCHING_LAB_ENGINE_URL": "http://10.0.0.5:8000/v1/"})
+    assert attach.from_env({}).kind == "embedded" and not attach.from_env({}).remote
+    ours = attach.from_env({"BATCHING_LAB_ENGINE_URL": "http://10.0.0.5:8000/v1/"})
     assert (ours.kind, ours.url, ours.api_url, ours.metrics) == (
         "server", "http://10.0.0.5:8000", "http://10.0.0.5:8000/v1", "http://10.0.0.5:8000/metrics")
-    vllm = engines.from_env({"BATCHING_LAB_ENGINE_URL": "https://gpu:8000", "BATCHING_LAB_ENGINE_KIND": "openai",
+    vllm = attach.from_env({"BATCHING_LAB_ENGINE_URL": "https://gpu:8000", "BATCHING_LAB_ENGINE_KIND": "openai",
                              "BATCHING_LAB_ENGINE_MODEL": "Qwen/Qwen2.5-7B", "BATCHING_LAB_METRICS_URL": "http://gpu:9000/m"})
     assert (vllm.kind, vllm.model, vllm.metrics) == ("openai", "Qwen/Qwen2.5-7B", "http://gpu:9000/m")
     assert "does not publish its steps" in vllm.hidden and ours.hidden == ""
@@ -74,7 +74,7 @@ def test_engine_choice_from_the_environment():
                        ({"BATCHING_LAB_ENGINE_URL": "http://gpu", "BATCHING_LAB_ENGINE_KIND": "tgi"}, "one of embedded"),
                        ({"BATCHING_LAB_ENGINE_KIND": "server"}, "needs a URL")]:
         with pytest.raises(ValueError, match=words) as err:
-            engines.from_env(env)
+            attach.from_env(env)
         assert "environment variables" in str(err.value)
 
 

@@ -78,12 +78,12 @@ def _profiled(model_name: str, folder: str):
 
 
 def warm() -> None:
-    """Read this machine's step model into the cache off the page (ui/pictures.py calls it on its thread)."""
+    """Read this machine's step model into the cache off the page (ui/lesson_pictures.py calls it on its thread)."""
     from ui.session import model_name
     _profiled(model_name(), cache_dir())
 
 
-def machine_step_model() -> tuple[StepModel, bool]:
+def saved_step_model() -> tuple[StepModel, bool]:
     """This machine's step model as the app runs it: its saved profile, refit from the app's own
     real steps (engine.step_fit: this process's, or the refit stored beside the profile), its label
     saying its current error; and whether it had a profile (else the hand-set guess)."""
@@ -103,7 +103,7 @@ def step_time() -> None:
         left, right = st.columns(2)
         batch = left.slider("Batch size B (sequences in the step)", 1, 64, 8, key="calc_step_batch")
         context = right.slider("Context per sequence (tokens)", 16, 2048, 128, 16, key="calc_step_context")
-        model, measured = machine_step_model()
+        model, measured = saved_step_model()
         t, t0 = model.decode_ms(batch, context), model.decode_ms(0, context)
         cols = st.columns(3)
         cols[0].metric("Step time t(B)", f"{t:.1f} ms")

@@ -3,7 +3,7 @@ and Little's Law checked on each run's own trace."""
 import pandas as pd
 import streamlit as st
 
-from analysis import queue
+from analysis import queue_charts
 from labs.queueing import experiment as lab
 from labs.runs import frames
 from ui import calculators, predict, session, widgets
@@ -55,7 +55,7 @@ question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
                             help="ρ is the share of the engine's capacity the arrivals ask for. The lesson's "
                                  "M/M/1 table is one way to reason about it.")
 guess = predict.gate(question)
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
                                 "Measure μ, then run each utilization", _estimate,
                                 "Measuring capacity, then each arrival rate…", stop=False, lab="queueing")
@@ -155,7 +155,7 @@ pick = st.select_slider("Run shown below", list(points.rho), value=points.rho.il
                         format_func=lambda r: f"{r:.0%}", key="qu_pick",
                         help="Which utilization's queue to draw over time.")
 res = next(r for rho, r, _ in runs if rho == pick)
-widgets.plot(queue.queue_over_time(frames(res)[1]))
+widgets.plot(queue_charts.queue_over_time(frames(res)[1]))
 widgets.definitions("- **μ** (sustained capacity) = finished requests per second over the middle half of a run "
                     "where every request arrives at once, so the queue is never empty there.\n"
                     "- **Queue time** = first scheduled − arrival; **service time** = W − queue time.\n"

@@ -48,7 +48,7 @@ question = predict.question("static_vs_continuous", choices=lab.FINISH_CHOICES,
 guess = predict.gate(question)
 ttft_q = predict.question("svc_ttft")
 ttft_guess = predict.gate(ttft_q)
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 sim = simulated_modes(step_model, *settings)
 sim_summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in sim.items()}
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
