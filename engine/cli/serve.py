@@ -79,9 +79,9 @@ def serve_command(args) -> int:
     app = build_app(args, policy, token)
     if not os.environ.get(TOKEN_ENV):
         print(f"instructor token: {token}  (or set {TOKEN_ENV})", file=sys.stderr)
-    # The start-up heap (the model, the tokenizer, the libraries: ~400,000 objects) lives as long
-    # as the server. Frozen, the garbage collector stops walking it: a full collection, which
-    # stops the engine and every stream at once, took 160 ms before and next to nothing after.
+    # The start-up heap (the model, the tokenizer, the libraries: hundreds of thousands of objects)
+    # lives as long as the server. Frozen, the garbage collector stops walking it, so a full
+    # collection, which stops the engine and every stream at once, has little left to walk.
     gc.collect()
     gc.freeze()
     print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -60,14 +60,13 @@ class Grid:
     passes: int                 # timed passes at most
 
 
-# 30 passes: about 100 s on two cores (29 in 96 s here), and the budget ends it sooner on a slower
-# machine. A shared machine's speed moves in spells of 10-30 s (a one-sequence decode step took
-# 9.6 ms for a minute, then 12-20 ms), so a shape's median over passes spread across the whole
-# budget is its time on the machine as it usually is; 9 passes in 37 s could sit in one slow spell.
+# 30 passes at most, within a time budget: a shared machine's speed moves in spells of tens of
+# seconds, so a shape's median over passes spread across the whole budget is its time on the
+# machine as it usually is; a few passes in a short budget could sit in one slow spell.
 # Knots at 2 and 3: on a CPU, one or two rows go through the hand-written kernel and three or
-# more through oneDNN (engine/model/linear.py), and a decode step of 3 took 19.5 ms where one of 2 took
-# 13.0; rows are whole numbers, so the segment from 2 to 3 is that jump, which a slope across
-# 2-8 spreads over batches 3-7 (predicting batch 2 16% slow and batch 3 10% fast).
+# more through oneDNN (engine/model/linear.py), so a step's time jumps between 2 and 3 rows; rows
+# are whole numbers, so the segment from 2 to 3 is that jump, where a slope across 2-8 would
+# spread it over batches 3-7.
 FULL = Grid(batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), contexts=(16, 256, 1024),
             chunks=(8, 16, 32, 64, 128, 256, 512), later_chunks=((512, 64), (512, 256), (1024, 128)),
             mixed=((2, 32), (2, 256), (8, 128), (16, 64), (32, 256)),
