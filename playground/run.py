@@ -18,6 +18,7 @@ import pandas as pd
 from engine.core.config import EngineConfig
 from engine.core.knobs import changes
 from engine.runs.live import TERMINAL, LiveRun, RunState, Snapshot
+from engine.runs.run import Run
 from engine.runs.workload import PromptMaker
 
 from playground import engines
@@ -89,12 +90,13 @@ class PlaygroundRun:
                               max_model_len=min(2048, model.max_model_len), seed=setup.seed)
         self.max_model_len = config.max_model_len
         self.seat = seat if engine_choice == engines.SERVER else None
+        self.live: Run
         if self.seat is not None:
             if not seat.url:
                 raise ValueError("the shared server needs the app attached to one (BATCHING_LAB_ENGINE_URL)")
             self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token,
                                   is_alive=is_alive, idle_timeout_s=idle_timeout_s)
-            setup = self._with_server_policy(setup, self.live.control.policy())
+            setup = self._with_server_policy(setup, self.live.policy().to_dict())
         else:
             if self.simulated:
                 engine = dict(cost=self.cost, prompts=PromptMaker(model.tokenizer), speed=speed)
@@ -165,12 +167,12 @@ class PlaygroundRun:
     @property
     def arrived(self) -> int:
         """Requests sent to the engine so far."""
-        return self.live.feed.count
+        return self.live.arrived
 
     @property
     def can_continue(self) -> bool:
         """Finished, but the workload was extended since (more requests to send)."""
-        return self.live.state == RunState.FINISHED and not self.live.feed.exhausted
+        return self.live.state == RunState.FINISHED and not self.live.exhausted
 
     # ----- changes
 
@@ -239,7 +241,7 @@ class PlaygroundRun:
         self.setup = setup
         if workload:
             self.live.set_workload(spec)
-        held = workload if self.live.feed.exhausted else []
+        held = workload if self.live.exhausted else []
         in_effect = [name for name in moved if name not in held]
         decision = Decision(self.live.step_count, self.live.now(),
                             tuple(("workload: " if n in WORKLOAD_KNOBS else "") + moved[n] for n in in_effect),

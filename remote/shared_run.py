@@ -122,6 +122,18 @@ class SharedRun:
         self.generator.change_feed(self.feed, spec, self._feed_now())
 
     @property
+    def arrived(self) -> int:
+        return self.feed.count
+
+    @property
+    def exhausted(self) -> bool:
+        return self.feed.exhausted
+
+    def policy(self) -> SchedulerPolicy:
+        """The server's live policy (the instructor, or another student with the token, may change it)."""
+        return SchedulerPolicy(**self.control.policy())
+
+    @property
     def step_count(self) -> int:
         """Steps the shared engine has taken (asked of the server until it has taken one)."""
         if not self.stream.next_step and self.state != RunState.ERROR:

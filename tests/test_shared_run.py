@@ -141,3 +141,18 @@ def test_a_server_that_goes_away_ends_the_run_with_its_reason():
     assert len(tables.steps) > 3, "the last window read stays on show"
     assert lab.state == "error" and lab.read()[0].state == "error"
     lab.close()
+
+
+def missing_run_members(cls) -> list[str]:
+    from engine.runs.run import Run
+    return [m for m in dir(Run) if not m.startswith("_") and not hasattr(cls, m)]
+
+
+def test_both_kinds_of_run_implement_the_run_protocol():
+    from engine.runs.live import LiveRun
+    from remote.shared_run import SharedRun
+    assert missing_run_members(LiveRun) == [] and missing_run_members(SharedRun) == []
+
+    class Partial:                         # the check sees a run that lacks part of the protocol
+        def start(self): ...
+    assert "exhausted" in missing_run_members(Partial) and "snapshot" in missing_run_members(Partial)

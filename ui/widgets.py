@@ -304,6 +304,17 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
     return got
 
 
+def measured_or_simulated(name: str, settings, run, button: str, estimate, text: str, step_model,
+                          profiled: bool, what: str, kept: str = "", lab: str | None = None):
+    """A lab part's opening: what is stored for `settings` (stored_or_measure, which draws the run
+    button), the caption that says whether the page shows the real run or the simulator's answer
+    (simulated_first_caption), and which it is. Returns (stored result or None, "measured" or
+    "simulated"); the page draws the simulated run itself where nothing is stored."""
+    got = stored_or_measure(name, settings, run, button, estimate, text, stop=False, lab=lab)
+    simulated_first_caption(step_model, profiled, button, got is not None, what, kept)
+    return got, "measured" if got is not None else "simulated"
+
+
 # ----------------------------------------------------------------------------- showing numbers
 
 

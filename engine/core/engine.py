@@ -105,8 +105,13 @@ class Engine:
         is marked on the time axis."""
         with self._lock:
             changes = self.scheduler.set_policy(policy)
-            if changes:
-                self.marks.append(PolicyMark(self.step_count, self.clock.now(), ", ".join(changes)))
+        if changes:
+            self.mark(", ".join(changes))
+
+    def mark(self, label: str) -> None:
+        """Mark the time axis at the next step with what changed (`label`): the one way a mark is made."""
+        with self._lock:
+            self.marks.append(PolicyMark(self.step_count, self.clock.now(), label))
 
     def submit(self, req: Request) -> None:
         """Add a request that arrives at `req.arrival_s` (clock time). Raises ValueError for a

@@ -176,6 +176,17 @@ class LiveRun:
         return self.engine.clock.now()
 
     @property
+    def arrived(self) -> int:
+        return self.feed.count
+
+    @property
+    def exhausted(self) -> bool:
+        return self.feed.exhausted
+
+    def policy(self) -> SchedulerPolicy:
+        return self.engine.policy
+
+    @property
     def thread_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

@@ -25,7 +25,7 @@ import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..core.engine import Engine, PolicyMark
+from ..core.engine import Engine
 from ..core.request import Request, Status
 from ..model.threads import lower_os_priority, name_os_thread
 from .background import BackgroundLoad
@@ -238,7 +238,7 @@ class EngineService:
         else:
             self.background.start(spec, eng.clock.now())
             label = f"background load on: {spec.rate:g} req/s"
-        eng.marks.append(PolicyMark(eng.step_count, eng.clock.now(), label))
+        eng.mark(label)
 
     def _reset(self) -> None:
         """Abort everything in flight, then swap in a fresh engine (same policy, same clock)."""

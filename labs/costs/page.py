@@ -44,7 +44,7 @@ widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 # ----- 1. chunked prefill
 st.header("1 · A long prompt arrives into running decodes")
 long_len, budget, priority = st.session_state.co_long, st.session_state.co_budget, st.session_state.co_priority
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 arrivals = lab.long_arrivals(step_model)
 off_budget = lab.stall_policy(False, budget, long_len).max_num_batched_tokens
 first = ("running decodes take their tokens first and the prompt gets what is left" if priority == "decode_first"
@@ -60,14 +60,11 @@ settings = (arrivals, long_len, budget, priority)
 stall_q = predict.question("costs_stall")
 stall_guess = predict.ask(stall_q)
 if stall_guess is not None:
-    got = widgets.stored_or_measure(
+    got, stall_source = widgets.measured_or_simulated(
         "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
         lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
-        "Chunked prefill off, then on…", stop=False, lab="costs")
-    widgets.simulated_first_caption(step_model, profiled, "Run with chunking off and on", got is not None,
-                                    "every number and the chart of this part")
+        "Chunked prefill off, then on…", step_model, profiled, "every number and the chart of this part", lab="costs")
     stall_measured = got is not None
-    stall_source = "measured" if stall_measured else "simulated"
     got = got if stall_measured else simulated_stall(step_model, *settings)
     summ = {k: lab.stall_summary(res) for k, (res, _) in got.items()}
     off, on = summ["off"], summ["on"]
@@ -103,15 +100,13 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
 kv_q = predict.question("costs_kv", capacity=f"{capacity:,}")
 kv_guess = predict.ask(kv_q)
 if kv_guess is not None:
-    got_kv = widgets.stored_or_measure(
+    got_kv, kv_source = widgets.measured_or_simulated(
         "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
         lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
-        f"KV capacity {capacity} tokens…", stop=False, lab="costs")
-    widgets.simulated_first_caption(step_model, profiled, "Run at this KV capacity", got_kv is not None,
-                                    "every number of this part", "every request arrives at once, so the simulated "
-                                    "preemptions are the real scheduler's; only the times are predicted")
+        f"KV capacity {capacity} tokens…", step_model, profiled, "every number of this part",
+        "every request arrives at once, so the simulated preemptions are the real scheduler's; only the times "
+        "are predicted", lab="costs")
     kv_measured = got_kv is not None
-    kv_source = "measured" if kv_measured else "simulated"
     res, _ = got_kv if kv_measured else simulated_kv(step_model, capacity)
     k = lab.kv_summary(res)
     predict.reveal(kv_q, kv_guess, k["preemptions"], f"{k['recomputed_tokens']} prompt tokens were prefilled again.",

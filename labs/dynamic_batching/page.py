@@ -38,7 +38,7 @@ with st.sidebar:
 widgets.write_link(["db_waits", "db_slots", "db_repeats"])
 waits = sorted(st.session_state.db_waits) or [0]
 slots, repeats = st.session_state.db_slots, st.session_state.db_repeats
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 rate = arrival_rate(step_model, slots)
 
 spec = lab.SPEC

@@ -45,7 +45,7 @@ guess = predict.gate(question)
 goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"),
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 sim = lab.knee_table(simulated_runs(step_model, tuple(sorted({*lab.SIM_VALUES, *values}))), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)

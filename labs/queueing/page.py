@@ -56,13 +56,11 @@ question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
                                  "M/M/1 table is one way to reason about it.")
 guess = predict.gate(question)
 step_model, profiled = calculators.saved_step_model()
-got = widgets.stored_or_measure("queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
-                                "Measure μ, then run each utilization", _estimate,
-                                "Measuring capacity, then each arrival rate…", stop=False, lab="queueing")
-widgets.simulated_first_caption(step_model, profiled, "Measure μ, then run each utilization", got is not None,
-                                "every number and chart")
+got, source = widgets.measured_or_simulated(
+    "queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
+    "Measure μ, then run each utilization", _estimate, "Measuring capacity, then each arrival rate…",
+    step_model, profiled, "every number and chart", lab="queueing")
 measured = got is not None
-source = "measured" if measured else "simulated"
 mu, runs = got if measured else simulated_runs(step_model, tuple(rhos))
 points = lab.points_table(runs, mu)
 first, last = points.iloc[0], points.iloc[-1]

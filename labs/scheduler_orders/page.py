@@ -42,7 +42,7 @@ orders = [o for o in lab.ORDER_NAMES if o in st.session_state.so_orders] or ["fc
 if "fcfs" not in orders:
     orders = ["fcfs", *orders]
 load, seed = st.session_state.so_load, st.session_state.so_seed
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 mu = capacity(step_model)
 rate = round(load * mu, 3)
 
@@ -59,14 +59,11 @@ question = predict.question("scheduler_orders", choices=tuple(t for t, _, _, _ i
 guess = predict.gate(question)
 starve_q = predict.question("orders_starve", choices=tuple(orders))
 starve_guess = predict.gate(starve_q)
-got = widgets.stored_or_measure("orders", settings,
-                                lambda m, **kw: lab.order_runs(m, rate, orders, seed, **kw), "Run every order",
-                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rate, orders, seed)),
-                                "Running each order…", stop=False, lab="scheduler_orders")
-widgets.simulated_first_caption(step_model, profiled, "Run every order", got is not None,
-                                "every sentence, chart and table")
+got, source = widgets.measured_or_simulated(
+    "orders", settings, lambda m, **kw: lab.order_runs(m, rate, orders, seed, **kw), "Run every order",
+    lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rate, orders, seed)),
+    "Running each order…", step_model, profiled, "every sentence, chart and table", lab="scheduler_orders")
 measured = got is not None
-source = "measured" if measured else "simulated"
 if not measured:
     got = simulated_runs(step_model, tuple(orders), rate, seed)
 

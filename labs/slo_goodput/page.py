@@ -32,7 +32,7 @@ with st.sidebar:
                    help="Which of the measured runs the request table and the scatter below show.")
 widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_load"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 rates = real_rates(step_model)
 
 spec = lab.SPEC

@@ -43,7 +43,7 @@ with st.sidebar:
 widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 rate = arrival_rate(step_model, share)
 
 st.markdown(f"The workload: requests at {rate:g} per second in all ({lab.LOAD:.0%} of what this machine's step model "
@@ -56,14 +56,11 @@ question = predict.question("tail", help="p99: the time that 99 of 100 requests 
 guess = predict.gate(question)
 group_q = predict.question("tail_group", choices=tuple(name for _, _, name in lab.PROMPT_BUCKETS))
 group_guess = predict.gate(group_q)
-got = widgets.stored_or_measure("tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw),
-                                "Run this workload",
-                                lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
-                                "Running…", stop=False, lab="tail")
-widgets.simulated_first_caption(step_model, profiled, "Run this workload", got is not None,
-                                "every number, curve and table")
+got, source = widgets.measured_or_simulated(
+    "tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw), "Run this workload",
+    lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
+    "Running…", step_model, profiled, "every number, curve and table", lab="tail")
 measured = got is not None
-source = "measured" if measured else "simulated"
 res, _ = got if measured else simulated_run(step_model, *settings)
 reqs, _ = frames(res)
 ttft = lab.percentile_table(reqs, "ttft_s").iloc[0]

@@ -31,7 +31,7 @@ guess = predict.gate(question)
 knee_q = predict.question("why_batch_knee", choices=tuple(sizes), share=f"{knee_rule.KNEE_SHARE:.0%}",
                           help=f"The rule: {knee_rule.RULE}.")
 knee_guess = predict.gate(knee_q)
-step_model, profiled = calculators.machine_step_model()
+step_model, profiled = calculators.saved_step_model()
 predicted = lab.predicted_scaling(step_model, sizes, settings[1])
 got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
                                 "Measure step times", lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
