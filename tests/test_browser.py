@@ -353,16 +353,15 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
     # The page is ready once its instant feedback (ui/instant_feedback.py) listens for Start.
     wait_until(lambda: page.evaluate("() => !!(document.__instantFeedback || {}).start"),
                what="the instant feedback on Start")
-    clicked_to_starting_ms = page.evaluate("""() => new Promise(done => {
+    # Drawn in the browser by the click itself: the line is there when click() returns, before any
+    # answer from the server (which needs a whole script rerun), however busy the machine is.
+    said_at_click, click_ms = page.evaluate("""() => {
         const t0 = performance.now();
         [...document.querySelectorAll('button')].find(b => b.innerText.trim() == 'Start').click();
-        const look = () => [...document.querySelectorAll('p')].some(p => p.innerText.includes('Engine: starting'))
-            ? done(performance.now() - t0) : requestAnimationFrame(look);
-        setTimeout(() => done(-1), 60000);
-        look(); })""")
-    assert clicked_to_starting_ms >= 0, "Start never said 'Engine: starting'"
-    # Drawn in the browser at the click: it does not wait for the server, however busy.
-    assert clicked_to_starting_ms <= 300, f"Start said 'starting' only after {clicked_to_starting_ms:.0f} ms"
+        const said = [...document.querySelectorAll('p')].some(p => p.innerText.includes('Engine: starting'));
+        return [said, performance.now() - t0]; }""")
+    print(f"Start: 'Engine: starting' drawn within the click, {click_ms:.0f} ms")
+    assert said_at_click, "Start did not say 'Engine: starting' at the click: it waited for the server"
     wait_until(lambda: status(page)["steps"] >= 1, what="the first step")
     assert page.locator(".instant-feedback").count() == 0, "the 'starting' cover outlived the status it covered"
     first_step = time.monotonic()
@@ -381,7 +380,7 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
     span = time.monotonic() - t0
     step_rate = (status(page)["steps"] - steps0) / span
     draws = {key: chart_plot(page, key).evaluate("el => el.__draws") / span for key in charts}
-    print(f"Start -> 'starting' {clicked_to_starting_ms:.0f} ms; first chart {first_chart_s:.2f} s "
+    print(f"Start -> 'starting' {click_ms:.0f} ms; first chart {first_chart_s:.2f} s "
           f"after the first step; redraws/s {draws}; engine {step_rate:.2f} steps/s; plots {plots}")
     assert blank == 0, f"{blank} of 40 samples showed an empty batch chart"
     assert len(plots) == 1, f"the number of plots changed: {plots}"
@@ -448,15 +447,18 @@ def test_a_learner_walks_lesson_2_into_its_lab_predicts_runs_and_compares(server
 
     page.get_by_text("continuous", exact=True).first.click()            # the guess
     page.get_by_role("button", name="Commit my prediction").click()
-    page.get_by_text("Your prediction:").wait_for()
+    page.get_by_text("Your prediction:").first.wait_for()
+    assert page.get_by_role("button", name="Run both modes").count() == 0, "a run button before every guess"
+    page.get_by_role("button", name="Commit my prediction").click()       # the second question, at its default
+    page.get_by_text("Your prediction:").nth(1).wait_for()
     run = page.get_by_role("button", name="Run both modes")
     run.or_(page.get_by_text("Cached result")).first.wait_for()
     if run.count():
         run.click()
-    predicted = page.locator("[data-testid=stMetric]", has_text="You predicted")
+    predicted = page.locator("[data-testid=stMetric]", has_text="You predicted").first
     predicted.wait_for(timeout=300_000)                                  # both modes, on SmolLM2
     assert predicted.locator("[data-testid=stMetricValue]").inner_text() == "continuous"
-    measured = page.locator("[data-testid=stMetric]", has_text="Measured").locator("[data-testid=stMetricValue]")
+    measured = page.locator("[data-testid=stMetric]", has_text="Measured").first.locator("[data-testid=stMetricValue]")
     assert measured.inner_text() in ("static", "continuous", "about the same")
     verdict = page.locator("[data-testid=stMarkdownContainer] p", has_text=re.compile("Static took")).first
     assert re.search(r"Static took [\d.]+ s and continuous [\d.]+ s", verdict.inner_text())

@@ -26,6 +26,8 @@ INJECTIONS = {"mode": "[log in](https://evil.example)", "order": "![x](https://e
 
 # Every key a lab writes into its link, with the allowed range its warning must name.
 LINK_KEYS = {
+    "cluster": {"cl_profile": "l4:llama-3.1-8b, a100-80gb:llama-3.1-8b, h100-sxm:llama-3.1-8b", "cl_replicas": "2–16",
+                "cl_bound": "1–3", "cl_startup": "0–180"},
     "costs": {"co_long": "256–1536", "co_budget": "64–512", "co_priority": ", ".join(STEP_PRIORITIES),
               "co_kv": "256–4096"},
     "dynamic_batching": {"db_waits": "0, 100, 250, 500, 1000, 2000, 4000", "db_slots": "2–16",
@@ -33,11 +35,11 @@ LINK_KEYS = {
     "knee": {"kn_values": "1, 2, 4, 8, 16, 32, 64", "kn_tpot_ms": "10–300", "kn_ttft_s": "0.5–60",
              "kn_repeats": "1–5"},
     "queueing": {"qu_rhos": "0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25"},
-    "scheduler_orders": {"so_orders": ", ".join(ORDERS), "so_rate": "2–12", "so_seed": "0–999"},
-    "slo_goodput": {"sg_ttft_ms": "100–5000", "sg_tpot_ms": "10–300", "sg_rate": "1.0, 2.0, 4.0, 8.0"},
+    "scheduler_orders": {"so_orders": ", ".join(ORDERS), "so_load": "0.2–1.5", "so_seed": "0–999"},
+    "slo_goodput": {"sg_ttft_ms": "100–5000", "sg_tpot_ms": "10–300", "sg_load": "0.5, 1.0, 1.5, 2.0"},
     "static_vs_continuous": {"svc_workload": ", ".join(WORKLOADS), "svc_slots": "2–16", "svc_seed": "0–999"},
     "tail": {"ta_long": "0.0, 0.05, 0.1, 0.2", "ta_bursty": "1 or 0", "ta_seed": "0–999",
-             "ta_segment": "prompt, tenant, none", "ta_metric": "ttft_s, tpot_s, e2e_s"},
+             "ta_segment": "prompt, tenant, window, none", "ta_metric": "ttft_s, tpot_s, e2e_s"},
     "why_batch": {"wb_sizes": "1, 2, 4, 8, 16, 32, 64, 128", "wb_context": "16–512", "wb_steps": "2–16",
                   "wb_repeats": "1–5"},
 }
@@ -54,9 +56,14 @@ def page(path: str, query: dict | None = None) -> AppTest:
 
 
 def past_the_prediction(at: AppTest) -> AppTest:
-    """A lab shows its run button and results only once the learner has committed a guess."""
-    at.button(key="predict_why_batch__commit").click()
-    return at.run()
+    """A lab shows its run button and results only once the learner has committed a guess to each
+    of its questions, one after another."""
+    for _ in range(4):
+        button = next((b for b in at.button if b.key.endswith("__commit")), None)
+        if button is None:
+            break
+        button.click().run()
+    return at
 
 
 def as_shown(markdown: str) -> str:

@@ -70,7 +70,7 @@ def test_the_figures_draw_the_simulated_line_under_the_measured_points():
     assert name == "simulated (step model: a CPU-like machine)"
     fig = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "tpot_p95_ms", 4, 60.0, sim, name)
     traces = {t.name: t for t in fig.data}
-    assert traces[name].mode == "lines" and len(traces[name].x) == 64
+    assert traces[name].mode == "lines" and len(traces[name].x) == len(knee.SIM_VALUES)   # one point per simulated value
     assert traces["measured on the real engine"].mode.startswith("markers")
     assert [t.name for t in fig.data].index(name) < [t.name for t in fig.data].index("measured on the real engine")
     only_sim = knee.throughput_vs_latency(pd.DataFrame(), "ttft_p95_s", 8, None, sim, name)
