@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis import kv, membership, queue
+from analysis import kv, membership, queue_charts
 from analysis.figure_json import figure_dict
 from analysis.membership import OTHER_HUE
 from analysis.style import REQUEST_COLORS, ink_on
@@ -99,7 +99,7 @@ def build(version: int, tables: Tables, policy: dict, load: dict, hue_of: dict |
     shared = membership.batch_membership(steps, slots, window=WINDOW_STEPS, marks=marks, owners=owners,
                                          owner_hue=hue_of, presenter=True)
     figures = {"membership": figure_dict(shared),
-               "queue": figure_dict(_on_class_axis(queue.queue_over_time(steps, marks=marks))),
+               "queue": figure_dict(_on_class_axis(queue_charts.queue_over_time(steps, marks=marks))),
                "kv": figure_dict(_on_class_axis(kv.kv_usage(steps, marks=marks)))}
     colors = {who: REQUEST_COLORS[h] for who, h in hue_of.items()}
     return Board(version, tables, policy, load, figures, tenant_table(requests), tenant_cells(shared, requests),

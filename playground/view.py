@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analysis import frame_metrics, kv, latency, membership, queue, style
+from analysis import frame_metrics, kv, latency, membership, queue_charts, style
 from analysis.tables import MARK_COLUMNS, Tables
 from engine.core import metrics
 from engine.core.metrics import LIVE_REQUEST_COLUMNS, STEP_COLUMNS
@@ -224,8 +224,8 @@ def time_figures(tables: Tables, setup: Setup, now_s: float | None = None, prese
         "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT, **x),
         "pg_ttft": lambda: latency.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks, **x, **behind),
         "pg_tpot": lambda: latency.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks, **x, **behind),
-        "pg_queue": lambda: queue.queue_over_time(steps, marks, **x, **behind),
-        "pg_throughput": lambda: queue.throughput_over_time(steps, reqs, setup.ttft_slo_s,
+        "pg_queue": lambda: queue_charts.queue_over_time(steps, marks, **x, **behind),
+        "pg_throughput": lambda: queue_charts.throughput_over_time(steps, reqs, setup.ttft_slo_s,
                                                              setup.tpot_slo_s, marks, **x, **behind),
         "pg_kv": lambda: kv.kv_usage(steps, marks, **x),
     }

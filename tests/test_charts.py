@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from analysis import frame_metrics, kv, latency, membership, queue, style
+from analysis import frame_metrics, kv, latency, membership, queue_charts, style
 from analysis.tables import Tables
 from engine.core import metrics
 from engine.runs import run_files
@@ -274,13 +274,13 @@ def test_latency_over_time():
 
 def test_queue_over_time_and_downsampling_keeps_peaks():
     steps = make_steps(MEMBERS, waiting=[0, 1, 2, 3, 2, 1, 0])
-    fig = drawn(queue.queue_over_time(steps))
+    fig = drawn(queue_charts.queue_over_time(steps))
     assert [t.name for t in fig.data] == ["waiting", "running"]
     assert list(fig.data[0].y) == [0, 1, 2, 3, 2, 1, 0]
     n = 5 * style.MAX_POINTS
     long = make_steps([(("a", D, 1),)] * n, waiting=[0] * (n - 1) + [99])
     long.loc[1234, "waiting"] = 42
-    fig = drawn(queue.queue_over_time(long))
+    fig = drawn(queue_charts.queue_over_time(long))
     assert len(fig.data[0].y) <= style.MAX_POINTS
     assert 42 in fig.data[0].y and 99 in fig.data[0].y
 
@@ -292,7 +292,7 @@ def test_throughput_over_time():
         "finish_s": [0.9, 1.5, 1.9], "ttft_s": [0.05, 0.05, 1.5], "tpot_s": [0.1, 0.1, 0.1],
         "output_tokens": [9, 15, 3], "status": ["finished"] * 3,
     })
-    fig = drawn(queue.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0))
+    fig = drawn(queue_charts.throughput_over_time(steps, req, slo_ttft=1.0, bin_s=1.0))
     tokens, finished, goodput = fig.data
     assert len(fig.data) == 3
     # bins [0.05, 1.05) and [1.05, 2.05): steps ending in each x 2 tokens + first tokens
@@ -345,8 +345,8 @@ EMPTY_REQUESTS = make_requests().iloc[0:0]
     lambda s, r: drawn(latency.request_timeline(r)),
     lambda s, r: drawn(latency.latency_over_time(r, "ttft_s", slo=1.0)),
     lambda s, r: drawn(latency.latency_over_time(r, "tpot_s")),
-    lambda s, r: drawn(queue.queue_over_time(s)),
-    lambda s, r: drawn(queue.throughput_over_time(s, r, 1.0, 0.1)),
+    lambda s, r: drawn(queue_charts.queue_over_time(s)),
+    lambda s, r: drawn(queue_charts.throughput_over_time(s, r, 1.0, 0.1)),
     lambda s, r: drawn(kv.kv_usage(s)),
     lambda s, r: drawn(latency.cdf(r, "ttft_s", by="tenant")),
 ])
@@ -477,7 +477,7 @@ def test_change_marks_get_one_short_label_and_the_full_one_on_hover():
     assert notes[0].hovertext == marks["label"][0]
     assert notes[1].yshift < notes[0].yshift == 0     # close marks step down a row
     marks["detail"] = ["a", "every change of the second mark"]
-    notes = drawn(queue.queue_over_time(steps, marks)).layout.annotations
+    notes = drawn(queue_charts.queue_over_time(steps, marks)).layout.annotations
     assert notes[1].hovertext == "every change of the second mark"
 
 
@@ -505,8 +505,8 @@ def every_builder(presenter):
         drawn(latency.request_timeline(req, presenter=presenter)),
         drawn(latency.latency_over_time(req, "ttft_s", 0.5, marks, presenter=presenter, ghost=ghost)),
         drawn(latency.cdf(req, "ttft_s", by="tenant", slo=0.5, presenter=presenter)),
-        drawn(queue.queue_over_time(steps, marks, presenter=presenter, ghost=ghost)),
-        drawn(queue.throughput_over_time(steps, req, 0.5, 0.1, marks, presenter=presenter, ghost=ghost)),
+        drawn(queue_charts.queue_over_time(steps, marks, presenter=presenter, ghost=ghost)),
+        drawn(queue_charts.throughput_over_time(steps, req, 0.5, 0.1, marks, presenter=presenter, ghost=ghost)),
         drawn(kv.kv_usage(steps, marks, presenter=presenter)),
     ]
 
@@ -524,8 +524,8 @@ def test_time_charts_hold_a_given_x_range():
     assert style.live_x_range(3.0, 60.0) == (0.0, 60.0)
     assert style.live_x_range(100.0, 60.0) == (40.0, 100.0)
     steps, req = make_steps(MEMBERS), make_requests()
-    for fig in [drawn(latency.latency_over_time(req, x_range=(0, 60))), drawn(queue.queue_over_time(steps, x_range=(0, 60))),
-                drawn(queue.throughput_over_time(steps, req, x_range=(0, 60))), drawn(kv.kv_usage(steps, x_range=(0, 60))),
+    for fig in [drawn(latency.latency_over_time(req, x_range=(0, 60))), drawn(queue_charts.queue_over_time(steps, x_range=(0, 60))),
+                drawn(queue_charts.throughput_over_time(steps, req, x_range=(0, 60))), drawn(kv.kv_usage(steps, x_range=(0, 60))),
                 drawn(latency.request_timeline(req, x_range=(0, 60)))]:
         assert tuple(fig.layout.xaxis.range) == (0, 60)
 
@@ -537,8 +537,8 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
     figs = {
         "ttft": drawn(latency.latency_over_time(req, "ttft_s", ghost=earlier)),
         "tpot": drawn(latency.latency_over_time(req, "tpot_s", ghost=earlier)),
-        "queue": drawn(queue.queue_over_time(steps, ghost=earlier)),
-        "throughput": drawn(queue.throughput_over_time(steps, req, ghost=earlier, ghost_name="pinned run")),
+        "queue": drawn(queue_charts.queue_over_time(steps, ghost=earlier)),
+        "throughput": drawn(queue_charts.throughput_over_time(steps, req, ghost=earlier, ghost_name="pinned run")),
     }
     for name, fig in figs.items():
         first = fig.data[0]
@@ -549,7 +549,7 @@ def test_ghost_run_is_a_faint_grey_named_trace_behind_the_others():
     assert list(figs["queue"].data[0].y) == [0, 2, 4, 6, 4, 2, 0]
     assert max(figs["ttft"].data[0].y) == pytest.approx(3 * max(figs["ttft"].data[3].y))
     # without a ghost: no such trace
-    assert not any("previous run" in (t.name or "") for t in drawn(queue.queue_over_time(steps)).data)
+    assert not any("previous run" in (t.name or "") for t in drawn(queue_charts.queue_over_time(steps)).data)
 
 
 def test_the_batch_chart_draws_each_steps_own_slots():

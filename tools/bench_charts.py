@@ -14,7 +14,7 @@ import time
 
 import pandas as pd
 
-from analysis import frame_metrics, kv, latency, membership, queue
+from analysis import frame_metrics, kv, latency, membership, queue_charts
 from analysis.tables import MARK_COLUMNS
 from engine.runs.arrivals import build_requests
 from engine.runs.build import build_engine
@@ -73,8 +73,8 @@ def builders(steps, requests, marks, max_slots):
         "request_timeline": lambda: latency.request_timeline(requests),
         "latency_over_time ttft": lambda: latency.latency_over_time(requests, "ttft_s", slo_ttft, marks),
         "latency_over_time tpot": lambda: latency.latency_over_time(requests, "tpot_s", slo_tpot, marks),
-        "queue_over_time": lambda: queue.queue_over_time(steps, marks),
-        "throughput_over_time": lambda: queue.throughput_over_time(
+        "queue_over_time": lambda: queue_charts.queue_over_time(steps, marks),
+        "throughput_over_time": lambda: queue_charts.throughput_over_time(
             steps, requests, slo_ttft, slo_tpot, marks),
         "kv_usage": lambda: kv.kv_usage(steps, marks),
         "headline": lambda: frame_metrics.headline(requests, steps, slo_ttft, slo_tpot, max_slots),
