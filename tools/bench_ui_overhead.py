@@ -125,13 +125,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
+def start_server(port: int, trace: str = "") -> subprocess.Popen:
+    """`streamlit run app.py` on `port`; with `trace`, through tools.trace_steps, which writes
+    every step the app's engine takes to that file."""
     env = {k: v for k, v in os.environ.items() if k != "BATCHING_LAB_MODEL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    argv = ([sys.executable, "-m", "tools.trace_steps", "serve", str(port), trace] if trace else
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1",
+             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"])
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:

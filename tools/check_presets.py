@@ -17,10 +17,12 @@ so, the waiting line stays short. Prints one row per preset. A measurement, not 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 
 from playground.presets import PRESETS
+from tools import trace_steps
 from tools.bench_ui_overhead import free_port, launch_browser, start_server
 
 NEAR_ZERO_WAITING = 3          # "the waiting line stays near zero": at most this many waiting at the end
@@ -32,6 +34,11 @@ def note_error(page) -> str:
     text = page.locator("[data-testid=stCaptionContainer]", has_text="Real engine.").first.inner_text(timeout=5000)
     found = re.search(r"current error (\d+)% \(median over the last ([\d,]+) steps\)", text)
     return f"{found[1]}% over {found[2]} steps" if found else "not yet"
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, as `uptime` says it."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def status_line(page) -> str:
@@ -53,9 +60,11 @@ def seconds(text: str) -> float:
 
 
 def link_value(page, name: str) -> float:
-    """A knob's value as the page's address holds it (the page writes its whole setup there)."""
+    """A knob's value as the page's address holds it (the page writes its whole setup there).
+    Read from the page itself: Streamlit rewrites the address in place, which Playwright's
+    `page.url` does not follow (it kept the address the page was opened with)."""
     from urllib.parse import parse_qs, urlparse
-    return float(parse_qs(urlparse(page.url).query)[name][-1])
+    return float(parse_qs(urlparse(page.evaluate("window.location.href")).query)[name][-1])
 
 
 def open_page(browser, url: str):
@@ -76,12 +85,15 @@ def main(argv=None) -> None:
     ap.add_argument("--warm", type=float, default=30.0, help="seconds of a real run before the presets")
     ap.add_argument("--run", type=float, default=45.0, help="seconds each preset runs")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated preset ids")
-    ap.add_argument("--browser", choices=("idle", "normal"), default="idle")
+    ap.add_argument("--browser", choices=("idle", "normal"), default="idle",
+                    help="Chromium in Linux's idle class (a learner's own machine), or as an equal")
+    ap.add_argument("--trace", default="", help="write every step the app's engine takes to this file "
+                    "(tools.trace_steps) and print the model's error over the warm-up run from it")
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, args.trace)
     url = f"http://127.0.0.1:{port}"
     try:
         with sync_playwright() as p:
@@ -99,6 +111,11 @@ def main(argv=None) -> None:
                     print(f"{time.monotonic() - t0:5.0f} s: note not read ({type(exc).__name__})", flush=True)
             click(page, "Reset")
             context.close()
+            if args.trace:
+                print(f"warm-up run, from the trace: {trace_steps.summarize(trace_steps.read(args.trace))} "
+                      f"(load average {load_average()})", flush=True)
+            if args.presets == "none":
+                return
             print(f"\n{'preset':24} {'rate':>6} {'TTFT p95 / target':>20} {'TPOT p95 / target':>22} "
                   f"{'waiting':>8}  model error   promise")
             for pid in args.presets.split(","):
@@ -120,7 +137,8 @@ def main(argv=None) -> None:
                 if pid in SAYS_NEAR_ZERO:
                     kept = kept and waiting <= NEAR_ZERO_WAITING
                 print(f"{pid:24} {rate:6.2f} {ttft:8.2f} / {ttft_target:<8.2f} s {1000 * tpot:9.0f} / "
-                      f"{1000 * tpot_target:<8.0f} ms {waiting:8d}  {error:12}  {'kept' if kept else 'NOT kept'}",
+                      f"{1000 * tpot_target:<8.0f} ms {waiting:8d}  {error:12}  {'kept' if kept else 'NOT kept'}"
+                      f"  (load average {load_average()})",
                       flush=True)
                 click(page, "Reset")
                 context.close()
