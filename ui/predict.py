@@ -202,8 +202,8 @@ def number_verdict(guess: float, measured: float, factor: float = CLOSE_FACTOR) 
     ratio = measured / guess
     if 1 / factor <= ratio <= factor:
         return True, f"close (within ×{factor:g})"
-    return False, f"the answer is ×{ratio:.2g} your guess" if ratio > 1 else \
-        f"the answer is {1 / ratio:.2g}× smaller than your guess"
+    return False, f"the answer is {ratio:.2g} times your guess" if ratio > 1 else \
+        f"the answer is {1 / ratio:.2g} times smaller than your guess"
 
 
 def _score(q: Question, guess, answer) -> tuple[bool, str]:
