@@ -63,6 +63,16 @@ def kv_verdict(step_model, capacity: int):
     return costs.kv_verdict(costs.kv_summary(res), capacity)
 
 
+# A small model's decode step on a fast accelerator: a fixed 0.2 ms, whatever the batch.
+FAST = StepModel(fixed_ms=costs.FAST_STEP_MS, knots=(), token_ms=(0.0,), sample_ms=0.0, decode_read_ms=0.0,
+                 prefill_pair_ms=0.0, label="a 0.2 ms step")
+
+
+def scheduling_verdict(step_model):
+    numbers = costs.scheduling_numbers(costs.scheduling_step_ms(step_model))
+    return costs.scheduling_verdict(numbers, step_model.label)
+
+
 def goodput_verdict(step_model, ttft_s: float, tpot_s: float):
     table = slo.goodput_table(slo.simulated_rate_runs(step_model, slo.rates_for(step_model)), ttft_s, tpot_s)
     return slo.falls_verdict(table, ttft_s, tpot_s)
@@ -130,6 +140,7 @@ CASES = {
     "static_fine_offline": (lambda n, m: svc_verdicts(m, "offline_equal")["static_fine_offline"],
                             lambda n, m: svc_verdicts(m, "short_long")["static_fine_offline"], NOT_SHOWN),
     "long_prompt_stalls": (lambda n, m: stall_verdict(m), lambda n, m: stall_verdict(m, 64), NOT_SHOWN),
+    "scheduling_is_small": (lambda n, m: scheduling_verdict(m), lambda n, m: scheduling_verdict(FAST), NOT_SHOWN),
     "small_kv_preempts": (lambda n, m: kv_verdict(m, 1024), lambda n, m: kv_verdict(m, costs.KV_DEFAULT), NOT_SHOWN),
     "goodput_falls": (lambda n, m: goodput_verdict(m, *SLO[n]), lambda n, m: goodput_verdict(m, *LOOSE), NOT_SHOWN),
     "queueing_explodes": (lambda n, m: explodes_verdict(m, (0.5, 0.9)),

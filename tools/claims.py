@@ -80,7 +80,9 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
         stall = costs.stall_verdict(costs.stall_summary(got["off"][0]), costs.stall_summary(got["on"][0]),
                                     costs.LONG_PROMPT)
         res = costs.kv_run(m, 1024, progress=p)[0] if src.real else costs.simulated_kv_run(sm, 1024)[0]
-        return [stall, costs.kv_verdict(costs.kv_summary(res), 1024)]
+        sched = costs.scheduling_numbers(costs.scheduling_step_ms(src.machine))
+        return [stall, costs.kv_verdict(costs.kv_summary(res), 1024),
+                costs.scheduling_verdict(sched, "this machine's step model" if src.real else src.name)]
     if lab == "slo_goodput":
         rates = slo.rates_for(src.machine)
         got = slo.rate_runs(m, rates, progress=p) if src.real else slo.simulated_rate_runs(sm, rates)

@@ -15,10 +15,9 @@ import time
 from ..runs.arrivals import build_requests
 from ..runs.build import build_engine
 from ..core.config import EngineConfig, SchedulerPolicy
-from ..core.kv_cache import BlockPool
 from ..core.request import Request
 from ..core.scheduler import Scheduler
-from ..sim.step_times import measure_batch_scaling
+from ..sim.step_times import measure_batch_scaling, schedule_time_ms
 from ..runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from .flags import add_knob_flags, add_model_flags
 
@@ -173,22 +172,6 @@ def agreement(ours: dict, theirs: dict) -> tuple[float, float]:
         tok_same += k
         tok_all += len(a)
     return same / max(1, len(ours)), tok_same / max(1, tok_all)
-
-
-def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> float:
-    """Median time of one Scheduler.schedule() with `n_waiting` requests waiting and 32 running."""
-    times = []
-    for rep in range(reps):
-        pool = BlockPool(4096, 16)
-        s = Scheduler(SchedulerPolicy(order=order, max_num_seqs=64, max_num_batched_tokens=2048), pool)
-        for i in range(n_waiting + 32):
-            s.add(Request(f"r{i}", [1] * (16 + i % 200), 8 + i % 100, arrival_s=i * 1e-3, tenant=f"t{i % 4}",
-                          priority=i % 3))
-        s.schedule(1.0)                                    # admits 32+ to running
-        t = time.perf_counter()
-        s.schedule(2.0)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def bench_command(args) -> int:

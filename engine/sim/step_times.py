@@ -1,9 +1,11 @@
-"""Timing the real model on this machine: how long a decode step takes at each batch size.
+"""Timing this machine: how long a decode step takes at each batch size, and how long the
+scheduler takes to decide one step.
 
-Both measurements run the real forward (packed, over the paged KV cache) on stand-in prompts.
+The step measurements run the real forward (packed, over the paged KV cache) on stand-in prompts.
 `measure_step_times` runs whole engine runs and reads their step records (the About page);
 `measure_batch_scaling` drives the executor by hand, one decode step at a time, for the
-"why batch" lab.
+"why batch" lab. `schedule_time_ms` times the scheduler alone (no model): `engine bench` and the
+costs lab's scheduling part.
 """
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ import time
 
 from ..runs.build import build_engine
 from ..core.config import EngineConfig, SchedulerPolicy
-from ..core.kv_cache import blocks_for
+from ..core.kv_cache import BlockPool, blocks_for
 from ..core.request import Request
-from ..core.scheduler import ScheduledChunk, StepPlan
+from ..core.scheduler import ScheduledChunk, Scheduler, StepPlan
 
 BATCH_SIZES = (1, 8, 32)
 PROMPT_TOKENS = 32
@@ -83,3 +85,31 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
         if progress is not None:
             progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
     return rows
+
+
+def time_scheduling(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> tuple[float, int]:
+    """The median time of one Scheduler.schedule() with `n_waiting` requests waiting (no model:
+    the scheduler alone), after a first step admitted what its slots and token budget allow; and how
+    many requests ran in the step timed."""
+    times, running = [], 0
+    for rep in range(reps):
+        pool = BlockPool(4096, 16)
+        s = Scheduler(SchedulerPolicy(order=order, max_num_seqs=64, max_num_batched_tokens=2048), pool)
+        def add(i: int) -> None:
+            s.add(Request(f"r{i}", [1] * (16 + i % 200), 8 + i % 100, arrival_s=i * 1e-3, tenant=f"t{i % 4}",
+                          priority=i % 3))
+        for i in range(64):
+            add(i)
+        s.schedule(1.0)                                    # admits the first batch
+        for i in range(64, 64 + n_waiting - len(s.waiting)):
+            add(i)                                         # then exactly n_waiting wait
+        t = time.perf_counter()
+        plan = s.schedule(2.0)
+        times.append(time.perf_counter() - t)
+        running = len(plan.chunks)
+    return statistics.median(times) * 1000, running
+
+
+def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> float:
+    """time_scheduling's median, in ms."""
+    return time_scheduling(n_waiting, order, reps)[0]

@@ -1,7 +1,9 @@
 """What continuous batching costs: a long prompt landing among running decodes (chunked prefill
-off and on, under either step priority), and a KV cache too small for the batch (preemptions)."""
+off and on, under either step priority), a KV cache too small for the batch (preemptions), and the
+scheduler's own work on every step against the step it decides."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pandas as pd
@@ -13,6 +15,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
+from engine.sim.step_times import time_scheduling
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run
@@ -246,3 +249,41 @@ def kv_summary(result: RunResult) -> dict:
         "recomputed_tokens": int(pd.to_numeric(steps["prefill_tokens"]).sum()
                                  - pd.to_numeric(reqs["prompt_tokens"]).sum()),
     }
+
+
+# ----------------------------------------------------------------------------- 3. scheduling work on every step
+
+SCHED_WAITING = 1000     # requests waiting while the scheduler decides a step
+SCHED_CONTEXT = 128      # tokens each running request holds (the step model's decode step at this context)
+FAST_STEP_MS = 0.2       # a small model's decode step on a fast accelerator: the claim's counter-case
+
+
+@functools.cache
+def scheduler_ms(waiting: int = SCHED_WAITING) -> tuple[float, int]:
+    """The scheduler's median time to decide one step, timed here (no model), and the requests in that
+    step: once per process, a tenth of a second."""
+    return time_scheduling(waiting, reps=15)
+
+
+def scheduling_numbers(step_ms: float, waiting: int = SCHED_WAITING) -> dict:
+    """The scheduler's time for one step beside `step_ms`, the time of the step it decides."""
+    ms, running = scheduler_ms(waiting)
+    return {"scheduler_ms": ms, "running": running, "waiting": waiting, "step_ms": step_ms,
+            "share": claims.ratio(ms, step_ms)}
+
+
+def scheduling_step_ms(step_model) -> float:
+    """The step the decision is for: `step_model`'s decode step of the batch time_scheduling runs."""
+    return step_model.decode_ms(scheduler_ms()[1], SCHED_CONTEXT)
+
+
+def scheduling_verdict(n: dict, step_says: str) -> claims.Verdict:
+    """The claim `scheduling_is_small` on scheduling_numbers; `step_says` where the step's time came from."""
+    numbers = (f"Deciding a step of {n['running']} running requests with {n['waiting']:,} waiting took the scheduler "
+               f"{n['scheduler_ms']:.2f} ms on this machine's CPU; the step it decides takes {n['step_ms']:.1f} ms "
+               f"({step_says}), so the decision is {n['share']:.1%} of it.")
+    return claims.judge("scheduling_is_small", n["share"],
+                        numbers + f" On a {FAST_STEP_MS:g} ms step the same decision would be "
+                        f"{n['scheduler_ms'] / FAST_STEP_MS:.0f} times the step.",
+                        numbers + " Here the decision is a visible share of the step: an engine with steps this "
+                        "short decides the next step while the current one runs.")

@@ -126,6 +126,23 @@ if kv_guess is not None:
     with st.expander("Requests"):
         widgets.table(finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
                       .sort_values("preemptions", ascending=False).round(3))
+# ----- 3. scheduling work on every step
+st.header("3. Scheduling work on every step")
+if kv_guess is not None:     # like every result on this page, after the learner's guesses
+    st.markdown(f"Continuous batching decides anew at every step. Here the scheduler alone (no model) decides a step "
+                f"of a full batch with {lab.SCHED_WAITING:,} requests waiting, timed on this machine's CPU, beside the "
+                "time of the step it decides, as this page's step model predicts it.")
+    sched = lab.scheduling_numbers(lab.scheduling_step_ms(step_model))
+    cols = st.columns(3)
+    cols[0].metric("Deciding one step", widgets.fmt(sched["scheduler_ms"], "ms"),
+                   help="The median time of Scheduler.schedule() over 15 tries: who runs, how many tokens each.")
+    cols[1].metric("The step it decides", widgets.fmt(sched["step_ms"], "ms", 1),
+                   help=f"{sched['running']} requests decoding at {lab.SCHED_CONTEXT} tokens of context, as the step "
+                        "model predicts it.")
+    cols[2].metric("Share of the step", f"{sched['share']:.1%}")
+    predict.show_verdict(lab.scheduling_verdict(sched, f"the step model: {step_model.label}"), "measured")
+else:
+    st.caption("Commit your guesses above: this part then times the scheduler on this machine.")
 widgets.definitions("\n- **Gap** (ITL) here = time between two consecutive tokens of one of the requests that "
                     "started decoding at t = 0, rebuilt from the engine's step records."
                     "\n- **Step priority**: decode_first hands each step's token budget to the running decodes "
