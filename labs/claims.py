@@ -62,7 +62,9 @@ class Verdict:
     def value_text(self) -> str:
         if not math.isfinite(self.value):
             return "—"
-        return f"{self.value:.0%}" if self.claim.unit == "%" else f"{self.value:.3g}{self.claim.unit}"
+        if self.claim.unit == "%":     # a share under 10% keeps a decimal, as the words beside it do
+            return f"{self.value:.1%}" if abs(self.value) < 0.1 else f"{self.value:.0%}"
+        return f"{self.value:.3g}{self.claim.unit}"
 
 
 def judge(claim_id: str, value: float, shown: str, not_shown: str, undecided: str | None = None,
