@@ -222,6 +222,93 @@ def test_a_new_user_string_does_not_reset_the_per_client_limit(tiny):
         assert httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 200
 
 
+def test_a_byte_budget_per_client_lets_a_burst_through_then_meters_the_rest():
+    from engine.server.limits import ByteBudget
+    b = ByteBudget(rate=1000, burst=3000, max_wait_s=2)
+    assert b.reserve("a", 3000, now=0) == 0                  # a full burst at once
+    assert b.reserve("a", 500, now=0) == 0.5                 # then half a second for 500 bytes more
+    assert b.reserve("a", 2000, now=0.5) == 2.0              # the line of reservations goes on: 1.5 s + 0.5 s
+    assert b.reserve("a", 1000, now=0.5) == float("inf")     # over max_wait_s: refused, nothing reserved
+    assert b.reserve("a", 0, now=0.5) == 2.0
+    assert b.reserve("b", 3000, now=0.5) == 0                # another address has its own bucket
+    assert b.reserve("a", 3000, now=10) == 0                 # refilled, no further than the burst
+    assert b.reserve("a", 1, now=10) == 0.001
+
+
+def test_refusals_are_paced_by_how_many_of_a_clients_are_held_at_once():
+    from engine.server.limits import RefusalPacing
+    pacing = RefusalPacing(ServerLimits(refusal_delay_s=1, max_refusal_delay_s=10, refusals_per_s=20))
+    assert [pacing.hold("a") for _ in range(3)] == [1, 1, 1]          # now and then: the least
+    for _ in range(97):
+        pacing.hold("a")
+    assert pacing.delay("a") == 101 / 20 and pacing.delay("b") == 1   # 100 held: about 20 answers a second
+    for _ in range(500):
+        pacing.hold("a")
+    assert pacing.delay("a") == 10 and pacing.total == 600            # capped
+    for _ in range(600):
+        pacing.release("a")
+    assert pacing.held == {} and pacing.total == 0
+
+
+def test_a_client_sending_big_bodies_in_a_loop_is_metered_and_the_instructor_is_not(tiny):
+    """At 100 kB a second with a 200 kB burst, five bodies of 100 kB from one address take
+    about three seconds (two at once, then one each 1 s); over max_budget_wait_s it is a 429."""
+    limits = ServerLimits(max_body_bytes=100_000, bytes_per_s_per_client=100_000, max_budget_wait_s=1.5,
+                          refusal_delay_s=0.2)
+    body = json.dumps({"prompt": "hi", "max_tokens": 1, "user": "x" * 50, "stop": ["a" * 20] * 4}).encode()
+    body = body[:-1] + b", \"pad\": \"" + b"x" * (100_000 - len(body) - 12) + b'"}'
+    assert len(body) <= 100_000
+    with serving(tiny, limits=limits) as (url, _):
+        start = time.monotonic()
+        codes = [post(url, "/v1/completions", body).status_code for _ in range(3)]
+        assert codes == [200] * 3 and time.monotonic() - start >= 0.9, (codes, time.monotonic() - start)
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(post(url, "/v1/completions", body)))
+                   for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        refused = [r for r in results if r.status_code == 429]
+        assert refused, [r.status_code for r in results]
+        openai_error(refused[0], 429, "bytes a second of request bodies", "per client address")
+        start = time.monotonic()
+        for _ in range(4):
+            assert post(url, "/v1/completions", body, headers=AUTH).status_code == 200
+        assert time.monotonic() - start < 1.0, "the instructor is not metered"
+
+
+def test_a_refusal_for_a_clients_own_limit_is_answered_after_its_retry_after(tiny):
+    long = {"prompt": "x", "max_tokens": 1800, "stream": True, "ignore_eos": True}
+    with serving(tiny, max_inflight_per_client=1, limits=ServerLimits(refusal_delay_s=0.6)) as (url, service):
+        with httpx.stream("POST", url + "/v1/completions", json=long, timeout=30) as a:
+            lines = a.iter_lines()
+            next(lines)
+            start = time.monotonic()
+            r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, timeout=30)
+            openai_error(r, 429, "client (127.0.0.1)")
+            assert time.monotonic() - start >= 0.6
+            start = time.monotonic()                  # the instructor is not held by it
+            assert httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, headers=AUTH,
+                              timeout=30).status_code == 200
+            assert time.monotonic() - start < 0.6
+        wait_for(lambda: service.in_flight() == 0)
+
+
+def test_a_connection_over_the_limit_is_held_a_while_then_closed(tiny):
+    limits = ServerLimits(max_connections_per_client=2, refusal_delay_s=0.8, max_held_connections=1)
+    with serving(tiny, limits=limits) as (url, _):
+        held = [raw_connection(url, "127.0.0.2") for _ in range(2)]
+        start = time.monotonic()
+        extra = raw_connection(url, "127.0.0.2")
+        time.sleep(0.1)
+        beyond = raw_connection(url, "127.0.0.2")           # past max_held_connections: closed at once
+        assert closed_within(beyond, 0.5)
+        assert closed_within(extra, 3) and time.monotonic() - start >= 0.7
+        for s in held + [extra, beyond]:
+            s.close()
+
+
 def test_the_server_caps_its_waiting_line_by_default():
     import argparse
     from engine.cli.serve import SERVE_MAX_WAITING, add_serve_parser

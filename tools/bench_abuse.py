@@ -11,6 +11,10 @@ classroom's network would be) does one of:
   idle       5,000 connections that send nothing
   cpu        a control, not an attack: no network at all, the hostile process only spins on one
              core; what sharing this machine's CPU with it does to the good client
+  neighbour  a control, not an attack: a well-behaved client keeping as many long requests in
+             flight as the per-client limit lets any client keep; what sharing the engine's
+             steps with what a client may fairly ask costs the good client (the floor under
+             the queued attack, which also gets that many in)
 
 The hostile process runs at nice 19 by default (--hostile-nice): it stands for another machine
 on the network, whose CPU is not the server's; on a small box its own busy loop would otherwise
@@ -43,7 +47,7 @@ from collections import Counter
 
 import httpx2 as httpx
 
-ATTACKS = ("megabyte", "queued", "readers", "idle", "cpu")
+ATTACKS = ("megabyte", "queued", "readers", "idle", "cpu", "neighbour")
 HOSTILE_ADDRESS = "127.0.0.2"
 GOOD_BODY = {"prompt": "Write one sentence about the sea.", "max_tokens": 2, "stream": True, "ignore_eos": True}
 
@@ -118,6 +122,13 @@ async def hostile(kind: str, seconds: float, outcomes: Counter) -> None:
             outcomes["read events"] += got > 0
             writer.close()
         await asyncio.gather(*(follow() for _ in range(100)))
+    elif kind == "neighbour":
+        from engine.server.limits import MAX_INFLIGHT_PER_CLIENT
+
+        def one():
+            body = json.dumps({"prompt": "x", "max_tokens": 200, "ignore_eos": True}).encode()
+            return raw_request(post_head("/v1/completions", body), body)
+        await asyncio.gather(*(again_and_again(one) for _ in range(MAX_INFLIGHT_PER_CLIENT)))
     elif kind == "cpu":
         spins = 0
         while time.monotonic() < end:
@@ -276,6 +287,10 @@ def main() -> int:
             print(f"{kind}: p50 TTFT ratio {', '.join(f'{r:.2f}' for r in ratios)} (median {p50(ratios):.2f}): "
                   f"{'within 2x every time' if within == len(ratios) else f'within 2x {within} of {len(ratios)} times'}; "
                   f"{'nothing leaked' if not leaks else f'leaked after {leaks} of {len(ratios)} rounds'}")
+        floor = p50([r for k, r, _, _ in verdicts if k == "neighbour"])
+        if floor == floor and "queued" in args.attacks:       # the neighbour ran: read queued against it
+            print(f"queued against a fair neighbour (as many requests in flight as the limit lets one client "
+                  f"keep): x{p50([r for k, r, _, _ in verdicts if k == 'queued']) / floor:.2f}")
         return 0 if all(p50([r for k, r, _, _ in verdicts if k == kind]) < 2 for kind in args.attacks) \
             and not any(leak for _, _, leak, _ in verdicts) else 1
     finally:

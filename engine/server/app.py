@@ -42,7 +42,7 @@ from ..core.validation import max_prompt_chars
 from . import openai_schema as oa
 from .background import spec_from
 from .lab_feed import MAX_REQUEST_ROWS, LabFeed
-from .limits import ServerLimits, Tokenizing
+from .limits import ByteBudget, RefusalPacing, ServerLimits, Tokenizing
 from .service import EngineService, Stream
 from .text import TextStream
 
@@ -72,6 +72,8 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
     vocab = len(tokenizer)
     max_chars = max_prompt_chars(tokenizer, max_model_len)
     tokenizing = Tokenizing()
+    budget = ByteBudget(limits.bytes_per_s_per_client, 2 * limits.max_body_bytes, limits.max_budget_wait_s)
+    pacing = RefusalPacing(limits)
     feed = LabFeed(service, service.engine.keep_steps or 20_000)
     open_streams = set()                          # answers being streamed now
 
@@ -151,10 +153,30 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
             return None
         return host
 
+    async def refused_late(exc: oa.ApiError, client: str):
+        """A refusal for the client's own limit, held first (RefusalPacing): a client that retries
+        in a loop is answered a few times a second, not as fast as it asks."""
+        try:
+            await asyncio.sleep(pacing.hold(client))
+        finally:
+            pacing.release(client)
+        raise exc
+
     async def generate(http: HttpRequest, chat: bool):
         client = client_of(http)
-        service.admit(client)                     # 429 before reading the body: every cost after is bounded
         try:
+            service.admit(client)                 # 429 before reading the body: every cost after is bounded
+        except oa.ApiError as exc:
+            if exc.status != 429 or client is None:
+                raise
+            await refused_late(exc, client)
+        try:
+            declared = http.headers.get("content-length", "")
+            try:
+                await budget.take(client, min(int(declared) if declared.isdigit() else limits.max_body_bytes,
+                                              limits.max_body_bytes))     # over the size: 413 below
+            except oa.ApiError as exc:
+                await refused_late(exc, client)
             raw = await read_json_body(http, limits, parse=False)
             if len(raw) > PARSE_INLINE_BYTES:     # a long body's JSON is read off the event loop too
                 body = await tokenizing.run(client, oa.read_json, raw, limits.max_body_bytes)

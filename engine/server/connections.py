@@ -7,7 +7,10 @@ for ever, and one client may open as many as it likes until the process runs out
 descriptors. `GuardedHttp` is uvicorn's HTTP protocol (httptools) with three additions:
 
 - at most `max_connections_per_client` open connections per client address: one more is
-  closed as soon as it opens (trusted addresses are exempt);
+  held unread for a while (RefusalPacing), then closed, so that a client reconnecting in a loop
+  is turned away a few times a second and not as fast as it can connect (at most
+  `max_held_connections`, and a quarter of the process's file descriptors, are held at a
+  time; past that one is closed at once); trusted addresses are exempt;
 - a request's headers must be complete within `header_timeout_s` of the connection opening,
   or of the previous answer: otherwise the connection is closed;
 - at most `max_header_bytes` of headers: more gets 431 and the connection closed;
@@ -22,30 +25,39 @@ every open stream with a finish reason and [DONE]), then closes connections as u
 from __future__ import annotations
 
 import json
+import resource
 from collections import defaultdict
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .limits import ServerLimits
+from .limits import RefusalPacing, ServerLimits
 from .openai_schema import error_body
 
 
 def guarded_http(limits: ServerLimits) -> type:
     """An HTTP protocol class enforcing `limits`, with its own count of connections per address."""
     open_from: dict[str, int] = defaultdict(int)
+    pacing = RefusalPacing(limits)                  # connections held before being closed
+    max_held = min(limits.max_held_connections, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
 
     class GuardedHttp(HttpToolsProtocol):
         _header_timer = None
         _header_bytes = 0
         _counted = ""
+        _held = ""
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             host = self.client[0] if self.client else ""
             if host not in limits.trusted_clients:
                 if open_from[host] >= limits.max_connections_per_client:
-                    transport.close()                # no answer: it has not asked anything yet
+                    if pacing.total < max_held:   # no answer: it has not asked anything yet
+                        self._held = host
+                        transport.pause_reading()
+                        self.loop.call_later(pacing.hold(host), transport.close)
+                    else:
+                        transport.close()
                     return
                 open_from[host] += 1
                 self._counted = host
@@ -53,6 +65,9 @@ def guarded_http(limits: ServerLimits) -> type:
 
         def connection_lost(self, exc) -> None:
             self._stop_timer()
+            if self._held:
+                pacing.release(self._held)
+                self._held = ""
             if self._counted:
                 open_from[self._counted] -= 1
                 if not open_from[self._counted]:
