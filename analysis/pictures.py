@@ -64,16 +64,16 @@ def static_vs_continuous(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS) 
     runs = {mode: run_recorded(SchedulerPolicy(mode=mode, max_num_seqs=slots), spec)
             for mode in ("static", "continuous")}
     ends = {mode: max(r["finish_s"] for r in rows) for mode, (rows, _) in runs.items()}
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=[f"static: the batch ends together (last request done at {ends['static']:.2f} s)",
-                                        f"continuous: a free slot is refilled at the next step "
-                                        f"(last done at {ends['continuous']:.2f} s)"])
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.16,
+                        subplot_titles=[f"static: the batch ends together<br>last request done at {ends['static']:.2f} s",
+                                        f"continuous: a free slot is refilled<br>at the next step; last done at "
+                                        f"{ends['continuous']:.2f} s"])
     order = [r["id"] for r in sorted(runs["static"][0], key=lambda r: r["id"])][::-1]
     for i, (rows, moments) in enumerate(runs.values()):
         for bar in _bars(_lanes(rows, moments), show_legend=i == 0):
             fig.add_trace(bar, row=i + 1, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=order, title_text="request", row=i + 1, col=1)
-    fig.update_layout(barmode="overlay", height=460, margin=dict(l=60, r=20, t=60, b=40),
+    fig.update_layout(barmode="overlay", height=500, margin=dict(l=60, r=20, t=80, b=40),
                       legend=dict(orientation="h", y=-0.12))
     fig.update_xaxes(title_text="time (s, cost model)", row=2, col=1)
     n = len(runs["static"][0])
@@ -166,7 +166,7 @@ def kv_preemption(spec: WorkloadSpec = KV_SPEC, kv_tokens: int = KV_TOKENS) -> P
                                  marker=dict(symbol="square", size=14, color=colors[rid])))
     fig.add_trace(go.Scatter(name="free block", x=[None], y=[None], mode="markers", legendgroup="free",
                              marker=dict(symbol="square-open", size=14, color="#999")))
-    fig.update_layout(height=300, margin=dict(l=90, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.25),
+    fig.update_layout(height=330, margin=dict(l=90, r=20, t=60, b=70), legend=dict(orientation="h", y=-0.45),
                       title=dict(text=f"KV cache of {blocks} blocks: step {before.step} → step {after.step}, "
                                       f"{victim} preempted"),
                       xaxis=dict(title=dict(text="KV block"), dtick=1, range=[-0.7, blocks - 0.3]),

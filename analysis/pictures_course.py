@@ -88,8 +88,8 @@ def queue_growth() -> Picture:
         words.append(f"at {load:.0%} of capacity ({rate:.2f} requests/s) the queue reaches "
                      f"{max(len(m.waiting) for m in moments)} at most, a request waits {mean_q:.2f} s for a slot "
                      f"and spends {mean_w:.1f} s in the system on average")
-    fig.update_layout(height=340, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
-                      title=dict(text=f"Waiting requests over time, capacity μ = {mu:.2f} requests/s"),
+    fig.update_layout(height=360, margin=dict(l=60, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.25),
+                      title=dict(text=f"Waiting requests over time<br>capacity μ = {mu:.2f} requests/s"),
                       xaxis=dict(title=dict(text="seconds (simulated)")),
                       yaxis=dict(title=dict(text="waiting requests"), rangemode="tozero"))
     alt = (f"Two runs of the same {course.QUEUE_SPEC.num_requests} requests through the engine's scheduler on the "
@@ -112,8 +112,8 @@ def knee_curve() -> Picture:
     fig.add_trace(go.Scatter(name=f"the knee: {k['max_num_seqs']}", x=[k["tpot_p95_ms"]], y=[k["tok_s"]],
                              mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     fig.add_vline(x=course.KNEE_TPOT_SLO_MS, line_dash="dot", annotation_text=f"TPOT target {course.KNEE_TPOT_SLO_MS} ms")
-    fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
-                      title=dict(text="Throughput against p95 TPOT, one point per max_num_seqs"),
+    fig.update_layout(height=380, margin=dict(l=60, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.25),
+                      title=dict(text="Throughput against p95 TPOT<br>one point per max_num_seqs"),
                       xaxis=dict(title=dict(text="p95 TPOT (ms)"), rangemode="tozero"),
                       yaxis=dict(title=dict(text="output tokens per second"), rangemode="tozero"))
     after = rows[rows.index(k) + 1] if rows.index(k) + 1 < len(rows) else k

@@ -1,5 +1,6 @@
 """The lessons' pictures (analysis/pictures.py, analysis/pictures_course.py) render from simulated
 runs, with alt text, and say what the run shows."""
+import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -90,3 +91,26 @@ def test_a_picture_is_kept_on_disk_under_the_digest_of_the_code_that_draws_it(tm
     monkeypatch.setattr(glue, "code_digest", lambda: "changed-code")   # the code changed: drawn afresh
     glue.picture("kv_preemption")
     assert drawn == [1, 1]
+
+
+PHONE_TITLE_CHARS = 52      # a title line plotly draws at its default size across a 390-px phone screen
+
+
+def title_lines(figure) -> list[str]:
+    """Every line of a figure's title and subplot titles, as drawn (tags taken out)."""
+    texts = [figure.layout.title.text or ""] + [a.text or "" for a in figure.layout.annotations
+                                                if a.yref == "paper" and a.y is not None and a.y >= 1]
+    return [re.sub(r"<[^>]+>", "", line) for t in texts for line in t.split("<br>")]
+
+
+@pytest.mark.parametrize("picture_id", PICTURE_IDS)
+def test_each_pictures_title_fits_a_phone(picture_id):
+    lines = title_lines(PICTURES[picture_id]().figure)
+    assert all(len(line) <= PHONE_TITLE_CHARS for line in lines), [l for l in lines if len(l) > PHONE_TITLE_CHARS]
+
+
+def test_the_title_check_can_fail():
+    import plotly.graph_objects as go
+    too_long = go.Figure(layout=dict(title=dict(text="Waiting requests over time, capacity μ = 1.80 requests/s")))
+    assert max(map(len, title_lines(too_long))) > PHONE_TITLE_CHARS
+    assert max(map(len, title_lines(go.Figure(layout=dict(title=dict(text="Waiting<br>capacity")))))) <= PHONE_TITLE_CHARS
