@@ -73,8 +73,8 @@ def static_vs_continuous(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS) 
         for bar in _bars(_lanes(rows, moments), show_legend=i == 0):
             fig.add_trace(bar, row=i + 1, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=order, title_text="request", row=i + 1, col=1)
-    fig.update_layout(barmode="overlay", height=500, margin=dict(l=60, r=20, t=80, b=40),
-                      legend=dict(orientation="h", y=-0.12))
+    fig.update_layout(barmode="overlay", height=520, margin=dict(l=60, r=20, t=80, b=80),
+                      legend=dict(orientation="h", y=-0.18))
     fig.update_xaxes(title_text="time (s, cost model)", row=2, col=1)
     n = len(runs["static"][0])
     alt = (f"Two timelines of the same {n} requests, all arriving at once, with {slots} batch slots. Each request "
