@@ -28,7 +28,7 @@ page = st.navigation({
          st.Page("app_pages/home.py", title="Home", icon=":material/home:", default=True)],
     "Labs": [lab_page(lab) for lab in LESSON_LABS],
     "Lessons": lesson_pages.pages(),
-    "Shared engines": [st.Page("app_pages/classroom.py", title="Classroom", icon=":material/groups:",
+    "Shared engines": [st.Page("classroom/page.py", title="Classroom", icon=":material/groups:",
                           url_path="classroom"),
                   st.Page("app_pages/external.py", title="Any engine", icon=":material/dns:",
                           url_path="any-engine")],

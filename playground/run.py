@@ -15,14 +15,14 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from engine.core.config import EngineConfig
+from engine.core.config import SLO_KNOBS, EngineConfig
 from engine.core.knobs import changes
 from engine.runs.live import TERMINAL, LiveRun, RunState, Snapshot
 from engine.runs.run import Run
 from engine.runs.workload import PromptMaker
 
 from playground import engines
-from remote.shared_run import LOCAL_KNOBS, SharedRun
+from remote.shared_run import SharedRun
 from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
 from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
 
@@ -230,7 +230,7 @@ class PlaygroundRun:
                 self.live.set_policy(policy)     # a shared server may refuse (no instructor token)
             except ValueError as exc:
                 self._refused = setup
-                kept = [n for n in moved if n in WORKLOAD_KNOBS or n in LOCAL_KNOBS]
+                kept = [n for n in moved if n in WORKLOAD_KNOBS or n in SLO_KNOBS]
                 if not kept:
                     raise
                 # what the server does not hold (the workload, the page's SLO targets) still
@@ -272,7 +272,7 @@ class PlaygroundRun:
     @staticmethod
     def _with_server_policy(setup: Setup, policy: dict) -> Setup:
         """`setup` with the shared server's policy knobs (the SLO targets stay the page's own)."""
-        return setup.changed(**{k: v for k, v in policy.items() if k in KNOBS and k not in LOCAL_KNOBS})
+        return setup.changed(**{k: v for k, v in policy.items() if k in KNOBS and k not in SLO_KNOBS})
 
     def marks(self) -> pd.DataFrame:
         rows = [(d.step, d.t_s, d.label, d.detail, d.knobs) for d in self.decisions]

@@ -29,8 +29,6 @@ from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import KEEP_STEPS, LabStream
 from remote.load import LoadGenerator, now_s, served_model
 
-LOCAL_KNOBS = SLO_KNOBS      # the page's own targets, never sent to the server
-
 
 class SharedRun:
     def __init__(self, url: str, spec: WorkloadSpec, prompts: PromptMaker | None, tenant: str,
@@ -110,7 +108,8 @@ class SharedRun:
         a refusal is a ValueError carrying the server's words."""
         try:
             now = self.control.policy()
-            changes = {k: v for k, v in policy.to_dict().items() if k not in LOCAL_KNOBS and now.get(k) != v}
+            # the targets score runs where they are shown; the server's steps do not need them
+            changes = {k: v for k, v in policy.to_dict().items() if k not in SLO_KNOBS and now.get(k) != v}
             if changes:
                 self.control.set_policy(**changes)
         except LabRefused as exc:

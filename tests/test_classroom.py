@@ -18,7 +18,7 @@ from engine.model.model import load_model
 from remote.load import LoadGenerator
 from test_server import TOKEN, serving
 
-PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "classroom.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "classroom" / "page.py")
 
 
 def array(value) -> np.ndarray:
