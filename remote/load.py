@@ -71,7 +71,9 @@ class ClientRecord:
         return {"id": self.id, "tenant": self.tenant, "arrival_s": self.arrival_s,
                 "first_scheduled_s": self.first_token_s, "first_token_s": self.first_token_s,
                 "finish_s": self.finish_s, "prompt_tokens": self.prompt_tokens,
-                "output_tokens": self.output_tokens, "ttft_s": metrics.ttft(self), "tpot_s": metrics.tpot(self),
+                # while it streams, the tokens received so far (the server's own count comes at the end)
+                "output_tokens": self.output_tokens or len(self.token_times),
+                "ttft_s": metrics.ttft(self), "tpot_s": metrics.tpot(self),
                 "e2e_s": metrics.e2e(self), "queue_s": None, "preemptions": None, "status": self.status.value,
                 "error": self.error, "output_token_ids": "", "output_text": self.text if done else "",
                 "partial_text": "" if done else self.text}

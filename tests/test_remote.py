@@ -81,6 +81,17 @@ def test_engine_choice_from_the_environment():
 # ----------------------------------------------------------------------------- Prometheus
 
 
+def test_a_streaming_requests_row_counts_the_tokens_received_so_far():
+    """The classroom's "your requests" table read TTFT 3.65 s beside 0 tokens: the count came only
+    with the last chunk's usage."""
+    from remote.load import ClientRecord
+    rec = ClientRecord("r1", "amy", 0.0, first_token_s=0.5, token_times=[0.5, 0.6, 0.7])
+    row = rec.row()
+    assert row["status"] == "running" and row["output_tokens"] == 3 and row["ttft_s"] == 0.5
+    rec.output_tokens = 5                                     # the server's usage, at the end
+    assert rec.row()["output_tokens"] == 5
+
+
 def test_prometheus_reader_knows_sglang_tgi_and_vllm_names():
     assert prometheus.gauges(SGLANG) == prometheus.EngineGauges("sglang", 7.0, 3.0, 0.42)
     assert prometheus.gauges(TGI) == prometheus.EngineGauges("tgi", 12.0, 5.0, None)
