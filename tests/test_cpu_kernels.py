@@ -37,7 +37,7 @@ def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
 
 @needs_gcc
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,width", [(1, 576), (2, 576), (1, 50), (3, 64)])
+@pytest.mark.parametrize("rows,width", [(1, 576), (2, 576), (1, 50), (3, 64), (3, 576), (4, 576), (5, 576)])
 def test_few_rows_linear_matches_torch(kernels, dtype, rows, width):
     g = torch.Generator().manual_seed(rows * 100 + width)
     x = torch.randn(rows, width, generator=g).to(dtype)
@@ -93,7 +93,7 @@ def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows", [1, 2, 7, 17, 64, 300])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 8, 9, 17, 64, 300])
 def test_linear_paths_agree(dtype, rows):
     """Every route Linear may take (kernel, packed oneDNN, F.linear) gives F.linear's answer."""
     g = torch.Generator().manual_seed(rows)

@@ -138,25 +138,31 @@ void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K,
         }
 }
 
-/* y[m, n] = sum_k x[m, k] * w[n, k] for one or two rows m (decode at batch 1 or 2).
- * With so few rows there is almost no arithmetic: the time is reading w from memory once.
- * Threads split w's rows into contiguous halves; each reads ROWS rows side by side in plain
- * sequential streams, widening bf16 in registers, and multiplies them with the input rows,
- * which stay in the L1 cache. Independent accumulators (one per weight row and input row) keep
- * the adds from waiting on each other. */
+/* y[m, n] = sum_k x[m, k] * w[n, k] for a few rows m (decode at small batches).
+ * With few rows there is little arithmetic: the time is reading w from memory once. Threads
+ * split w's rows into contiguous halves; each reads ROWS rows side by side in plain sequential
+ * streams, widening bf16 in registers, and multiplies them with the input rows, which stay in
+ * the L1 cache. Independent accumulators (one per weight row and input row) keep the adds from
+ * waiting on each other. More than MAX_M input rows go MAX_M at a time over the same ROWS
+ * weight rows, which the first pass left in the L1/L2 cache: w still comes from memory once. */
 void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
     if (M <= 0) return;                        /* a step where nobody samples: no head rows */
     float *xf = malloc(sizeof(float) * (size_t)M * K);
     load_f32(x, 0, M * K, bf16, xf);
-    int fast = K % VW == 0 && M <= MAX_M;
+    int fast = K % VW == 0;
+    size_t elem = bf16 ? 2 : 4;
     #pragma omp parallel for schedule(static)
     for (int n0 = 0; n0 < N; n0 += ROWS) {
         int rows = N - n0 < ROWS ? N - n0 : ROWS;
         if (fast && rows == ROWS) {
-            if (M == 1 && bf16) rows_times_x(xf, w, y, n0, N, K, 1, 1);
-            else if (M == 1) rows_times_x(xf, w, y, n0, N, K, 1, 0);
-            else if (bf16) rows_times_x(xf, w, y, n0, N, K, 2, 1);
-            else rows_times_x(xf, w, y, n0, N, K, 2, 0);
+            for (int m = 0; m < M; m += MAX_M) {
+                const float *xm = xf + (int64_t)m * K;
+                void *ym = (char *)y + (size_t)m * N * elem;
+                if (M - m == 1 && bf16) rows_times_x(xm, w, ym, n0, N, K, 1, 1);
+                else if (M - m == 1) rows_times_x(xm, w, ym, n0, N, K, 1, 0);
+                else if (bf16) rows_times_x(xm, w, ym, n0, N, K, 2, 1);
+                else rows_times_x(xm, w, ym, n0, N, K, 2, 0);
+            }
         } else {                               /* any width, any rows: one weight row at a time */
             float *wf = malloc(sizeof(float) * (size_t)K);
             for (int r = 0; r < rows; r++) {

@@ -9,8 +9,11 @@ speed. On CPU, measured on a 2-core AMD EPYC (fp32 / bf16 GFLOP/s at M rows, 153
 
 `torch.ops.mkldnn._linear_pointwise` is the kernel torch.compile itself uses for a CPU linear
 layer: the weight is re-laid out once ("packed") into oneDNN's blocked format, so every call
-streams it in the order the kernel wants. For one or two rows (decode at batch 1-2) the hand-
-written cpu_kernels.few_rows_linear reads the weight faster still (27-35 GB/s against 24).
+streams it in the order the kernel wants. For up to FEW_ROWS rows (decode at small batches)
+the hand-written cpu_kernels.few_rows_linear is faster still: it reads the weight once, in plain
+streams, and for more than two rows goes over each small block of it again from the cache.
+Past eight rows oneDNN's blocked kernel wins on the wider weights (`tools/bench_linear_rows.py`
+measures where on this machine).
 Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
 tensors are used as they are; the packed copy is oneDNN's.
 
@@ -68,6 +71,7 @@ def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return stacked
 
 
+FEW_ROWS = 8             # up to this many rows the hand-written kernel multiplies
 EXACT_ROWS = 16          # up to this many rows (decode batches) are multiplied as they are
 SIZES_PER_DOUBLING = 8
 
@@ -95,7 +99,7 @@ class Linear:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None and x.shape[0] <= 2:
+        if self.kernels is not None and x.shape[0] <= FEW_ROWS:
             return self.kernels.few_rows_linear(x.contiguous(), self.weight)
         if self.packed is not None:
             rows = x.shape[0]
