@@ -17,7 +17,7 @@ from ..runs.build import build_engine
 from ..core.config import EngineConfig, SchedulerPolicy
 from ..core.request import Request
 from ..core.scheduler import Scheduler
-from ..sim.step_times import measure_batch_scaling, schedule_time_ms
+from ..sim.step_times import measure_batch_scaling, time_scheduling
 from ..runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from .flags import add_knob_flags, add_model_flags
 
@@ -185,7 +185,7 @@ def bench_command(args) -> int:
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")
     for n in (1000, 10000):
-        times = ", ".join(f"{order} {schedule_time_ms(n, order=order):.3f}" for order in ("fcfs", "sjf", "fair"))
+        times = ", ".join(f"{order} {time_scheduling(n, order=order)[0]:.3f}" for order in ("fcfs", "sjf", "fair"))
         print(f"scheduling one step with {n:,} waiting: {times} ms")
     results = []
     for dtype in args.dtype.split(","):

@@ -153,31 +153,37 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
             return None
         return host
 
-    async def refused_late(exc: oa.ApiError, client: str):
-        """A refusal for the client's own limit, held first (RefusalPacing): a client that retries
-        in a loop is answered a few times a second, not as fast as it asks."""
-        try:
-            await asyncio.sleep(pacing.hold(client))
-        finally:
-            pacing.release(client)
+    async def refused(exc: oa.ApiError, client: str | None):
+        """Raise `exc`; a 429 for a client's own limit is held first (RefusalPacing): a client that
+        retries in a loop is answered a few times a second, not as fast as it asks."""
+        if exc.status == 429 and client is not None:
+            try:
+                await asyncio.sleep(pacing.hold(client))
+            finally:
+                pacing.release(client)
         raise exc
+
+    async def take_place(http: HttpRequest, client: str | None) -> None:
+        """Before the body is read: the client's place (429 over its requests in flight), the body's
+        declared type and size (415, 413), and its bytes from the client's budget (a wait, or 429).
+        The place is the caller's to give back once this returned."""
+        try:
+            service.admit(client)
+        except oa.ApiError as exc:
+            await refused(exc, client)
+        try:
+            await budget.take(client, body_bytes(http, limits))
+        except BaseException as exc:                # refused, or the client went away while it waited
+            service.release(client)
+            if isinstance(exc, oa.ApiError):
+                await refused(exc, client)
+            raise
 
     async def generate(http: HttpRequest, chat: bool):
         client = client_of(http)
+        await take_place(http, client)            # every cost after this is bounded
         try:
-            service.admit(client)                 # 429 before reading the body: every cost after is bounded
-        except oa.ApiError as exc:
-            if exc.status != 429 or client is None:
-                raise
-            await refused_late(exc, client)
-        try:
-            declared = http.headers.get("content-length", "")
-            try:
-                await budget.take(client, min(int(declared) if declared.isdigit() else limits.max_body_bytes,
-                                              limits.max_body_bytes))     # over the size: 413 below
-            except oa.ApiError as exc:
-                await refused_late(exc, client)
-            raw = await read_json_body(http, limits, parse=False)
+            raw = await read_body_within(http, limits)
             if len(raw) > PARSE_INLINE_BYTES:     # a long body's JSON is read off the event loop too
                 body = await tokenizing.run(client, oa.read_json, raw, limits.max_body_bytes)
             else:
@@ -342,22 +348,35 @@ def check_instructor(http: HttpRequest, token: str, what: str) -> None:
         raise oa.ApiError(403, "wrong instructor token")
 
 
-async def read_json_body(http: HttpRequest, limits: ServerLimits, parse: bool = True):
-    """The body as a JSON object (or its bytes, not `parse`): sent as application/json (415),
-    declared and read within the size limit (413) and within the body timeout (408)."""
+def body_bytes(http: HttpRequest, limits: ServerLimits) -> int:
+    """The bytes a body will take, from its headers alone: sent as application/json (415) and
+    declared within the size limit (413); a body of no declared length counts as the limit."""
     kind = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
         raise oa.ApiError(415, f"the body must be sent as application/json (got {oa.short(kind or 'no content type', 60)})")
     declared = http.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+    if not declared.isdigit():
+        return limits.max_body_bytes
+    if int(declared) > limits.max_body_bytes:
         raise oa.ApiError(413, f"request body is {int(declared):,} bytes: over {limits.max_body_bytes:,}, the limit")
+    return int(declared)
+
+
+async def read_body_within(http: HttpRequest, limits: ServerLimits) -> bytes:
+    """The body's bytes, read within the size limit (413) and within the body timeout (408)."""
     try:
         raw = await asyncio.wait_for(read_body(http, limits.max_body_bytes), limits.body_timeout_s)
     except asyncio.TimeoutError:
         raise oa.ApiError(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
     if len(raw) > limits.max_body_bytes:
         raise oa.ApiError(413, f"request body is over {limits.max_body_bytes:,} bytes, the limit")
-    return oa.read_json(raw, limits.max_body_bytes) if parse else raw
+    return raw
+
+
+async def read_json_body(http: HttpRequest, limits: ServerLimits) -> dict:
+    """The body as a JSON object: its headers checked (body_bytes), then read (read_body_within)."""
+    body_bytes(http, limits)
+    return oa.read_json(await read_body_within(http, limits), limits.max_body_bytes)
 
 
 async def read_body(http: HttpRequest, limit_bytes: int) -> bytes:

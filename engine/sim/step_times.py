@@ -4,7 +4,7 @@ scheduler takes to decide one step.
 The step measurements run the real forward (packed, over the paged KV cache) on stand-in prompts.
 `measure_step_times` runs whole engine runs and reads their step records (the About page);
 `measure_batch_scaling` drives the executor by hand, one decode step at a time, for the
-"why batch" lab. `schedule_time_ms` times the scheduler alone (no model): `engine bench` and the
+"why batch" lab. `time_scheduling` times the scheduler alone (no model): `engine bench` and the
 costs lab's scheduling part.
 """
 from __future__ import annotations
@@ -108,8 +108,3 @@ def time_scheduling(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) 
         times.append(time.perf_counter() - t)
         running = len(plan.chunks)
     return statistics.median(times) * 1000, running
-
-
-def schedule_time_ms(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> float:
-    """time_scheduling's median, in ms."""
-    return time_scheduling(n_waiting, order, reps)[0]
