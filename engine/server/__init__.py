@@ -6,6 +6,7 @@
     background.py     background load for a classroom, drawn by engine.arrivals
     app.py            the FastAPI routes, and OpenAI's error shape for every error
     limits.py         what one client may cost (per address), who is exempt, tokenizing off the event loop
+    bodies.py         a request body read within the limits (415, 413, 408)
     connections.py    uvicorn's protocol with per-address connection caps and header timeouts; a stop
                       that ends every stream first
     lab_feed.py       the engine read once for every /lab reader

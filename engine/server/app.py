@@ -42,6 +42,7 @@ from ..core.validation import max_prompt_chars
 from . import openai_schema as oa
 from .background import spec_from
 from .lab_feed import MAX_REQUEST_ROWS, LabFeed
+from .bodies import body_bytes, read_body_within, read_json_body
 from .limits import ByteBudget, RefusalPacing, ServerLimits, Tokenizing
 from .service import EngineService, Stream
 from .text import TextStream
@@ -346,47 +347,6 @@ def check_instructor(http: HttpRequest, token: str, what: str) -> None:
         raise oa.ApiError(401, f"{what} needs the instructor token (Authorization: Bearer TOKEN)")
     if not is_instructor(http, token):
         raise oa.ApiError(403, "wrong instructor token")
-
-
-def body_bytes(http: HttpRequest, limits: ServerLimits) -> int:
-    """The bytes a body will take, from its headers alone: sent as application/json (415) and
-    declared within the size limit (413); a body of no declared length counts as the limit."""
-    kind = http.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise oa.ApiError(415, f"the body must be sent as application/json (got {oa.short(kind or 'no content type', 60)})")
-    declared = http.headers.get("content-length", "")
-    if not declared.isdigit():
-        return limits.max_body_bytes
-    if int(declared) > limits.max_body_bytes:
-        raise oa.ApiError(413, f"request body is {int(declared):,} bytes: over {limits.max_body_bytes:,}, the limit")
-    return int(declared)
-
-
-async def read_body_within(http: HttpRequest, limits: ServerLimits) -> bytes:
-    """The body's bytes, read within the size limit (413) and within the body timeout (408)."""
-    try:
-        raw = await asyncio.wait_for(read_body(http, limits.max_body_bytes), limits.body_timeout_s)
-    except asyncio.TimeoutError:
-        raise oa.ApiError(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
-    if len(raw) > limits.max_body_bytes:
-        raise oa.ApiError(413, f"request body is over {limits.max_body_bytes:,} bytes, the limit")
-    return raw
-
-
-async def read_json_body(http: HttpRequest, limits: ServerLimits) -> dict:
-    """The body as a JSON object: its headers checked (body_bytes), then read (read_body_within)."""
-    body_bytes(http, limits)
-    return oa.read_json(await read_body_within(http, limits), limits.max_body_bytes)
-
-
-async def read_body(http: HttpRequest, limit_bytes: int) -> bytes:
-    """The body, read no further than one byte past the limit (read_json then names the limit)."""
-    raw = bytearray()
-    async for part in http.stream():
-        raw += part
-        if len(raw) > limit_bytes:
-            break
-    return bytes(raw)
 
 
 async def or_gone(awaitable, http: HttpRequest):
