@@ -413,7 +413,12 @@ def test_review_steps_the_views_and_the_headline(server, browser, left):
     for _ in range(5):                                   # a learner's presses, not a key held down
         page.keyboard.press("ArrowRight")
         page.wait_for_timeout(250)
-    k = int(thumb.get_attribute("aria-valuenow") or thumb.input_value())
+    def slider_at() -> int:
+        return int(thumb.get_attribute("aria-valuenow") or thumb.input_value())
+    k, again = slider_at(), None                         # the slider's own state can lag the last press:
+    while again != k:                                    # read it until two reads half a second apart agree
+        page.wait_for_timeout(500)
+        k, again = slider_at(), k
     assert 1 <= k < 25, k
     caption = page.locator("[data-testid=stCaptionContainer]", has_text=re.compile(r"^Step \d+ at"))
     wait_until(lambda: caption.inner_text().startswith(f"Step {k} at") and last_step_shown(page) == k,
