@@ -222,7 +222,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     whenever the batch was empty at some point in the SLOT_WARMUP_STEPS before the shown
     window (see slot_grid for the row rule); colours follow request_hues.
     """
-    title = "Batch membership: who runs in each step"
+    title = "Batch membership by step"
     good = ("One colour per request (hover or label: its id); ╱\u00a0=\u00a0prefill step, plain = "
             "decode step, grey = empty slot (blank: above that step's max_num_seqs). Good: few grey cells — "
             "a grey cell is a slot that did no work.")

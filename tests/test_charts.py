@@ -1,5 +1,6 @@
 """Chart builders: small hand-built tables with answers worked out by hand."""
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -392,7 +393,21 @@ def test_bench_trace_and_every_builder_run():
             continue
         fig = drawn(out)
         assert fig.layout.title.text and fig.layout.title.subtitle.text, name
+        assert fits_a_phone(fig.layout.title.text), (name, fig.layout.title.text)
         fig.to_json()
+
+
+PHONE_TITLE_CHARS = 32     # a live chart's title (16 px) across a 390-px phone screen, beside the chart's margins
+
+
+def fits_a_phone(title: str) -> bool:
+    return all(len(re.sub(r"<[^>]+>", "", line)) <= PHONE_TITLE_CHARS for line in title.split("<br>"))
+
+
+def test_the_phone_title_check_can_fail():
+    # cut off on a phone as "Batch membership: who runs in each s…"
+    assert not fits_a_phone("Batch membership: who runs in each step")
+    assert fits_a_phone("Batch membership by step")
 
 
 # ------------------------------------------------------------------------- readable without colour
