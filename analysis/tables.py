@@ -16,14 +16,22 @@ import pandas as pd
 from engine.core.metrics import LIVE_REQUEST_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, Counts, Retired, step_row
 from engine.runs.run_files import step_csv_row, write_csv
 
-MARK_COLUMNS = ["step", "t_s", "label"]
+# One row per change mark (engine.core.engine.PolicyMark): the short label drawn on the charts,
+# every change for the hover, and the names of the knobs changed.
+MARK_COLUMNS = ["step", "t_s", "label", "detail", "knobs"]
+
+
+def marks_table(marks) -> pd.DataFrame:
+    """PolicyMarks, oldest first, as the marks table."""
+    rows = [(m.step, m.t_s, m.label, m.detail or m.label, tuple(m.knobs)) for m in marks]
+    return pd.DataFrame(sorted(rows, key=lambda row: row[1]), columns=MARK_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
 class Tables:
     steps: pd.DataFrame       # STEP_COLUMNS (steps.csv)
     requests: pd.DataFrame    # LIVE_REQUEST_COLUMNS: requests.csv's + TPOT so far and the text so far
-    marks: pd.DataFrame       # step, t_s, label: policy and workload changes
+    marks: pd.DataFrame       # MARK_COLUMNS: policy and workload changes
     retired: Retired = field(default_factory=Retired)   # a live run's counts beyond its window
     counts: Counts | None = None   # the whole run's requests now (None: read them off the latest step)
 
@@ -59,13 +67,11 @@ class TraceTables:
             self._steps = pd.DataFrame(self._cols, copy=True)
         return self._steps
 
-    def update(self, snapshot, extra_marks=()) -> Tables:
+    def update(self, snapshot) -> Tables:
         requests = pd.DataFrame.from_records(list(snapshot.requests),
                                              columns=LIVE_REQUEST_COLUMNS)
-        marks = [(m.step, m.t_s, m.label) for m in snapshot.marks] + list(extra_marks)
-        marks.sort(key=lambda m: m[1])
-        return Tables(self.steps(snapshot.steps), requests,
-                      pd.DataFrame(marks, columns=MARK_COLUMNS), snapshot.retired, snapshot.counts)
+        return Tables(self.steps(snapshot.steps), requests, marks_table(snapshot.marks),
+                      snapshot.retired, snapshot.counts)
 
 
 def _csv(rows, columns) -> str:

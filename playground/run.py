@@ -5,17 +5,16 @@ The page holds one PlaygroundRun per browser session (playground.slot). Slider c
 the running engine as decisions: `apply_when_rested(setup, now)`, called on every refresh,
 waits until the sliders have rested for REST_S, then applies every knob that changed since
 the last decision at once. Policy and SLO changes take effect at the engine's next step,
-workload changes apply to arrivals from then on, and each decision is one mark on the time
-axis, with a short label and the full list of changes. No Streamlit.
+workload changes apply to arrivals from then on, and each decision is one of the run's change
+marks on the time axis (Run.mark), with a short label and the full list of changes. No Streamlit.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import pandas as pd
-
-from engine.core.config import SLO_KNOBS, EngineConfig
+from engine.core.config import SLO_KNOBS, EngineConfig, SchedulerPolicy
+from engine.core.engine import PolicyMark
 from engine.core.knobs import changes
 from engine.runs.live import TERMINAL, LiveRun, RunState, Snapshot
 from engine.runs.run import Run
@@ -24,19 +23,15 @@ from engine.runs.workload import PromptMaker
 from playground import engines
 from remote.shared_run import SharedRun
 from playground.setup import KNOBS, KV_POOL_TOKENS, WORKLOAD_KNOBS, Setup
-from analysis.tables import MARK_COLUMNS, Tables, TraceTables, requests_csv, steps_csv
+from analysis.tables import Tables, TraceTables, requests_csv, steps_csv
 
 REST_S = 0.4          # a slider change is applied once the sliders have rested this long
-# The marks table: step, t_s, label (short, drawn on the charts), then the full list of changes
-# (for hover) and the names of the knobs changed.
-DECISION_COLUMNS = MARK_COLUMNS + ["detail", "knobs"]
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Knobs changed together and applied at one engine step: one mark on the time axis."""
-    step: int                        # the first engine step that runs with them
-    t_s: float
+    """Knobs changed together and applied at one engine step (one mark on the time axis), and
+    what the page tells the learner about them."""
     changes: tuple[str, ...]         # in effect now: 'max_num_seqs 8→2', 'workload: rate 4.0→5.0'
     knobs: tuple[str, ...]           # the names of the knobs in `changes`
     held: tuple[str, ...] = ()       # workload changes with nothing left to act on: every request
@@ -46,10 +41,7 @@ class Decision:
     @property
     def label(self) -> str:
         """Short, for the chart: the first change, and how many more."""
-        if not self.changes:
-            return ""
-        more = len(self.changes) - 1
-        return self.changes[0] + (f" +{more} more" if more else "")
+        return PolicyMark.short(self.changes)
 
     @property
     def detail(self) -> str:
@@ -96,7 +88,6 @@ class PlaygroundRun:
                 raise ValueError("the shared server needs the app attached to one (BATCHING_LAB_ENGINE_URL)")
             self.live = SharedRun(seat.url, setup.workload(), PromptMaker(model.tokenizer), seat.tenant, seat.token,
                                   is_alive=is_alive, idle_timeout_s=idle_timeout_s)
-            setup = self._with_server_policy(setup, self.live.policy().to_dict())
         else:
             if self.simulated:
                 engine = dict(cost=self.cost, prompts=PromptMaker(model.tokenizer), speed=speed)
@@ -104,8 +95,7 @@ class PlaygroundRun:
                 engine = dict(model=model)
             self.live = LiveRun(setup.policy(), setup.workload(), config=config, is_alive=is_alive,
                                 idle_timeout_s=idle_timeout_s, **engine)
-        self.setup = setup
-        self.decisions: list[Decision] = []  # those whose step is still in the run's window
+        self.setup = self._in_effect(setup, self.live.policy())    # a shared server's policy is the server's
         self.proposed: Setup | None = None   # a setup waiting for the sliders to rest
         self.proposed_at = 0.0
         self._refused: Setup | None = None   # the last setup refused: not retried on every refresh
@@ -227,7 +217,7 @@ class PlaygroundRun:
         refused = ""
         if len(workload) < len(moved):
             try:
-                self.live.set_policy(policy)     # a shared server may refuse (no instructor token)
+                self.live.set_policy(policy, mark=False)   # a shared server may refuse (no instructor token)
             except ValueError as exc:
                 self._refused = setup
                 kept = [n for n in moved if n in WORKLOAD_KNOBS or n in SLO_KNOBS]
@@ -243,11 +233,9 @@ class PlaygroundRun:
             self.live.set_workload(spec)
         held = workload if self.live.exhausted else []
         in_effect = [name for name in moved if name not in held]
-        decision = Decision(self.live.step_count, self.live.now(),
-                            tuple(("workload: " if n in WORKLOAD_KNOBS else "") + moved[n] for n in in_effect),
+        decision = Decision(tuple(("workload: " if n in WORKLOAD_KNOBS else "") + moved[n] for n in in_effect),
                             tuple(in_effect), tuple(moved[n] for n in held), refused)
-        if decision.changes:
-            self.decisions.append(decision)
+        self.live.mark(*decision.changes, knobs=decision.knobs)    # one mark for the whole decision
         return decision
 
     # ----- reading
@@ -259,21 +247,12 @@ class PlaygroundRun:
         return steps_csv(self.live.snapshot(summary=False))
 
     def read(self) -> tuple[Snapshot, Tables]:
-        """A snapshot and its tables; the marks are this run's decisions (DECISION_COLUMNS)."""
+        """A snapshot and its tables (the marks: every change in the run's window)."""
         snap = self.live.snapshot(summary=False)    # the page's headline comes from the tables
-        if self.seat is not None:                    # someone else may have changed the server's policy
-            self.setup = self._with_server_policy(self.setup, snap.policy.to_dict())
-        if snap.steps:                               # decisions leave with the steps they marked
-            first = snap.steps[0].step
-            self.decisions = [d for d in self.decisions if d.step >= first]
-        tables = self._tables.update(replace(snap, marks=()))
-        return snap, replace(tables, marks=self.marks())
+        self.setup = self._in_effect(self.setup, snap.policy)    # someone may have changed a shared server's
+        return snap, self._tables.update(snap)
 
     @staticmethod
-    def _with_server_policy(setup: Setup, policy: dict) -> Setup:
-        """`setup` with the shared server's policy knobs (the SLO targets stay the page's own)."""
-        return setup.changed(**{k: v for k, v in policy.items() if k in KNOBS and k not in SLO_KNOBS})
-
-    def marks(self) -> pd.DataFrame:
-        rows = [(d.step, d.t_s, d.label, d.detail, d.knobs) for d in self.decisions]
-        return pd.DataFrame(rows, columns=DECISION_COLUMNS)
+    def _in_effect(setup: Setup, policy: SchedulerPolicy) -> Setup:
+        """`setup` with the run's live policy knobs (the SLO targets stay the page's own)."""
+        return setup.changed(**{k: v for k, v in policy.to_dict().items() if k in KNOBS and k not in SLO_KNOBS})

@@ -24,8 +24,8 @@ def arrived_text(arrived: int, setup: Setup) -> str:
 
 
 def last_change_step(marks: pd.DataFrame, knob: str) -> int | None:
-    """The step of the latest mark that changed `knob` (marks with a "knobs" column), if any."""
-    if len(marks) == 0 or "knobs" not in marks.columns:
+    """The step of the latest mark that changed `knob`, if any."""
+    if len(marks) == 0:
         return None
     hits = marks[marks["knobs"].map(lambda names: knob in names)]
     return int(hits["step"].max()) if len(hits) else None

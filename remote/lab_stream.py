@@ -14,8 +14,8 @@ from collections import deque
 import httpx2 as httpx
 import pandas as pd
 
-from analysis.tables import MARK_COLUMNS, Tables, TraceTables
-from engine.core.engine import StepRecord
+from analysis.tables import Tables, TraceTables, marks_table
+from engine.core.engine import PolicyMark, StepRecord
 from engine.core.metrics import LIVE_REQUEST_COLUMNS
 
 KEEP_STEPS = 2000          # as a LiveRun keeps
@@ -25,6 +25,11 @@ REQUEST_ROWS = 500         # recent request rows asked for at each poll
 def step_record(d: dict) -> StepRecord:
     """A step as /lab/steps sends it -> the engine's StepRecord, members as tuples again."""
     return StepRecord(**{**d, "members": tuple((str(rid), str(phase), int(n)) for rid, phase, n in d["members"])})
+
+
+def mark_of(d: dict) -> PolicyMark:
+    """A change mark as /lab/steps sends it -> the engine's PolicyMark."""
+    return PolicyMark(d["step"], d["t_s"], d["label"], d.get("detail", ""), tuple(d.get("knobs", ())))
 
 
 class LabStream:
@@ -43,12 +48,11 @@ class LabStream:
     def poll(self) -> Tables:
         rows, marks = self.read()
         requests = pd.DataFrame.from_records(rows, columns=LIVE_REQUEST_COLUMNS)
-        marks = pd.DataFrame([(m["step"], m["t_s"], m["label"]) for m in marks], columns=MARK_COLUMNS)
-        return Tables(self._tables.steps(list(self.steps)), requests, marks)   # counts: the latest step's
+        return Tables(self._tables.steps(list(self.steps)), requests, marks_table(marks))   # counts: the latest step's
 
-    def read(self) -> tuple[list[dict], list[dict]]:
+    def read(self) -> tuple[list[dict], list[PolicyMark]]:
         """Take in the steps since the last read (self.steps), and return the recent request rows
-        and the policy marks, as the server sends them."""
+        as the server sends them, and its change marks."""
         if self.next_step is None:              # joining: the recent window, not the whole history
             latest = self._get("/lab/steps", {"stream": "false"})["next"]
             self.next_step = max(0, latest - self.steps.maxlen)
@@ -62,7 +66,8 @@ class LabStream:
         if self.origin_s is None and self.steps:
             self.origin_s, self.from_start = self.steps[0].t_start_s, self.steps[0].step == 0
         self.next_step = got["next"]
-        return self._get("/lab/requests", {"limit": self.request_rows})["requests"], got["marks"]
+        marks = [mark_of(m) for m in got["marks"]]
+        return self._get("/lab/requests", {"limit": self.request_rows})["requests"], marks
 
     def close(self) -> None:
         self.http.close()

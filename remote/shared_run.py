@@ -22,12 +22,17 @@ import httpx2 as httpx
 
 from engine.runs.arrivals import ArrivalFeed
 from engine.core.config import SLO_KNOBS, SchedulerPolicy
+from engine.core.engine import PolicyMark
 from engine.runs.live import RunState, Snapshot
 from engine.core.metrics import Counts
 from engine.runs.workload import PromptMaker, WorkloadSpec
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import KEEP_STEPS, LabStream
 from remote.load import LoadGenerator, now_s, served_model
+
+
+# The knobs the server holds (its policy, but for the SLO targets, which stay each page's own)
+SERVER_KNOBS = frozenset(SchedulerPolicy.__dataclass_fields__) - frozenset(SLO_KNOBS)
 
 
 class SharedRun:
@@ -49,6 +54,7 @@ class SharedRun:
         self._sent_s = 0.0                      # feed time covered before the latest pause
         self._started_at: float | None = None   # local time the feed (re)started
         self._frozen: Snapshot | None = None
+        self._marks: list[PolicyMark] = []      # this page's own changes (its workload, its targets)
         self._last = Snapshot(RunState.IDLE, 0.0, (), (), (), SchedulerPolicy(), spec, {}, 0)   # the latest window read
         self._closed = False
         self.is_alive, self.idle_timeout_s = is_alive, idle_timeout_s
@@ -103,9 +109,10 @@ class SharedRun:
     def set_speed(self, speed: float) -> None:
         pass                                     # a real engine runs in real time
 
-    def set_policy(self, policy: SchedulerPolicy) -> None:
+    def set_policy(self, policy: SchedulerPolicy, mark: bool = True) -> None:
         """Send the knobs that differ from the server's policy (the instructor token's work);
-        a refusal is a ValueError carrying the server's words."""
+        a refusal is a ValueError carrying the server's words. The server marks every policy
+        change it makes, for everyone attached (`mark` has nothing to add)."""
         try:
             now = self.control.policy()
             # the targets score runs where they are shown; the server's steps do not need them
@@ -119,6 +126,15 @@ class SharedRun:
 
     def set_workload(self, spec: WorkloadSpec) -> None:
         self.generator.change_feed(self.feed, spec, self._feed_now())
+
+    def mark(self, *changes: str, knobs: tuple[str, ...] = ()) -> None:
+        """Mark this page's own changes on its charts: the server marks its policy's changes
+        itself, so those (named in `knobs`, one per change) are left to it."""
+        if len(knobs) == len(changes):
+            own = [i for i, k in enumerate(knobs) if k not in SERVER_KNOBS]
+            changes, knobs = tuple(changes[i] for i in own), tuple(knobs[i] for i in own)
+        if changes:
+            self._marks.append(PolicyMark.of(self.step_count, self.now(), changes, knobs))
 
     @property
     def arrived(self) -> int:
@@ -154,7 +170,7 @@ class SharedRun:
         if self._frozen is not None and self.state in (RunState.PAUSED, RunState.ERROR):
             return self._frozen
         try:
-            rows, _ = self.stream.read()
+            rows, marks = self.stream.read()
             if self.stream.steps:
                 self._seen_at = (self.stream.steps[-1].t_end_s, now_s())
             policy = SchedulerPolicy(**self.control.policy())
@@ -167,7 +183,10 @@ class SharedRun:
             self.state = RunState.FINISHED
         steps = tuple(self.stream.steps)
         counts = Counts.of_step(steps[-1]) if steps else Counts()   # the shared engine's, at its latest step
-        self._last = Snapshot(self.state, self.now(), steps, tuple(rows), (), policy,
+        if steps:                                # this page's marks leave with the steps they marked
+            self._marks = [m for m in self._marks if m.step >= steps[0].step]
+        marks = tuple(sorted(marks + self._marks, key=lambda m: m.t_s))
+        self._last = Snapshot(self.state, self.now(), steps, tuple(rows), marks, policy,
                               self.feed.spec, {}, self.feed.count, self.message, counts=counts)
         return self._last
 

@@ -5,12 +5,12 @@ rejected" beside "rejected: 0")."""
 import pandas as pd
 import pytest
 
-from analysis.tables import Tables
+from analysis.tables import MARK_COLUMNS, Tables
 from engine.core.engine import StepRecord
 from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS, step_row
 from engine.model.model import load_model
 from playground.checks import check
-from playground.run import DECISION_COLUMNS, REST_S, PlaygroundRun
+from playground.run import REST_S, PlaygroundRun
 from playground.setup import Setup
 from playground.status import status_text
 
@@ -43,7 +43,7 @@ def test_five_arrow_presses_in_a_row_make_exactly_one_change_and_one_mark(lab):
     assert lab.live.engine.policy.max_num_seqs == 11 and not lab.pending
     assert lab.apply_when_rested(setup, t + 5) is None                       # nothing more to do
     _, tables = lab.read()
-    assert list(tables.marks.columns) == DECISION_COLUMNS
+    assert list(tables.marks.columns) == MARK_COLUMNS
     assert list(tables.marks["label"]) == ["max_num_seqs 16→11"]
     assert len(lab.live.engine.marks) == 1
 
@@ -64,7 +64,7 @@ def test_moving_a_slider_back_before_it_rests_changes_nothing(lab):
     assert lab.apply_when_rested(lab.setup.changed(max_num_seqs=3), 0.0) is None
     assert lab.apply_when_rested(BATCH, 0.1) is None and not lab.pending
     assert lab.apply_when_rested(BATCH, 5.0) is None
-    assert lab.decisions == [] and lab.live.engine.marks == []
+    assert lab.live.engine.marks == []
 
 
 def test_a_refused_setup_is_reported_once_then_left_alone(lab):
@@ -73,7 +73,7 @@ def test_a_refused_setup_is_reported_once_then_left_alone(lab):
     with pytest.raises(ValueError, match="max_num_seqs must be at least 1"):
         lab.apply_when_rested(bad, REST_S)
     assert lab.apply_when_rested(bad, 2 * REST_S) is None and not lab.pending
-    assert lab.setup == BATCH and lab.decisions == []
+    assert lab.setup == BATCH and lab.live.engine.marks == []
 
 
 def test_a_workload_change_after_the_last_arrival_is_not_called_applied(lab):
@@ -82,7 +82,7 @@ def test_a_workload_change_after_the_last_arrival_is_not_called_applied(lab):
     decision = lab.apply(lab.setup.changed(rate=2.0))
     assert decision.changes == () and decision.held == ("rate 0.0→2.0",)
     assert not decision.message.startswith("Applied") and "Every request has arrived" in decision.message
-    assert lab.decisions == []                           # nothing happened: no mark
+    assert lab.live.engine.marks == []                   # nothing happened: no mark
     decision = lab.apply(lab.setup.changed(num_requests=20))     # more requests: this acts
     assert decision.changes == ("workload: num_requests 12→20",) and not decision.held
     decision = lab.apply(lab.setup.changed(continuous=True))    # rate 2.0: traffic without end
@@ -105,7 +105,7 @@ def test_the_largest_batch_is_read_since_max_num_seqs_last_changed():
     steps = steps_frame([8] * 11 + [2] * 4, [8] * 11 + [2] * 4)
     marks = pd.DataFrame([(10, 1.0, "max_num_seqs 8→2", "max_num_seqs 8→2", ("max_num_seqs",)),
                           (12, 1.2, "workload: rate 4.0→5.0", "workload: rate 4.0→5.0", ("rate",))],
-                         columns=DECISION_COLUMNS)
+                         columns=MARK_COLUMNS)
     line = status_text("running", Tables(steps, EMPTY_REQUESTS, marks), Setup(max_num_seqs=2), 40)
     assert "largest batch since the change at step 10: 2 of 2 slots" in line
     assert "8 of 2" not in line and "40 arrived = 36 waiting + 2 running + 2 finished (continuous)" in line

@@ -15,7 +15,7 @@ import time
 import pandas as pd
 
 from analysis import frame_metrics, kv, latency, membership, queue_charts
-from analysis.tables import MARK_COLUMNS
+from analysis.tables import marks_table
 from engine.runs.arrivals import build_requests
 from engine.runs.build import build_engine
 from engine.core.config import EngineConfig, SchedulerPolicy
@@ -59,7 +59,7 @@ def synthetic_trace(n_requests: int = 2000, n_steps: int = 20000, max_slots: int
                          "raise n_steps or lower n_requests")
     return (pd.DataFrame([step_row(s) for s in engine.steps], columns=STEP_COLUMNS),
             pd.DataFrame([request_row(r) for r in engine.requests.values()], columns=REQUEST_COLUMNS),
-            pd.DataFrame([(m.step, m.t_s, m.label) for m in engine.marks], columns=MARK_COLUMNS))
+            marks_table(engine.marks))
 
 
 def builders(steps, requests, marks, max_slots):

@@ -59,9 +59,23 @@ class StepRecord:
 
 @dataclass(slots=True, frozen=True)
 class PolicyMark:
+    """Changes that took effect together at one step (policy, workload): one mark on the time axis."""
     step: int
     t_s: float
-    label: str
+    label: str                        # short, drawn on the charts: the first change, and how many more
+    detail: str = ""                  # every change, for the mark's hover
+    knobs: tuple[str, ...] = ()       # the names of the knobs changed, where known
+
+    @classmethod
+    def of(cls, step: int, t_s: float, changes: tuple[str, ...], knobs: tuple[str, ...] = ()) -> "PolicyMark":
+        """One mark for changes made at once ('max_num_seqs 8→2', in words)."""
+        return cls(step, t_s, cls.short(changes), ", ".join(changes), tuple(knobs))
+
+    @staticmethod
+    def short(changes: tuple[str, ...]) -> str:
+        """The label for changes made at once: the first one, and how many more."""
+        more = len(changes) - 1
+        return changes[0] + (f" +{more} more" if more > 0 else "") if changes else ""
 
 
 class Engine:
@@ -100,18 +114,24 @@ class Engine:
         """The live policy; its one copy is the scheduler's."""
         return self.scheduler.policy
 
-    def set_policy(self, policy: SchedulerPolicy) -> None:
+    def set_policy(self, policy: SchedulerPolicy, mark: bool = True) -> None:
         """Swap the live policy (checked once, by the scheduler); it applies from the next step and
-        is marked on the time axis."""
+        is marked on the time axis. mark=False: the caller marks it, with what else it changed at
+        the same moment (one mark for one decision)."""
         with self._lock:
+            before = self.policy.to_dict()
             changes = self.scheduler.set_policy(policy)
-        if changes:
-            self.mark(", ".join(changes))
+        if changes and mark:
+            after = policy.to_dict()
+            self.mark(*changes, knobs=tuple(k for k in before if before[k] != after[k]))
 
-    def mark(self, label: str) -> None:
-        """Mark the time axis at the next step with what changed (`label`): the one way a mark is made."""
+    def mark(self, *changes: str, knobs: tuple[str, ...] = ()) -> None:
+        """Mark the time axis at the next step with what changed ('max_num_seqs 8→2', in words;
+        `knobs`: their names): the one way a mark is made."""
+        if not changes:
+            return
         with self._lock:
-            self.marks.append(PolicyMark(self.step_count, self.clock.now(), label))
+            self.marks.append(PolicyMark.of(self.step_count, self.clock.now(), changes, knobs))
 
     def submit(self, req: Request) -> None:
         """Add a request that arrives at `req.arrival_s` (clock time). Raises ValueError for a

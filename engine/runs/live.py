@@ -190,8 +190,11 @@ class LiveRun:
     def thread_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def set_policy(self, policy: SchedulerPolicy) -> None:
-        self.engine.set_policy(policy)
+    def set_policy(self, policy: SchedulerPolicy, mark: bool = True) -> None:
+        self.engine.set_policy(policy, mark)
+
+    def mark(self, *changes: str, knobs: tuple[str, ...] = ()) -> None:
+        self.engine.mark(*changes, knobs=knobs)
 
     def set_speed(self, speed: float) -> None:
         """Virtual seconds per wall second from now on (a paced cost-model run only)."""
