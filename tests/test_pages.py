@@ -285,14 +285,20 @@ def test_playground_runs_a_simulated_h100(app):
     assert at.query_params["engine"] in ("sim_h100", ["sim_h100"])
 
 
-def test_a_preset_is_sized_again_for_the_engine_chosen(app):
+def test_a_preset_is_sized_again_for_the_engine_chosen(app, monkeypatch):
     """A preset left as it was follows the engine: on the simulated H100 its rate and targets are
-    the H100's (past this machine's slider end), and back on the real engine this machine's."""
+    the H100's (past this machine's slider end), and back on the real engine this machine's. The
+    machine's step model is made 10 ms a step slower than measured: the tiny model, refit on a fast
+    CPU, can serve as many requests a second as the simulated H100, and the two must differ here."""
+    import dataclasses
     from engine.sim.roofline import roofline_profile
+    from playground import engines
     from playground.capacity import machine_step_model, rate_slider_hi
     from playground.engines import H100_PROFILE
     from ui import session
-    h100, here = roofline_profile(H100_PROFILE), machine_step_model(session._load("tiny"))
+    measured = machine_step_model(session._load("tiny"))
+    h100, here = roofline_profile(H100_PROFILE), dataclasses.replace(measured, fixed_ms=measured.fixed_ms + 10)
+    monkeypatch.setattr(engines, "machine_step_model", lambda model: here)
     at = app(PLAYGROUND)
     at.selectbox(key="pg_preset").set_value("rush_hour").run()
     at.selectbox(key="pg_engine").set_value("sim_h100").run()
