@@ -134,6 +134,7 @@ class SharedRun:
             own = [i for i, k in enumerate(knobs) if k not in SERVER_KNOBS]
             changes, knobs = tuple(changes[i] for i in own), tuple(knobs[i] for i in own)
         if changes:
+            self.snapshot()                      # the server's latest step and time, to mark them at
             self._marks.append(PolicyMark.of(self.step_count, self.now(), changes, knobs))
 
     @property

@@ -118,6 +118,33 @@ def test_the_instructor_changes_the_shared_policy_from_the_playground(shared):
         httpx.put(url + "/lab/policy", json={"max_num_seqs": 6}, headers={"Authorization": f"Bearer {TOKEN}"})
 
 
+def test_a_shared_runs_marks_are_the_servers_policy_changes_and_the_pages_own(shared):
+    """Every page attached sees the policy changes the server made (the instructor's too), each once,
+    and its own workload and target changes beside them; a decision that moves both marks the policy
+    part once (the server's) and the page's part once (its own)."""
+    url, model = shared
+    lab = PlaygroundRun(SETUP, model, engine_choice=engines.SERVER,
+                        seat=engines.Seat(url, "playground-teacher", TOKEN))
+    student = PlaygroundRun(SETUP, model, engine_choice=engines.SERVER, seat=engines.Seat(url, "playground-bo"))
+    try:
+        lab.start()
+        student.start()
+        wait_until(lambda: len(lab.read()[0].steps) > 2)
+        earlier = len(student.read()[1].marks)            # the server's marks from before (earlier tests)
+        lab.apply(lab.setup.changed(max_num_seqs=3, rate=4.0, ttft_slo_s=9.0))
+        wait_until(lambda: len(student.read()[1].marks) > earlier)
+        mine, theirs = lab.read()[1].marks.iloc[earlier:], student.read()[1].marks.iloc[earlier:]
+        assert sorted(mine["detail"]) == ["max_num_seqs 6→3", "workload: rate 8.0→4.0, ttft_slo_s 2.0→9.0"], mine
+        assert list(theirs["detail"]) == ["max_num_seqs 6→3"] and list(theirs["knobs"]) == [("max_num_seqs",)]
+        student.apply(student.setup.changed(rate=2.0))
+        marks = student.read()[1].marks.iloc[earlier:]
+        assert list(marks["label"]) == ["max_num_seqs 6→3", "workload: rate 8.0→2.0"]
+    finally:
+        lab.close()
+        student.close()
+        httpx.put(url + "/lab/policy", json={"max_num_seqs": 6}, headers={"Authorization": f"Bearer {TOKEN}"})
+
+
 def test_the_shared_engine_is_offered_only_when_the_app_is_attached(monkeypatch):
     monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
     assert engines.SERVER not in engines.choices()
