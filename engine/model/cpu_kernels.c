@@ -138,6 +138,47 @@ void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K,
         }
 }
 
+/* The same for bf16 weights, two bf16 values at a time: one 32-bit lane holds w[k] in its low
+ * half and w[k+1] in its high half, so a shift widens the first to float32 and a mask the
+ * second, exactly, with no shuffle across the vector. The input rows are laid out to match
+ * (pair_up: per block of 2*VW values, the VW even ones, then the VW odd ones). */
+static inline __attribute__((always_inline))
+void bf16_rows_times_x(const float *xp, const uint16_t *w, uint16_t *y, int n0, int N, int K, const int M) {
+    vf acc[ROWS][MAX_M] = {{0}};
+    const vu high = (vu){0} + 0xFFFF0000u;
+    for (int k = 0; k < K; k += 2 * VW) {
+        vf xe[MAX_M], xo[MAX_M];
+        for (int m = 0; m < M; m++) {
+            memcpy(&xe[m], xp + (int64_t)m * K + k, sizeof xe[m]);
+            memcpy(&xo[m], xp + (int64_t)m * K + k + VW, sizeof xo[m]);
+        }
+        for (int r = 0; r < ROWS; r++) {
+            /* a bf16 row is short (1,152 bytes at 576 wide): too short for the CPU's own prefetcher
+             * to get going on each stream, so the next ROWS rows are asked for while these are used */
+            __builtin_prefetch(w + (int64_t)(n0 + ROWS + r) * K + k);
+            vu u, lo, hi;
+            memcpy(&u, w + (int64_t)(n0 + r) * K + k, sizeof u);
+            lo = u << 16;
+            hi = u & high;
+            vf wl, wh;
+            memcpy(&wl, &lo, sizeof wl);
+            memcpy(&wh, &hi, sizeof wh);
+            for (int m = 0; m < M; m++) acc[r][m] += wl * xe[m] + wh * xo[m];
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < ROWS; r++) y[(int64_t)m * N + n0 + r] = f32_to_bf16(hsum(acc[r][m]));
+}
+
+/* x's rows widened to float32 with each block of 2*VW values reordered evens first, odds next. */
+static void pair_up(const uint16_t *x, float *xp, int64_t n) {
+    for (int64_t b = 0; b < n; b += 2 * VW)
+        for (int j = 0; j < VW; j++) {
+            xp[b + j] = bf16_to_f32(x[b + 2 * j]);
+            xp[b + VW + j] = bf16_to_f32(x[b + 2 * j + 1]);
+        }
+}
+
 /* y[m, n] = sum_k x[m, k] * w[n, k] for a few rows m (decode at small batches).
  * With few rows there is little arithmetic: the time is reading w from memory once. Threads
  * split w's rows into contiguous halves; each reads ROWS rows side by side in plain sequential
@@ -148,7 +189,9 @@ void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K,
 void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
     if (M <= 0) return;                        /* a step where nobody samples: no head rows */
     float *xf = malloc(sizeof(float) * (size_t)M * K);
-    load_f32(x, 0, M * K, bf16, xf);
+    int pairs = bf16 && K % (2 * VW) == 0;     /* bf16 rows that split into whole pairs of vectors */
+    if (pairs) pair_up(x, xf, (int64_t)M * K);
+    else load_f32(x, 0, M * K, bf16, xf);
     int fast = K % VW == 0;
     size_t elem = bf16 ? 2 : 4;
     #pragma omp parallel for schedule(static)
@@ -158,7 +201,9 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
             for (int m = 0; m < M; m += MAX_M) {
                 const float *xm = xf + (int64_t)m * K;
                 void *ym = (char *)y + (size_t)m * N * elem;
-                if (M - m == 1 && bf16) rows_times_x(xm, w, ym, n0, N, K, 1, 1);
+                if (pairs && M - m == 1) bf16_rows_times_x(xm, w, ym, n0, N, K, 1);
+                else if (pairs) bf16_rows_times_x(xm, w, ym, n0, N, K, 2);
+                else if (M - m == 1 && bf16) rows_times_x(xm, w, ym, n0, N, K, 1, 1);
                 else if (M - m == 1) rows_times_x(xm, w, ym, n0, N, K, 1, 0);
                 else if (bf16) rows_times_x(xm, w, ym, n0, N, K, 2, 1);
                 else rows_times_x(xm, w, ym, n0, N, K, 2, 0);
@@ -166,7 +211,8 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
         } else {                               /* any width, any rows: one weight row at a time */
             float *wf = malloc(sizeof(float) * (size_t)K);
             for (int r = 0; r < rows; r++) {
-                load_f32(w, (int64_t)(n0 + r) * K, K, bf16, wf);
+                if (pairs) pair_up((const uint16_t *)w + (int64_t)(n0 + r) * K, wf, K);   /* as x is */
+                else load_f32(w, (int64_t)(n0 + r) * K, K, bf16, wf);
                 for (int m = 0; m < M; m++) {
                     float v = dot(xf + (int64_t)m * K, wf, K);
                     store_f32(y, (int64_t)m * N + n0 + r, 1, bf16, &v);
