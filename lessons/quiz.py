@@ -34,11 +34,6 @@ def shown(q: QuizQuestion) -> Shown:
     return q.render(measurement)
 
 
-def question_text(q: QuizQuestion) -> str:
-    s = shown(q)
-    return f"{s.lead} {s.question}" if s.lead else s.question
-
-
 RERUN_KEY = "quiz_rerun_app"     # set when a check changed what the rest of the page shows
 
 
