@@ -25,8 +25,13 @@ run: $(STAMP)
 	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
+# Every test but the real-browser ones on TEST_WORKERS workers, each with one torch thread (tests/
+# conftest.py): run one after another they left about half of a 2-core machine idle, waiting on servers,
+# pages and subprocesses. Then the browser tests (each its own app server and Chromium), one at a time.
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not browser"
+	$(PY) -m pytest -q -m browser
 
 bench: $(STAMP)
 	$(PY) -m engine bench --profile

@@ -1,4 +1,6 @@
-"""Fixtures several test files share."""
+"""Fixtures several test files share, and the `browser` mark `make test` splits its run by."""
+import os
+
 import pytest
 
 from engine.model.model import cache_root
@@ -14,3 +16,21 @@ def lab_env(tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     return tmp_path
+
+
+BROWSER_FILES = ("test_browser.py", "test_browser_classroom.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The real-browser tests are marked `browser`: `make test` runs them after the rest, one at a time."""
+    for item in items:
+        if item.path.name in BROWSER_FILES:
+            item.add_marker(pytest.mark.browser)
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker multiplies on one torch thread: two workers on two cores then share
+    the machine without each spinning a second thread on the other's core."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+        torch.set_num_threads(1)
