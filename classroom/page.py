@@ -223,6 +223,8 @@ def draw_rest() -> None:
     board = feed.board(session_id)
     if board is None:
         return
+    if not st.session_state.get("cr_panel"):
+        st.rerun(scope="app")     # the engine answered after the page was drawn: draw the instructor panel too
     me = st.session_state.get("cr_me", "")
     left, right = st.columns(2)
     with left:
@@ -236,9 +238,10 @@ def draw_rest() -> None:
 
 
 st.session_state["cr_every"] = feed.interval_s()
+first = feed.board(session_id)
+st.session_state["cr_panel"] = first is not None     # the instructor panel is drawn below in this run
 st.fragment(run_every=st.session_state["cr_every"])(draw_top)()
 st.session_state["cr_me"] = who_are_you()
 st.fragment(run_every=st.session_state["cr_every"])(draw_rest)()
-first = feed.board(session_id)
 if first is not None:
     instructor_panel(first)

@@ -2,7 +2,8 @@
 an instructor and two students in three browser contexts (Debian's Chromium, Playwright).
 
 Each student's burst shows up outlined in the one shared batch chart; a student's policy
-change is refused; the instructor's change shows as a marker on everyone's chart.
+change is refused; the instructor's change shows as a marker on everyone's chart. A page opened
+before the server answers draws its Instructor panel once it does.
 """
 import json
 import os
@@ -159,3 +160,36 @@ def test_the_playground_attached_to_the_server_draws_the_shared_engine(classroom
         page.screenshot(path=str(OUT / "playground-shared.png"))
         page.get_by_role("button", name="Reset", exact=True).click()
         browser.close()
+
+
+def test_a_page_opened_before_the_server_answers_gets_its_instructor_panel_once_it_does():
+    """The teacher opens the Classroom, then starts the server: the page waits for the engine's first
+    answer, then draws everything, the Instructor panel included (it is drawn with the first board)."""
+    from playwright.sync_api import sync_playwright
+    engine_port, app_port = free_port(), free_port()
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
+           "PYTHONPATH": str(ROOT)}
+    procs = [started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                      "--server.port", str(app_port), "--server.address", "127.0.0.1",
+                      "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                     env, f"http://127.0.0.1:{app_port}/_stcore/health", "classroom-late-app.log")]
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+            page.set_default_timeout(90_000)
+            page.goto(f"http://127.0.0.1:{app_port}/classroom")
+            page.get_by_text("cannot reach the engine").first.wait_for()
+            assert page.get_by_text("Instructor", exact=True).count() == 0
+            procs.append(started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--model", "tiny",
+                                  "--device", "cpu", "--trusted-client", "127.0.0.1"],
+                                 env, engine_url + "/health", "classroom-late-engine.log"))
+            page.get_by_text("Instructor", exact=True).wait_for(timeout=60_000)
+            page.get_by_text("Instructor", exact=True).click()
+            page.locator(".st-key-cr_token input").wait_for()
+            browser.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
