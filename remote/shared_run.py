@@ -116,7 +116,7 @@ class SharedRun:
         try:
             now = self.control.policy()
             # the targets score runs where they are shown; the server's steps do not need them
-            changes = {k: v for k, v in policy.to_dict().items() if k not in SLO_KNOBS and now.get(k) != v}
+            changes = {k: v for k, v in policy.to_dict().items() if k in SERVER_KNOBS and now.get(k) != v}
             if changes:
                 self.control.set_policy(**changes)
         except LabRefused as exc:

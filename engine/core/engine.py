@@ -127,7 +127,7 @@ class Engine:
 
     def mark(self, *changes: str, knobs: tuple[str, ...] = ()) -> None:
         """Mark the time axis at the next step with what changed ('max_num_seqs 8→2', in words;
-        `knobs`: their names): the one way a mark is made."""
+        `knobs`: their names, one per change, where known): the one way a mark is made."""
         if not changes:
             return
         with self._lock:
