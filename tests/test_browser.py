@@ -165,7 +165,9 @@ def chart_marks(page) -> list[str]:
         "el => ((el._fullLayout && el._fullLayout.annotations) || []).map(a => a.text)")
 
 
-def wait_until(fn, timeout=90, what="condition"):
+def wait_until(fn, timeout=90, what="condition", explain=None):
+    """Poll `fn` until it returns something true. On a timeout, `explain()` (if given) says what
+    the test could see then, so a failure on a machine we cannot watch tells where it stuck."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -174,7 +176,14 @@ def wait_until(fn, timeout=90, what="condition"):
             value = None
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            seen = ""
+            if explain is not None:
+                try:
+                    seen = f"; seen then: {explain()}"
+                except Exception as exc:
+                    seen = f"; seen then: nothing ({type(exc).__name__}: {exc})"
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(0.25)
 
 
@@ -355,11 +364,15 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
                what="the instant feedback on Start")
     # Drawn in the browser by the click itself: the line is there when click() returns, before any
     # answer from the server (which needs a whole script rerun), however busy the machine is.
-    said_at_click, click_ms = page.evaluate("""() => {
+    # A rerun of the idle page can take the button away for a moment: then nothing is clicked
+    # and the click is tried again.
+    said_at_click, click_ms = wait_until(lambda: page.evaluate("""() => {
+        const start = [...document.querySelectorAll('button')].find(b => b.innerText.trim() == 'Start');
+        if (!start) return null;
         const t0 = performance.now();
-        [...document.querySelectorAll('button')].find(b => b.innerText.trim() == 'Start').click();
+        start.click();
         const said = [...document.querySelectorAll('p')].some(p => p.innerText.includes('Engine: starting'));
-        return [said, performance.now() - t0]; }""")
+        return [said, performance.now() - t0]; }"""), what="the Start button")
     print(f"Start: 'Engine: starting' drawn within the click, {click_ms:.0f} ms")
     assert said_at_click, "Start did not say 'Engine: starting' at the click: it waited for the server"
     wait_until(lambda: status(page)["steps"] >= 1, what="the first step")

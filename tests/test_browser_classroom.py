@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 
 import pytest
 
@@ -79,6 +80,20 @@ def own_cells(page) -> int:
     return max(counts, default=0)
 
 
+def seen_by(page, engine_url) -> str:
+    """What a stuck wait could see: the server's requests by tenant and status, the dots and
+    traces on the page's batch chart, and the page's warnings and captions."""
+    with urllib.request.urlopen(engine_url + "/lab/requests?limit=500", timeout=10) as r:
+        rows = json.load(r)["requests"]
+    by = Counter(f"{row['tenant']}:{row['status']}" for row in rows)
+    try:
+        traces = chart(page, "(el._fullData || []).map(t => t.name)")
+    except Exception as exc:
+        traces = f"no chart ({type(exc).__name__})"
+    notes = [t[:160] for t in page.locator("[data-testid='stAlert'], [data-testid='stCaptionContainer']").all_inner_texts()]
+    return f"server {dict(by)}; dots {own_cells(page)}; chart traces {traces}; page says {notes}"
+
+
 def marks(page) -> list[str]:
     return [t for texts in chart(page, "((el._fullLayout && el._fullLayout.annotations) || []).map(a => a.text)")
             for t in texts]
@@ -108,7 +123,8 @@ def test_two_students_and_an_instructor_share_one_engine(classroom):
         for student in (amy, bob):
             student.get_by_role("button", name="Send a burst of 8").click()
         for student in (amy, bob):
-            wait_until(lambda: own_cells(student) >= 8, what="the student's requests in the shared chart (a dot each)")
+            wait_until(lambda: own_cells(student) >= 8, what="the student's requests in the shared chart (a dot each)",
+                       explain=lambda: seen_by(student, engine_url))
         labels = "(el._fullData[0].text || []).flat()"
         # cells read "student · request phase": each student's name on their own requests
         wait_until(lambda: len({t.rsplit(" ", 1)[0] for t in sum(chart(teacher, labels), [])
