@@ -13,6 +13,7 @@ def test_every_part_is_timed_and_the_parts_add_up_to_the_step():
         # the timed parts do not overlap: what is left for Python and gaps is not negative
         assert r["other"] >= 0, r
         assert abs(sum(r[p] for p in (*PARTS, "other")) - r["step_ms"]) < 1e-6
+        assert r["engine_ms"] > 0            # the same step as the engine runs it, untimed
     assert rows[0]["tokens"] == 1 and rows[3]["tokens"] == 64 and rows[5]["tokens"] == 2048
     table = format_table(rows, lambda r: 1.0)
     assert len(table.splitlines()) == 1 + len(rows) and "Python & gaps" in table

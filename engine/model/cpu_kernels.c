@@ -114,25 +114,30 @@ static inline float hsum(vf v) {                             /* halve the vector
     return b[0] + b[1];
 }
 
-#define ROWS 4     /* weight rows read side by side: four streams from memory at once */
+#define ROWS 4     /* weight rows read side by side, each from its own stream (see few_rows_linear) */
 #define MAX_M 2    /* input rows of the vector path: ROWS x MAX_M accumulators in registers */
 
-/* ROWS weight rows from row n0, times M input rows. Always inlined with M and bf16 constants,
- * so the compiler drops the tests on them from the inner loop and keeps acc in registers. */
+/* ROWS weight rows (their indices in `row`), times M input rows. Always inlined with M and bf16
+ * constants, so the compiler drops the tests on them from the inner loop and keeps acc in
+ * registers. In bf16 each row's stream continues at the next row, which is asked for while this
+ * one is read: a bf16 row (1,152 bytes at 576 wide) is too short for the CPU's own prefetcher to
+ * get going on four streams at once (an fp32 row is twice as long, and there asking did not pay). */
 static inline __attribute__((always_inline))
-void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K, const int M, const int bf16) {
+void rows_times_x(const float *xf, const void *w, void *y, const int64_t *row, int N, int K, const int M,
+                  const int bf16) {
     vf acc[ROWS][MAX_M] = {{0}};
     for (int k = 0; k < K; k += VW) {
         vf xv[MAX_M];
         for (int m = 0; m < M; m++) memcpy(&xv[m], xf + (int64_t)m * K + k, sizeof xv[m]);
         for (int r = 0; r < ROWS; r++) {
-            vf wv = loadv(w, (int64_t)(n0 + r) * K + k, bf16);
+            if (bf16) __builtin_prefetch((const char *)w + ((row[r] + 1) * K + k) * 2);
+            vf wv = loadv(w, row[r] * K + k, bf16);
             for (int m = 0; m < M; m++) acc[r][m] += wv * xv[m];
         }
     }
     for (int m = 0; m < M; m++)
         for (int r = 0; r < ROWS; r++) {
-            int64_t at = (int64_t)m * N + n0 + r;
+            int64_t at = (int64_t)m * N + row[r];
             if (bf16) ((uint16_t *)y)[at] = f32_to_bf16(hsum(acc[r][m]));
             else ((float *)y)[at] = hsum(acc[r][m]);
         }
@@ -143,7 +148,8 @@ void rows_times_x(const float *xf, const void *w, void *y, int n0, int N, int K,
  * second, exactly, with no shuffle across the vector. The input rows are laid out to match
  * (pair_up: per block of 2*VW values, the VW even ones, then the VW odd ones). */
 static inline __attribute__((always_inline))
-void bf16_rows_times_x(const float *xp, const uint16_t *w, uint16_t *y, int n0, int N, int K, const int M) {
+void bf16_rows_times_x(const float *xp, const uint16_t *w, uint16_t *y, const int64_t *row, int N, int K,
+                       const int M) {
     vf acc[ROWS][MAX_M] = {{0}};
     const vu high = (vu){0} + 0xFFFF0000u;
     for (int k = 0; k < K; k += 2 * VW) {
@@ -153,11 +159,9 @@ void bf16_rows_times_x(const float *xp, const uint16_t *w, uint16_t *y, int n0, 
             memcpy(&xo[m], xp + (int64_t)m * K + k + VW, sizeof xo[m]);
         }
         for (int r = 0; r < ROWS; r++) {
-            /* a bf16 row is short (1,152 bytes at 576 wide): too short for the CPU's own prefetcher
-             * to get going on each stream, so the next ROWS rows are asked for while these are used */
-            __builtin_prefetch(w + (int64_t)(n0 + ROWS + r) * K + k);
+            __builtin_prefetch(w + (row[r] + 1) * K + k);
             vu u, lo, hi;
-            memcpy(&u, w + (int64_t)(n0 + r) * K + k, sizeof u);
+            memcpy(&u, w + row[r] * K + k, sizeof u);
             lo = u << 16;
             hi = u & high;
             vf wl, wh;
@@ -167,7 +171,7 @@ void bf16_rows_times_x(const float *xp, const uint16_t *w, uint16_t *y, int n0, 
         }
     }
     for (int m = 0; m < M; m++)
-        for (int r = 0; r < ROWS; r++) y[(int64_t)m * N + n0 + r] = f32_to_bf16(hsum(acc[r][m]));
+        for (int r = 0; r < ROWS; r++) y[(int64_t)m * N + row[r]] = f32_to_bf16(hsum(acc[r][m]));
 }
 
 /* x's rows widened to float32 with each block of 2*VW values reordered evens first, odds next. */
@@ -179,47 +183,57 @@ static void pair_up(const uint16_t *x, float *xp, int64_t n) {
         }
 }
 
+/* One weight row at a time, any width: the general path, and the rows left over. */
+static void one_row_times_x(const float *xf, const void *w, void *y, int64_t n, int M, int N, int K, int bf16,
+                            int pairs, float *wf) {
+    if (pairs) pair_up((const uint16_t *)w + n * K, wf, K);       /* laid out as x is */
+    else load_f32(w, n * K, K, bf16, wf);
+    for (int m = 0; m < M; m++) {
+        float v = dot(xf + (int64_t)m * K, wf, K);
+        store_f32(y, (int64_t)m * N + n, 1, bf16, &v);
+    }
+}
+
 /* y[m, n] = sum_k x[m, k] * w[n, k] for a few rows m (decode at small batches).
- * With few rows there is little arithmetic: the time is reading w from memory once. Threads
- * split w's rows into contiguous halves; each reads ROWS rows side by side in plain sequential
- * streams, widening bf16 in registers, and multiplies them with the input rows, which stay in
- * the L1 cache. Independent accumulators (one per weight row and input row) keep the adds from
- * waiting on each other. More than MAX_M input rows go MAX_M at a time over the same ROWS
- * weight rows, which the first pass left in the L1/L2 cache: w still comes from memory once. */
+ * With few rows there is little arithmetic: the time is reading w from memory once. Each thread
+ * reads ROWS weight rows side by side, widening bf16 in registers, and multiplies them with the
+ * input rows, which stay in the L1 cache; independent accumulators (one per weight row and input
+ * row) keep the adds from waiting on each other. The ROWS rows come from ROWS quarters of w (rows
+ * g, g + Q, g + 2Q, g + 3Q for Q = N / ROWS), so each thread reads ROWS streams far apart in
+ * memory, one after another through its quarters: two cores reach about half as much bandwidth
+ * again from distant streams as from one. More than MAX_M input rows go MAX_M at a time over the
+ * same ROWS weight rows, which the first pass left in the L1/L2 cache: w still comes from memory
+ * once. */
 void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K, int bf16) {
     if (M <= 0) return;                        /* a step where nobody samples: no head rows */
     float *xf = malloc(sizeof(float) * (size_t)M * K);
     int pairs = bf16 && K % (2 * VW) == 0;     /* bf16 rows that split into whole pairs of vectors */
     if (pairs) pair_up(x, xf, (int64_t)M * K);
     else load_f32(x, 0, M * K, bf16, xf);
-    int fast = K % VW == 0;
+    int64_t Q = K % VW == 0 ? N / ROWS : 0;    /* rows in each quarter; 0: all by the general path */
     size_t elem = bf16 ? 2 : 4;
-    #pragma omp parallel for schedule(static)
-    for (int n0 = 0; n0 < N; n0 += ROWS) {
-        int rows = N - n0 < ROWS ? N - n0 : ROWS;
-        if (fast && rows == ROWS) {
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int64_t g = 0; g < Q; g++) {
+            int64_t row[ROWS];
+            for (int r = 0; r < ROWS; r++) row[r] = g + r * Q;
             for (int m = 0; m < M; m += MAX_M) {
                 const float *xm = xf + (int64_t)m * K;
                 void *ym = (char *)y + (size_t)m * N * elem;
-                if (pairs && M - m == 1) bf16_rows_times_x(xm, w, ym, n0, N, K, 1);
-                else if (pairs) bf16_rows_times_x(xm, w, ym, n0, N, K, 2);
-                else if (M - m == 1 && bf16) rows_times_x(xm, w, ym, n0, N, K, 1, 1);
-                else if (M - m == 1) rows_times_x(xm, w, ym, n0, N, K, 1, 0);
-                else if (bf16) rows_times_x(xm, w, ym, n0, N, K, 2, 1);
-                else rows_times_x(xm, w, ym, n0, N, K, 2, 0);
+                if (pairs && M - m == 1) bf16_rows_times_x(xm, w, ym, row, N, K, 1);
+                else if (pairs) bf16_rows_times_x(xm, w, ym, row, N, K, 2);
+                else if (M - m == 1 && bf16) rows_times_x(xm, w, ym, row, N, K, 1, 1);
+                else if (M - m == 1) rows_times_x(xm, w, ym, row, N, K, 1, 0);
+                else if (bf16) rows_times_x(xm, w, ym, row, N, K, 2, 1);
+                else rows_times_x(xm, w, ym, row, N, K, 2, 0);
             }
-        } else {                               /* any width, any rows: one weight row at a time */
-            float *wf = malloc(sizeof(float) * (size_t)K);
-            for (int r = 0; r < rows; r++) {
-                if (pairs) pair_up((const uint16_t *)w + (int64_t)(n0 + r) * K, wf, K);   /* as x is */
-                else load_f32(w, (int64_t)(n0 + r) * K, K, bf16, wf);
-                for (int m = 0; m < M; m++) {
-                    float v = dot(xf + (int64_t)m * K, wf, K);
-                    store_f32(y, (int64_t)m * N + n0 + r, 1, bf16, &v);
-                }
-            }
-            free(wf);
         }
+        float *wf = malloc(sizeof(float) * (size_t)K);
+        #pragma omp for schedule(static)
+        for (int64_t n = ROWS * Q; n < N; n++)      /* the rows past the quarters (fewer than ROWS), or all */
+            one_row_times_x(xf, w, y, n, M, N, K, bf16, pairs, wf);
+        free(wf);
     }
     free(xf);
 }
@@ -437,4 +451,44 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         free(outf);
         free(row);
     }
+}
+
+/* Every layer of a step of at most a few rows (decode at small batches), in one call: the same
+ * kernels, in the same order and with the same roundings, as the runner's loop calls them one by
+ * one, so the result is the same to the bit. With a row or two each kernel takes microseconds,
+ * and what the loop spent between them (Python, ctypes, a new tensor for every output) was as
+ * long again; here that is paid once a step instead of nine times a layer.
+ *   x:     [T, hidden] the residual stream, updated in place
+ *   delta: [T, hidden] out: the last layer's MLP output (the final norm adds it to x)
+ *   layer weights: one pointer per layer for each of the two norms and the four products
+ *   (qkv [(heads + 2 kv_heads) d, hidden], o [hidden, heads d], gate_up [2 inter, hidden],
+ *   down [hidden, inter]); the caches are [layers, slots, kv_heads, d], `layer_stride` elements
+ *   apart; the rest as rope_store and paged_attention take them. */
+void layers_few_rows(void *x, void *delta, int T, int hidden, int inter, int n_layers,
+                     void *const *norm1, void *const *qkv_w, void *const *o_w,
+                     void *const *norm2, void *const *gate_up_w, void *const *down_w,
+                     const void *cos, const void *sin, const int64_t *positions, const int64_t *slots,
+                     void *k_cache, void *v_cache, int64_t layer_stride,
+                     const int64_t *row_tables, int max_blocks, const int64_t *row_lens,
+                     int heads, int kv_heads, int d, int block_size, float scale, float eps, int bf16) {
+    size_t elem = bf16 ? 2 : 4;
+    int qkv_n = (heads + 2 * kv_heads) * d, attn_n = heads * d;
+    char *h = malloc(elem * (size_t)T * hidden), *qkv = malloc(elem * (size_t)T * qkv_n);
+    char *q = malloc(elem * (size_t)T * attn_n), *attn = malloc(elem * (size_t)T * attn_n);
+    char *proj = malloc(elem * (size_t)T * hidden), *gate_up = malloc(elem * (size_t)T * 2 * inter);
+    char *act = malloc(elem * (size_t)T * inter);
+    for (int i = 0; i < n_layers; i++) {
+        char *kc = (char *)k_cache + elem * i * layer_stride, *vc = (char *)v_cache + elem * i * layer_stride;
+        rms_norm(x, i == 0 ? NULL : delta, norm1[i], h, T, hidden, eps, bf16);
+        few_rows_linear(h, qkv_w[i], qkv, T, qkv_n, hidden, bf16);
+        rope_store(qkv, cos, sin, positions, slots, q, kc, vc, T, heads, kv_heads, d, bf16);
+        paged_attention(q, kc, vc, row_tables, max_blocks, row_lens, T, kv_heads, heads / kv_heads, d,
+                        block_size, scale, attn, bf16);
+        few_rows_linear(attn, o_w[i], proj, T, hidden, attn_n, bf16);
+        rms_norm(x, proj, norm2[i], h, T, hidden, eps, bf16);
+        few_rows_linear(h, gate_up_w[i], gate_up, T, 2 * inter, hidden, bf16);
+        silu_mul(gate_up, act, T, inter, bf16);
+        few_rows_linear(act, down_w[i], delta, T, hidden, inter, bf16);
+    }
+    free(h); free(qkv); free(q); free(attn); free(proj); free(gate_up); free(act);
 }

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu_kernels
-from .linear import Linear, onednn_available, stack_rows
+from .linear import FEW_ROWS, Linear, onednn_available, stack_rows
 from .model import LoadedModel
 
 
@@ -132,6 +132,11 @@ class ModelRunner:
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.kernels = cpu_kernels.for_device(self.device, self.dtype)
         self.linears, self.lm_head_linear = model_linears(model, self.kernels)
+        self.inter = cfg.intermediate_size
+        self.layer_weights = None if self.kernels is None else self.kernels.layer_weights(
+            [ly.input_layernorm.weight for ly in self.layers], [w["qkv"].weight for w in self.linears],
+            [w["o"].weight for w in self.linears], [ly.post_attention_layernorm.weight for ly in self.layers],
+            [w["gate_up"].weight for w in self.linears], [w["down"].weight for w in self.linears])
 
     # ---- index bookkeeping: Python over sequences, torch over tokens ----
 
@@ -255,13 +260,21 @@ class ModelRunner:
         # x is the residual stream [T, hidden]; each block's output (delta) is added to it by the
         # norm that follows, in the same call
         x, delta = F.embedding(ids, self.embed), None
-        for i, layer in enumerate(self.layers):
-            w = self.linears[i]
-            h = self._add_norm(x, delta, layer.input_layernorm.weight)
-            q = self._rope_and_store(i, w["qkv"](h), step)
-            o = self._attention(i, q, step, bufs)
-            h = self._add_norm(x, w["o"](o.reshape(T, H * d)), layer.post_attention_layernorm.weight)
-            delta = w["down"](self._silu_mul(w["gate_up"](h)))
+        if self.layer_weights is not None and T <= FEW_ROWS:
+            # A few rows: the loop below, every layer of it in one C call (the same kernels,
+            # bit for bit), since at this size the calls between kernels cost as much as they do.
+            delta = self.kernels.layers_few_rows(x, self.layer_weights, self.inter, self.cos, self.sin,
+                                                 step.positions, step.slots, self.k_cache, self.v_cache,
+                                                 step.row_tables, step.row_lens, H, self.block_size,
+                                                 self.scale, self.eps)
+        else:
+            for i, layer in enumerate(self.layers):
+                w = self.linears[i]
+                h = self._add_norm(x, delta, layer.input_layernorm.weight)
+                q = self._rope_and_store(i, w["qkv"](h), step)
+                o = self._attention(i, q, step, bufs)
+                h = self._add_norm(x, w["o"](o.reshape(T, H * d)), layer.post_attention_layernorm.weight)
+                delta = w["down"](self._silu_mul(w["gate_up"](h)))
         # lm_head only where a next token is wanted: the vocab matmul is the biggest one
         rows = step.sample_rows
         h = self._add_norm(x[rows], delta[rows], self.norm)

@@ -8,6 +8,11 @@ the framework: the loop over layers, dispatching each call, the embedding, the g
 kernels (and the timers' own cost, about half a microsecond a call). CPU work is synchronous,
 so a timer around a call is the call's time; on a GPU the timers would only see launches, so
 `profile_shapes` synchronises after every part there (which removes the overlap it measures).
+
+A step of a few rows runs all its layers in one C call on the CPU (runner.layers_few_rows),
+which no timer can split: the profiled runner takes the loop of single kernels instead, the
+same kernels, and the table's last column is the step as the engine runs it, timed on a second
+runner without timers.
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ def instrument(runner: ModelRunner) -> dict:
     runner.linears = [{name: _Timed(lin, "gemm", spent, sync) for name, lin in layer.items()}
                       for layer in runner.linears]
     runner.lm_head_linear = _Timed(runner.lm_head_linear, "lm_head", spent, sync)
+    runner.layer_weights = None          # the loop of single kernels, which the timers can split
     for method, part in (("_attention", "attention"), ("_rope_and_store", "rope_kv"), ("_add_norm", "norms"),
                          ("_silu_mul", "activation"), ("_prepare", "set_up"), ("forward_logits", "forward")):
         setattr(runner, method, _timed(getattr(runner, method), part, spent, sync))
@@ -88,19 +94,25 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
     steps); the median step's parts in ms, and its total."""
     block_size = 16
     runner = ModelRunner(model, kv_blocks_needed(block_size), block_size)
+    engine_runner = ModelRunner(model, kv_blocks_needed(block_size), block_size)
     spent = instrument(runner)
     rows = []
     for name, seqs in step_shapes(block_size):
-        runs = []
+        runs, engine_runs = [], []
         for i in range(1 + (reps if name.startswith("decode") else prefill_reps)):
             spent.clear()
             t = time.perf_counter()
             runner.run(seqs)
             total = time.perf_counter() - t
+            t = time.perf_counter()
+            engine_runner.run(seqs)
+            engine_total = time.perf_counter() - t
             if i:
                 runs.append((total, dict(spent)))
+                engine_runs.append(engine_total)
         total, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
         row = {"shape": name, "tokens": sum(len(s.token_ids) for s in seqs), "step_ms": total * 1000,
+               "engine_ms": sorted(engine_runs)[len(engine_runs) // 2] * 1000,
                "samples": sum(s.sample for s in seqs),
                "context": sum(s.start_pos + len(s.token_ids) for s in seqs)}
         for part in PARTS:
@@ -115,15 +127,15 @@ def format_table(rows: list[dict], roofline_ms=None) -> str:
     """The breakdown as a text table, in ms and as shares of each step; `roofline_ms(row)` adds
     the roofline time of the shape and the step's share of it."""
     cols = [*PARTS, "other"]
-    head = f"{'step':<16}{'ms':>9}" + "".join(f"{LABELS[c]:>15}" for c in cols)
+    head = f"{'step':<16}{'ms':>9}" + "".join(f"{LABELS[c]:>15}" for c in cols) + f"{'engine ms':>11}"
     if roofline_ms:
         head += f"{'roofline ms':>13}{'share':>7}"
     lines = [head]
     for r in rows:
         line = f"{r['shape']:<16}{r['step_ms']:>9.1f}" + "".join(
-            f"{r[c]:>8.1f} {r[c] / r['step_ms'] * 100:>4.0f}% " for c in cols)
+            f"{r[c]:>8.1f} {r[c] / r['step_ms'] * 100:>4.0f}% " for c in cols) + f"{r['engine_ms']:>11.1f}"
         if roofline_ms:
             roof = roofline_ms(r)
-            line += f"{roof:>13.1f}{roof / r['step_ms'] * 100:>6.0f}%"
+            line += f"{roof:>13.1f}{roof / r['engine_ms'] * 100:>6.0f}%"
         lines.append(line)
     return "\n".join(lines)
