@@ -4,10 +4,10 @@
  * the runner uses plain PyTorch for the same maths. Vector loops are written in the CPU's own
  * register width (VW below: AVX-512 or AVX2), so they neither assume AVX-512 nor spill on AVX2.
  *
- * 1. few_rows_linear: y = x @ W^T for one or two rows (decode at batch 1 or 2). Here the
- *    whole cost is reading W from memory once. Splitting W's rows over all threads, each
- *    reading four rows side by side, streams it close to what a plain sum over the same
- *    tensors reads (the bench's profile prints the figure on this machine).
+ * 1. few_rows_linear: y = x @ W^T for a few rows (decode at small batches). Here the whole
+ *    cost is reading W from memory once. Each thread reads four rows side by side from four
+ *    distant parts of W, four streams at once, which two cores read faster than one stream
+ *    each (the bench's profile prints the figures on this machine).
  * 2. rms_norm (with the residual add before it), rope_store (rotary embedding and the KV
  *    cache write) and silu_mul: the small per-layer steps, one call each where PyTorch took
  *    three to ten small ops, each with its own dispatch and, above a few rows, its own threads.
@@ -17,6 +17,9 @@
  *    "a token at position p sees p+1 keys"). The PyTorch path must first gather each
  *    sequence's keys into a padded tensor (a copy of the context per layer), run attention on
  *    the padding too, and loop over prefill chunks in Python.
+ *
+ * 4. layers_few_rows: every layer of a step of a few rows in one call, the kernels above in the
+ *    runner's order: at one row the calls between kernels cost as much as the kernels.
  *
  * Tensors are float32 or bfloat16 (`bf16` = 1); bf16 values are widened to float32 for the
  * arithmetic and rounded back once at the end, as PyTorch's CPU kernels do.
