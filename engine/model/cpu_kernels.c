@@ -1,5 +1,5 @@
 /* Hand-written CPU kernels for the steps where PyTorch's general-purpose kernels leave most
- * of a small CPU unused. engine/cpu_kernels.py compiles this file once per machine
+ * of a small CPU unused. engine/model/cpu_kernels.py compiles this file once per machine
  * (gcc -O3 -march=native -fopenmp) and the runner calls it through ctypes; without a compiler
  * the runner uses plain PyTorch for the same maths. Vector loops are written in the CPU's own
  * register width (VW below: AVX-512 or AVX2), so they neither assume AVX-512 nor spill on AVX2.
@@ -232,11 +232,13 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
                 else rows_times_x(xm, w, ym, row, N, K, 2, 0);
             }
         }
-        float *wf = malloc(sizeof(float) * (size_t)K);
-        #pragma omp for schedule(static)
-        for (int64_t n = ROWS * Q; n < N; n++)      /* the rows past the quarters (fewer than ROWS), or all */
-            one_row_times_x(xf, w, y, n, M, N, K, bf16, pairs, wf);
-        free(wf);
+        if (ROWS * Q < N) {                        /* the rows past the quarters (fewer than ROWS), or all */
+            float *wf = malloc(sizeof(float) * (size_t)K);
+            #pragma omp for schedule(static)
+            for (int64_t n = ROWS * Q; n < N; n++)
+                one_row_times_x(xf, w, y, n, M, N, K, bf16, pairs, wf);
+            free(wf);
+        }
     }
     free(xf);
 }

@@ -249,6 +249,12 @@ class ModelRunner:
             out[row0:row0 + n] = o[0].transpose(0, 1)
         return out
 
+    def takes_one_call(self, tokens: int) -> bool:
+        """Does a step of `tokens` run every layer in one C call? A few rows: the loop of
+        forward_logits, all of it in C (the same kernels, bit for bit), since at this size the calls
+        between kernels cost as much as they do. layer_weights = None turns it off."""
+        return self.layer_weights is not None and tokens <= FEW_ROWS
+
     @torch.inference_mode()
     def forward_logits(self, seqs: list[SeqInput]) -> torch.Tensor:
         """Run one step; returns float32 logits [num seqs with sample=True, vocab]."""
@@ -263,9 +269,7 @@ class ModelRunner:
         # x is the residual stream [T, hidden]; each block's output (delta) is added to it by the
         # norm that follows, in the same call
         x, delta = F.embedding(ids, self.embed), None
-        if self.layer_weights is not None and T <= FEW_ROWS:
-            # A few rows: the loop below, every layer of it in one C call (the same kernels,
-            # bit for bit), since at this size the calls between kernels cost as much as they do.
+        if self.takes_one_call(T):
             delta = self.kernels.layers_few_rows(x, self.layer_weights, self.inter, self.cos, self.sin,
                                                  step.positions, step.slots, self.k_cache, self.v_cache,
                                                  step.row_tables, step.row_lens, H, self.block_size,

@@ -11,8 +11,8 @@ so a timer around a call is the call's time; on a GPU the timers would only see 
 
 A step of a few rows runs all its layers in one C call on the CPU (runner.layers_few_rows),
 which no timer can split: the profiled runner takes the loop of single kernels instead, the
-same kernels, and the table's last column is the step as the engine runs it, timed on a second
-runner without timers.
+same kernels, and the table's "engine ms" column is the step as the engine runs it, timed on a
+second runner without timers (for the other steps it is the profiled step: the same path).
 """
 from __future__ import annotations
 
@@ -98,20 +98,25 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
     spent = instrument(runner)
     rows = []
     for name, seqs in step_shapes(block_size):
+        tokens = sum(len(s.token_ids) for s in seqs)
+        other_path = engine_runner.takes_one_call(tokens)
         runs, engine_runs = [], []
         for i in range(1 + (reps if name.startswith("decode") else prefill_reps)):
             spent.clear()
             t = time.perf_counter()
             runner.run(seqs)
             total = time.perf_counter() - t
-            t = time.perf_counter()
-            engine_runner.run(seqs)
-            engine_total = time.perf_counter() - t
+            if other_path:
+                t = time.perf_counter()
+                engine_runner.run(seqs)
+                engine_total = time.perf_counter() - t
+            else:
+                engine_total = total
             if i:
                 runs.append((total, dict(spent)))
                 engine_runs.append(engine_total)
         total, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        row = {"shape": name, "tokens": sum(len(s.token_ids) for s in seqs), "step_ms": total * 1000,
+        row = {"shape": name, "tokens": tokens, "step_ms": total * 1000,
                "engine_ms": sorted(engine_runs)[len(engine_runs) // 2] * 1000,
                "samples": sum(s.sample for s in seqs),
                "context": sum(s.start_pos + len(s.token_ids) for s in seqs)}
