@@ -89,6 +89,12 @@ def kv_blocks_needed(block_size: int) -> int:
     return sum(len(s.block_table) for _, seqs in step_shapes(block_size) for s in seqs)
 
 
+def _timed_run(runner, seqs) -> float:
+    t = time.perf_counter()
+    runner.run(seqs)
+    return time.perf_counter() - t
+
+
 def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
     """Each shape run once to warm up, then `reps` times (`prefill_reps` for the long prefill
     steps); the median step's parts in ms, and its total."""
@@ -103,15 +109,8 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
         runs, engine_runs = [], []
         for i in range(1 + (reps if name.startswith("decode") else prefill_reps)):
             spent.clear()
-            t = time.perf_counter()
-            runner.run(seqs)
-            total = time.perf_counter() - t
-            if other_path:
-                t = time.perf_counter()
-                engine_runner.run(seqs)
-                engine_total = time.perf_counter() - t
-            else:
-                engine_total = total
+            total = _timed_run(runner, seqs)
+            engine_total = _timed_run(engine_runner, seqs) if other_path else total
             if i:
                 runs.append((total, dict(spent)))
                 engine_runs.append(engine_total)
