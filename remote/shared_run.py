@@ -134,8 +134,13 @@ class SharedRun:
             own = [i for i, k in enumerate(knobs) if k not in SERVER_KNOBS]
             changes, knobs = tuple(changes[i] for i in own), tuple(knobs[i] for i in own)
         if changes:
-            self.snapshot()                      # the server's latest step and time, to mark them at
-            self._marks.append(PolicyMark.of(self.step_count, self.now(), changes, knobs))
+            seen = self.snapshot().marks         # the server's latest step and time, to mark them at
+            step, t_s = self.step_count, self.now()
+            if seen:
+                # The stream reads the server a moment behind, so its clock here can lag a mark
+                # the page has already seen; a change made now goes after every change seen.
+                step, t_s = max(step, seen[-1].step), max(t_s, seen[-1].t_s)
+            self._marks.append(PolicyMark.of(step, t_s, changes, knobs))
 
     @property
     def arrived(self) -> int:

@@ -136,6 +136,9 @@ def test_a_shared_runs_marks_are_the_servers_policy_changes_and_the_pages_own(sh
         mine, theirs = lab.read()[1].marks.iloc[earlier:], student.read()[1].marks.iloc[earlier:]
         assert sorted(mine["detail"]) == ["max_num_seqs 6→3", "workload: rate 8.0→4.0, ttft_slo_s 2.0→9.0"], mine
         assert list(theirs["detail"]) == ["max_num_seqs 6→3"] and list(theirs["knobs"]) == [("max_num_seqs",)]
+        # the page reads the server a moment behind: a change it makes now still goes after the
+        # server's change it has seen, even where its clock lags that mark
+        student.live.now = lambda: 0.0
         student.apply(student.setup.changed(rate=2.0))
         marks = student.read()[1].marks.iloc[earlier:]
         assert list(marks["label"]) == ["max_num_seqs 6→3", "workload: rate 8.0→2.0"]
