@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import cpu_kernels
+from . import cpu_kernels, host_memory
 from .linear import FEW_ROWS, Linear, onednn_available, stack_rows
 from .model import LoadedModel
 
@@ -134,6 +134,8 @@ class ModelRunner:
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.kernels = cpu_kernels.for_device(self.device, self.dtype)
+        if self.device.type == "cpu":
+            host_memory.keep_freed_memory()      # steps reuse freed memory, not fault it in again
         self.linears, self.lm_head_linear = model_linears(model, self.kernels)
         self.inter = cfg.intermediate_size
         self.layer_weights = None if self.kernels is None else self.kernels.layer_weights(
@@ -295,7 +297,8 @@ class ModelRunner:
         sampled = [seqs[i].temperature > 0 for i in samplers]
         greedy = [r for r, i in enumerate(samplers) if not sampled[r]]
         if greedy:
-            for r, tok in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
+            rows = logits if len(greedy) == len(samplers) else logits[greedy]   # no copy when all are greedy
+            for r, tok in zip(greedy, rows.argmax(dim=-1).tolist()):
                 out[samplers[r]] = tok
         for r, i in enumerate(samplers):
             s = seqs[i]
