@@ -188,14 +188,15 @@ class Scheduler:
             n = self._chunk_size(req, budget, plan.policy)
             if n == 0:
                 continue
-            while not self.pool.can_allocate(req, n):
-                victim = self._pick_victim([r for r in self.running if r in admitted_before], plan.policy)
-                budget += self._preempt(victim, plan)
-                if victim is req:
-                    break
-            if req.status is not Status.RUNNING:        # it had to preempt itself
-                continue
-            self.pool.allocate(req, n)
+            if self.pool.blocks_needed(req, n):          # a decode token mostly fits its last block
+                while not self.pool.can_allocate(req, n):
+                    victim = self._pick_victim([r for r in self.running if r in admitted_before], plan.policy)
+                    budget += self._preempt(victim, plan)
+                    if victim is req:
+                        break
+                if req.status is not Status.RUNNING:    # it had to preempt itself
+                    continue
+                self.pool.allocate(req, n)
             phase = "decode" if (n == 1 and req.output_token_ids and req.remaining_tokens == 1) else "prefill"
             plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, phase))
             budget -= n
