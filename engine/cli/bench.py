@@ -44,28 +44,45 @@ def add_bench_flags(p) -> None:
 
 # ----- the machine's roofline -----
 
+TRIALS = 10          # timed products and copies, after one warm-up each
+SLOW_GEMM = 10e9     # FLOP/s under which a library's product is emulated here (not a peak): skipped
+
+
 def measure_roofline(device, dtype) -> dict:
+    """This machine's peaks: the best of TRIALS 2048x2048 products (torch's, and the engine's own
+    oneDNN one where it has it) and of TRIALS 256 MB copies. The best, because on a shared machine
+    a trial can catch a neighbour's burst, and a peak measured low flatters every step compared
+    with it; the medians say how far the machine moved while it was measured."""
     import torch
     n = 2048
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    flops = []
-    for _ in range(4):
-        t = time.perf_counter(); a @ b; _sync(device); flops.append(2 * n ** 3 / (time.perf_counter() - t))
+    products = {}
+    # probed at 512 first: torch's bf16 product is emulated on CPUs without bf16 instructions,
+    # where one 2048 product takes about a minute
+    if max(_rates(lambda: a[:512, :512] @ b[:512, :512], 2 * 512 ** 3, device, 1)) >= SLOW_GEMM:
+        products["torch"] = lambda: a @ b
     from ..model.linear import Linear, onednn_available
     if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
         linear = Linear(b, pack=True)
-        for _ in range(4):
-            t = time.perf_counter(); linear(a); flops.append(2 * n ** 3 / (time.perf_counter() - t))
+        products["oneDNN"] = lambda: linear(a)
+    products = products or {"torch": lambda: a @ b}      # slow, but the only product there is
+    by, gemm = max(((name, _rates(product, 2 * n ** 3, device, TRIALS)) for name, product in products.items()),
+                   key=lambda named: max(named[1]))
     src = torch.randn(64 * 2 ** 20, device=device)          # 256 MB
     dst = torch.empty_like(src)
-    bws = []
-    # the best of ten: on a shared machine a single copy can catch a neighbour's burst, and a
-    # floor measured low flatters every step compared with it
-    for _ in range(11):
-        t = time.perf_counter(); dst.copy_(src); _sync(device)
-        bws.append(2 * src.numel() * 4 / (time.perf_counter() - t))   # bytes read + written
-    return {"gemm_flops": max(flops[1:]), "mem_bw": max(bws[1:])}
+    copy = _rates(lambda: dst.copy_(src), 2 * src.numel() * 4, device, TRIALS)   # bytes read + written
+    return {"gemm_flops": max(gemm), "gemm_median": statistics.median(gemm), "gemm_by": by,
+            "mem_bw": max(copy), "mem_median": statistics.median(copy)}
+
+
+def _rates(work, amount: float, device, trials: int) -> list[float]:
+    """`amount` (FLOPs, bytes) per second of each of `trials` calls of `work`, after one warm-up."""
+    rates = []
+    for _ in range(trials + 1):
+        t = time.perf_counter(); work(); _sync(device)
+        rates.append(amount / (time.perf_counter() - t))
+    return rates[1:]
 
 
 def _sync(device):
@@ -197,7 +214,8 @@ def bench_command(args) -> int:
         roof = measure_roofline(model.device, model.dtype)
         costs = model_costs(model)
         print(f"\n== {model.name} on {model.device}, {str(model.dtype).replace('torch.', '')}: "
-              f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s, memory {roof['mem_bw'] / 1e9:.1f} GB/s, "
+              f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s ({roof['gemm_by']}'s; median {roof['gemm_median'] / 1e9:.0f}), "
+              f"memory {roof['mem_bw'] / 1e9:.1f} GB/s (median {roof['mem_median'] / 1e9:.1f}), "
               f"weights {costs['weight_bytes'] / 1e6:.0f} MB")
 
         b1 = measure_batch_scaling(model, [1], context=100, steps=8)[0]
