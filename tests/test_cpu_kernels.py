@@ -52,18 +52,23 @@ def test_few_rows_linear_with_no_rows(kernels):
     assert kernels.few_rows_linear(torch.randn(0, 64), w).shape == (0, 1003)
 
 
-def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
-    """Random q and a paged cache whose blocks are shuffled; returns inputs and the SDPA answer."""
+def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0, runs=None):
+    """Random q and a paged cache whose blocks are shuffled; returns inputs and the SDPA answer.
+    `runs`: rows per sequence, in order (default one each); the rows of a sequence share its blocks,
+    as the tokens of a prefill chunk do."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.tensor(lengths, dtype=torch.int64)
+    runs = runs or [1] * B
+    firsts = [sum(runs[:i]) for i in range(len(runs))]
     blocks_each = (lengths + block_size - 1) // block_size
-    order = torch.randperm(int(blocks_each.sum()) + 3, generator=g)
+    order = torch.randperm(int(sum(blocks_each[f + n - 1] for f, n in zip(firsts, runs))) + 3, generator=g)
     max_blocks = int(blocks_each.max())
     tables = torch.zeros(B, max_blocks, dtype=torch.int64)
     used = 0
-    for b in range(B):
-        tables[b, :blocks_each[b]] = order[used:used + blocks_each[b]]
-        used += int(blocks_each[b])
+    for f, n in zip(firsts, runs):
+        need = int(blocks_each[f + n - 1])                       # the sequence's last row sees the most
+        tables[f:f + n, :need] = order[used:used + need]
+        used += need
     slots = len(order) * block_size
     k_cache = torch.randn(slots, kv_heads, d, generator=g).to(dtype)
     v_cache = torch.randn(slots, kv_heads, d, generator=g).to(dtype)
@@ -89,6 +94,19 @@ def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0):
 def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
     lengths = [1, 16, 17, 40, 333, 5]                             # one key; exactly a block; ragged
     args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths)
+    close(kernels.paged_attention(*args), want, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64), (2, 2, 32), (1, 8, 64)])
+def test_paged_attention_of_prefill_chunks_matches_sdpa(kernels, dtype, kv_heads, group, d):
+    """Rows that are consecutive tokens of one sequence (a chunk: each sees one key more) are
+    attended together, a tile of rows at a time; beside them decode rows, a chunk longer than a
+    tile, and a chunk after a cached prefix."""
+    chunks = [(1, 40), (200, 1), (33, 2), (1, 17), (70, 5), (300, 1), (16, 1), (18, 1), (1, 1)]
+    lengths = [first + i for first, n in chunks for i in range(n)]
+    args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths, runs=[n for _, n in chunks])
     close(kernels.paged_attention(*args), want, dtype)
 
 

@@ -16,7 +16,9 @@
  *    One call serves a whole step: decode tokens and prefill chunks alike (causality is just
  *    "a token at position p sees p+1 keys"). The PyTorch path must first gather each
  *    sequence's keys into a padded tensor (a copy of the context per layer), run attention on
- *    the padding too, and loop over prefill chunks in Python.
+ *    the padding too, and loop over prefill chunks in Python. The rows of a prefill chunk go
+ *    QTILE at a time (attend_tile): each key and value row read serves the whole tile, and the
+ *    scores come out as a small matrix product; decode rows go one at a time (attend_fast).
  *
  * 4. layers_few_rows: every layer of a step of a few rows in one call, the kernels above in the
  *    runner's order: at one row the calls between kernels cost as much as the kernels.
@@ -328,9 +330,12 @@ void silu_mul(const void *gate_up, void *out, int rows, int n, int bf16) {
 static void softmax_rows(float *scores, int group, int64_t L) {
     for (int g = 0; g < group; g++) {
         float *s = scores + g * L, mx = s[0], sum = 0.f;
+        #pragma omp simd reduction(max:mx)
         for (int64_t t = 1; t < L; t++) mx = s[t] > mx ? s[t] : mx;
+        #pragma omp simd
+        for (int64_t t = 0; t < L; t++) s[t] = expf(s[t] - mx);
         #pragma omp simd reduction(+:sum)
-        for (int64_t t = 0; t < L; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }
+        for (int64_t t = 0; t < L; t++) sum += s[t];
         float inv = 1.f / sum;
         #pragma omp simd
         for (int64_t t = 0; t < L; t++) s[t] *= inv;
@@ -415,6 +420,92 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
     }
 }
 
+#define QTILE 16        /* query rows of one prefill chunk per job: they share every key and value row read */
+#define QUAD 4          /* query vectors worked on together: each key or value load serves four */
+
+/* Rows b.. of a step that are consecutive tokens of one sequence (a prefill chunk): the same blocks,
+ * each row seeing one key more than the row before. How many, up to `limit`. */
+static int run_length(const int64_t *block_tables, int max_blocks, const int64_t *context_lens, int B,
+                      int b, int block_size, int limit) {
+    const int64_t *first = block_tables + (int64_t)b * max_blocks;
+    int n = 1;
+    while (b + n < B && n < limit && context_lens[b + n] == context_lens[b] + n) {
+        int64_t blocks = (context_lens[b + n] + block_size - 1) / block_size;
+        if (memcmp(block_tables + (int64_t)(b + n) * max_blocks, first, blocks * sizeof(int64_t))) break;
+        n++;
+    }
+    return n;
+}
+
+/* R consecutive query rows of one sequence (row i sees L0 + i keys) against one KV head, for
+ * head_dim a multiple of 2 VW and a group of at most MAX_GROUP. One row at a time (attend_fast)
+ * each row reads all its keys and values again; here a tile of 2 VW keys is read once for every
+ * row, and the scores come out as a small matrix product:
+ *   scores: the key tile is transposed once (kt[c][j] = key j's dimension c), then QUAD query
+ *           vectors at a time are multiplied into it, a broadcast query value times a row of kt
+ *           per dimension, which gives 2 VW scores in two registers and needs no horizontal sums;
+ *   values: QUAD query vectors at a time walk the value rows, 2 VW floats of a row per pass,
+ *           so each value load serves four vectors and their sums stay in registers.
+ * Query vector v is row v / group, head v % group: qf, outf [R * group][d] and scores
+ * [R * group][Lpad], each with room for a quad's padding vectors (zeros, never stored). */
+static void attend_tile(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+                        int64_t L0, int R, int kv_heads, int h, int group, int d, int block_size, float scale,
+                        float *kt, float *row, float *scores, int64_t Lpad, float *outf, int bf16) {
+    const int Q = R * group, Qpad = (Q + QUAD - 1) / QUAD * QUAD;   /* whole quads: no tests in the loops */
+    const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
+    memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
+    for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
+        for (int j = 0; j < 2 * VW; j++) {                    /* the key tile, transposed */
+            int64_t t = t0 + j;
+            if (t < Lmax)
+                load_f32(k_cache, ((table[t / block_size] * block_size + t % block_size) * kv_heads + h) * d,
+                         d, bf16, row);
+            for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
+        }
+        /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
+        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0;
+        for (int v = first * group / QUAD * QUAD; v < Qpad; v += QUAD) {
+            vf acc[QUAD][2] = {{0}};
+            for (int c = 0; c < d; c++) {
+                vf k0, k1;
+                memcpy(&k0, kt + c * 2 * VW, sizeof k0);
+                memcpy(&k1, kt + c * 2 * VW + VW, sizeof k1);
+                for (int u = 0; u < QUAD; u++) {
+                    float x = qf[(int64_t)(v + u) * d + c];
+                    acc[u][0] += x * k0;
+                    acc[u][1] += x * k1;
+                }
+            }
+            for (int u = 0; u < QUAD; u++) {
+                acc[u][0] *= scale;
+                acc[u][1] *= scale;
+                memcpy(scores + (v + u) * Lpad + t0, acc[u], sizeof acc[u]);
+            }
+        }
+    }
+    for (int v = 0; v < Qpad; v++) {                          /* each row over its own keys */
+        int64_t L = v < Q ? L0 + v / group : 0;               /* (the padding vectors: none) */
+        if (L) softmax_rows(scores + v * Lpad, 1, L);
+        for (int64_t t = L; t < Lpad; t++) scores[v * Lpad + t] = 0.f;   /* keys it does not see */
+    }
+    for (int c0 = 0; c0 < d; c0 += 2 * VW)
+        for (int v = 0; v < Qpad; v += QUAD) {
+            vf acc[QUAD][2] = {{0}};
+            int64_t L = L0 + (v + QUAD - 1 < Q ? v + QUAD - 1 : Q - 1) / group;   /* the last vector's keys */
+            FOR_EACH_SLOT(table, L, block_size, t, slot) {
+                int64_t off = (slot * kv_heads + h) * d + c0;
+                vf v0 = loadv(v_cache, off, bf16), v1 = loadv(v_cache, off + VW, bf16);
+                for (int u = 0; u < QUAD; u++) {
+                    float p = scores[(v + u) * Lpad + t];
+                    acc[u][0] += p * v0;
+                    acc[u][1] += p * v1;
+                }
+            }
+            for (int u = 0; u < QUAD; u++)
+                memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
+        }
+}
+
 /* Attention over a paged KV cache, one query token per row b.
  *   q, out:           [B, kv_heads * group, d]
  *   k_cache, v_cache: [num_slots, kv_heads, d]  one layer of the cache (this step's keys included)
@@ -422,8 +513,8 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
  *                     block_tables[b][t / block_size] * block_size + t % block_size
  *   context_lens:     [B]  how many keys row b sees: its position + 1
  * Query head j uses key/value head j / group (grouped-query attention), so one pass over a
- * KV head's keys serves its whole group of query heads. Threads share out the
- * (row, KV head) pairs. */
+ * KV head's keys serves its whole group of query heads. Threads share out the (run of rows,
+ * KV head) pairs: a run is a tile of a prefill chunk's rows, or one row. */
 void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                             const int64_t *block_tables, int max_blocks, const int64_t *context_lens,
                             int B, int kv_heads, int group, int d, int block_size, float scale,
@@ -431,31 +522,49 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     int64_t longest = 1;
     for (int b = 0; b < B; b++) if (context_lens[b] > longest) longest = context_lens[b];
     int fast = d % STRIP == 0 && group <= MAX_GROUP;
+    int tiled = fast && d % (2 * VW) == 0;
+    /* Each job is a run of rows (a prefill chunk's tile of up to QTILE rows, or one row) and a
+     * KV head; the runs are found once, here. */
+    int *start = malloc(sizeof(int) * (size_t)(B + 1)), runs = 0;
+    for (int b = 0; b < B; runs++) {
+        start[runs] = b;
+        b += tiled ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
+    }
+    start[runs] = B;
+    int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
     #pragma omp parallel
     {
-        float *scores = malloc(sizeof(float) * (size_t)group * longest);   /* [group, L] */
-        float *qf = malloc(sizeof(float) * (size_t)group * d);
-        float *outf = malloc(sizeof(float) * (size_t)group * d);
+        size_t vectors = (size_t)QTILE * group + QUAD;         /* a tile's query vectors, and a quad's padding */
+        float *scores = malloc(sizeof(float) * vectors * Lpad);   /* [vectors, Lpad] */
+        float *qf = malloc(sizeof(float) * vectors * d);
+        float *outf = malloc(sizeof(float) * vectors * d);
         float *row = malloc(sizeof(float) * (size_t)d);
+        float *kt = malloc(sizeof(float) * (size_t)d * 2 * VW);
         #pragma omp for schedule(dynamic, kv_heads)
-        for (int job = 0; job < B * kv_heads; job++) {
-            int b = job / kv_heads, h = job % kv_heads;
+        for (int job = 0; job < runs * kv_heads; job++) {
+            int r = job / kv_heads, h = job % kv_heads, b = start[r], R = start[r + 1] - b;
             const int64_t *table = block_tables + (int64_t)b * max_blocks;
-            int64_t offset = ((int64_t)b * kv_heads + h) * group * d;
-            load_f32(q, offset, group * d, bf16, qf);
-            if (fast)
+            for (int i = 0; i < R; i++)
+                load_f32(q, ((int64_t)(b + i) * kv_heads + h) * group * d, group * d, bf16, qf + i * group * d);
+            if (R > 1)
+                attend_tile(qf, k_cache, v_cache, table, context_lens[b], R, kv_heads, h, group, d, block_size,
+                            scale, kt, row, scores, Lpad, outf, bf16);
+            else if (fast)
                 attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
                             scale, scores, outf, bf16);
             else
                 attend_any(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
                            scale, scores, row, outf, bf16);
-            store_f32(out, offset, group * d, bf16, outf);
+            for (int i = 0; i < R; i++)
+                store_f32(out, ((int64_t)(b + i) * kv_heads + h) * group * d, group * d, bf16, outf + i * group * d);
         }
         free(scores);
         free(qf);
         free(outf);
         free(row);
+        free(kt);
     }
+    free(start);
 }
 
 /* Every layer of a step of at most a few rows (decode at small batches), in one call: the same
