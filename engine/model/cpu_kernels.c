@@ -358,9 +358,10 @@ static void softmax_rows(float *scores, int group, int64_t L) {
  * with every query head of the group. Values: the row is added into the output STRIP floats at
  * a time, so the group's accumulators stay in registers (a whole 64-float row for 4 heads would
  * need 32 AVX2 registers, twice what there are). The query stays in the L1 cache. */
-static void attend_fast(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
-                        int64_t L, int kv_heads, int h, int group, int d, int block_size, float scale,
-                        float *scores, float *outf, int bf16) {
+static inline __attribute__((always_inline))
+void attend_group(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+                  int64_t L, int kv_heads, int h, const int group, int d, int block_size, float scale,
+                  float *scores, float *outf, int bf16) {
     FOR_EACH_SLOT(table, L, block_size, t, slot) {            /* pass 1: scores */
         int64_t off = (slot * kv_heads + h) * d;
         if (t + PREFETCH < L) {          /* ask for a later key and value row now: the rows of one */
@@ -397,6 +398,19 @@ static void attend_fast(const float *qf, const void *k_cache, const void *v_cach
         }
         for (int g = 0; g < group; g++)
             memcpy(outf + g * d + c0, acc[g], sizeof acc[g]);
+    }
+}
+
+/* attend_group with the group size a constant, so the compiler keeps exactly the group's sums in
+ * registers (with a variable group it kept all MAX_GROUP, and spilled them around each test). */
+static void attend_fast(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+                        int64_t L, int kv_heads, int h, int group, int d, int block_size, float scale,
+                        float *scores, float *outf, int bf16) {
+    switch (group) {
+    case 1: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 1, d, block_size, scale, scores, outf, bf16); break;
+    case 2: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 2, d, block_size, scale, scores, outf, bf16); break;
+    case 3: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 3, d, block_size, scale, scores, outf, bf16); break;
+    default: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 4, d, block_size, scale, scores, outf, bf16);
     }
 }
 
