@@ -81,7 +81,7 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
             pool.free(r)
         step_s = sorted(times)[len(times) // 2]
         rows.append({"batch": b, "step_ms": step_s * 1000, "tokens_per_s": b / step_s,
-                     "ms_per_token": step_s * 1000 / b})
+                     "ms_per_token": step_s * 1000 / b, "best_ms": min(times) * 1000})
         if progress is not None:
             progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
     return rows
