@@ -3,13 +3,14 @@
 Every step allocates its activations and logits afresh (at 64 decode rows the logits alone are
 12.6 MB), and glibc's malloc gives large freed blocks back to the kernel: it serves blocks over
 its mmap threshold from fresh mappings, and trims its heap once more than its trim threshold lies
-free at the top. The next step then touches every page of those blocks again, and each first touch
-is a page fault, which on a virtual machine can cost tens of microseconds. Raising both thresholds
-lets the process keep up to KEEP_FREE_BYTES of freed memory for reuse, so a steady stream of same-
-sized steps allocates without faulting, once the heap holds a few blocks of each size (torch's
+free at the top. The next step then touches every page of those blocks again, and each first
+touch is a page fault, which on a virtual machine can cost tens of microseconds. Raising both
+thresholds lets the process keep up to KEEP_FREE_BYTES of freed memory for reuse, so a steady
+stream of steps allocates without faulting once the heap holds a few blocks of each size (torch's
 blocks are 64-byte aligned, and glibc reuses a freed block for an aligned request only where it
-fits with the alignment's slack, so the first few steps still carve new ones). Blocks over MMAP_THRESHOLD_BYTES (long prefill steps' largest
-buffers) are still mapped afresh: few, and a fault's cost is small beside such a step's arithmetic.
+fits with the alignment's slack, so the first few steps still carve new ones). Blocks over
+MMAP_THRESHOLD_BYTES (long prefill steps' largest buffers) are still mapped afresh: few, and a
+fault's cost is small beside such a step's arithmetic.
 
 glibc only (Linux); elsewhere this does nothing (`keep_freed_memory` returns False).
 """
