@@ -132,9 +132,8 @@ def test_two_students_and_an_instructor_share_one_engine(classroom):
                    what="both bursts on the teacher's chart")
         legend = "(el._fullData || []).filter(t => t.mode === 'markers' && t.name && t.marker).map(t => [t.name, t.marker.color])"
         # each page draws the board of its own latest refresh, so amy's may be a refresh behind the teacher's
-        wait_until(lambda: {"amy (you)", "bob"} <= set(dict(sum(chart(amy, legend), []))),
-                   what="both students named in amy's legend")
-        named = dict(sum(chart(amy, legend), []))
+        named = wait_until(lambda: (lambda n: n if {"amy (you)", "bob"} <= set(n) else None)(dict(sum(chart(amy, legend), []))),
+                           what="both students named in amy's legend")
         assert named["amy (you)"] != named["bob"]   # a colour each
 
         apply_max_num_seqs(amy, "", 2)
