@@ -59,7 +59,8 @@ def _files_digest(*paths: str) -> str:
 def _forward_code_digest() -> str:
     """Timings belong to the code that ran the forward: a changed runner means new measurements."""
     model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model")
-    return _files_digest(*(os.path.join(model, name) for name in ("runner.py", "linear.py", "cpu_kernels.c")))
+    names = ("runner.py", "linear.py", "cpu_kernels.c", "host_memory.py")
+    return _files_digest(*(os.path.join(model, name) for name in names))
 
 
 @dataclass
