@@ -75,7 +75,7 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
     """engine bench's side-by-side run, with the per-shape breakdown."""
     from engine.runs.arrivals import build_requests
     from engine.cli.bench import (agreement, measure_roofline, model_costs, run_engine, run_hf_continuous,
-                                  run_hf_static, step_roofline_s)
+                                  run_hf_static, roofline_share, step_roofline_s)
     from engine.model.model import load_model
     from engine.model.step_profile import format_table, profile_shapes
     from engine.sim.step_times import measure_batch_scaling
@@ -88,16 +88,11 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
     args = argparse.Namespace(max_num_seqs=64, max_num_batched_tokens=2048)
     roof, costs = measure_roofline(model.device, model.dtype), model_costs(model)
     t_eng, ours, eng = run_engine(model, fresh(), args)
-    roof_s = sum(step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens,
-                                 sum(1 for _, ph, _ in s.members if ph == "decode") or 1,
-                                 sum(eng.requests[rid].prompt_tokens for rid, _, _ in s.members))
-                 for s in eng.steps)
-    busy = sum(s.duration_s for s in eng.steps)
     t_st, theirs = run_hf_static(model, fresh(), 16)
     row = {"engine tok/s": f"{total / t_eng:.0f}",
            "vs generate (static 16)": f"{t_st / t_eng:.2f}x",
            "greedy-identical vs static": f"{agreement(ours, theirs)[0]:.0%}",
-           "roofline share": f"{roof_s / busy:.0%}"}
+           "roofline share": f"{roofline_share(eng, costs, roof):.0%}"}
     if not continuous:
         row["vs transformers continuous"] = "skipped (CPU stand-in)"
     else:

@@ -112,6 +112,16 @@ def step_roofline_s(costs, roof, tokens: int, samples: int, context: int) -> flo
     return max(flops / roof["gemm_flops"], bytes_ / roof["mem_bw"])
 
 
+def roofline_share(engine, costs, roof) -> float:
+    """The engine's steps' roofline time over their busy time: the share of the roofline they reach."""
+    roof_s = 0.0
+    for s in engine.steps:
+        ctx = sum(engine.requests[rid].prompt_tokens for rid, _, _ in s.members)   # lower bound
+        samples = sum(1 for _, phase, _ in s.members if phase == "decode") or 1
+        roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, ctx)
+    return roof_s / sum(s.duration_s for s in engine.steps)
+
+
 # ----- the three contestants -----
 
 def run_engine(model, requests, args):
@@ -235,17 +245,10 @@ def bench_command(args) -> int:
 
         t_eng, ours, engine = run_engine(model, fresh(), args)
         eng_tps = total_out / t_eng
-        roof_s, median_roof_s = 0.0, 0.0
         medians = {"gemm_flops": roof["gemm_median"], "mem_bw": roof["mem_median"]}
-        for s in engine.steps:
-            ctx = sum(engine.requests[rid].prompt_tokens for rid, _, _ in s.members)   # lower bound
-            samples = sum(1 for _, phase, _ in s.members if phase == "decode") or 1
-            roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, ctx)
-            median_roof_s += step_roofline_s(costs, medians, s.prefill_tokens + s.decode_tokens, samples, ctx)
-        busy = sum(s.duration_s for s in engine.steps)
         row = {"dtype": str(model.dtype).replace("torch.", ""), "engine_tok_s": eng_tps,
-               "engine_s": t_eng, "roofline_fraction": roof_s / busy, "steps": len(engine.steps),
-               "median_roofline_fraction": median_roof_s / busy,
+               "engine_s": t_eng, "roofline_fraction": roofline_share(engine, costs, roof), "steps": len(engine.steps),
+               "median_roofline_fraction": roofline_share(engine, costs, medians),
                "b1_floor_ratio": b1["best_ms"] / floor_ms, "b1_median_ratio": b1["step_ms"] / median_floor_ms}
         print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
               f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes "

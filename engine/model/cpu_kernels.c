@@ -342,8 +342,12 @@ static void softmax_rows(float *scores, int group, int64_t L) {
     }
 }
 
-/* Token t of a sequence lies in block table[t / block_size], at row t % block_size. These two
- * macros walk a sequence's L tokens block by block, giving each token's slot. */
+/* Token t of a sequence lies in block table[t / block_size], at row t % block_size: its slot.
+ * FOR_EACH_SLOT walks a sequence's L tokens block by block, giving each token's slot. */
+static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
+    return table[t / block_size] * block_size + t % block_size;
+}
+
 #define FOR_EACH_SLOT(table, L, block_size, t, slot)                                            \
     for (int64_t t0_ = 0; t0_ < (L); t0_ += (block_size))                                      \
         for (int64_t t = t0_, slot = (table)[t0_ / (block_size)] * (block_size);                 \
@@ -365,8 +369,8 @@ void attend_group(const float *qf, const void *k_cache, const void *v_cache, con
     FOR_EACH_SLOT(table, L, block_size, t, slot) {            /* pass 1: scores */
         int64_t off = (slot * kv_heads + h) * d;
         if (t + PREFETCH < L) {          /* ask for a later key and value row now: the rows of one */
-            int64_t ahead = (table[(t + PREFETCH) / block_size] * block_size + (t + PREFETCH) % block_size)
-                            * kv_heads + h;                     /* head are not adjacent in memory */
+            int64_t ahead = slot_of(table, t + PREFETCH, block_size) * kv_heads + h;   /* head are */
+                                                                        /* not adjacent in memory */
             for (int64_t byte = 0; byte < (int64_t)d << (2 - bf16); byte += 64) {
                 __builtin_prefetch((const char *)k_cache + (ahead * d << (2 - bf16)) + byte);
                 __builtin_prefetch((const char *)v_cache + (ahead * d << (2 - bf16)) + byte);
@@ -472,8 +476,7 @@ static void attend_tile(const float *qf, const void *k_cache, const void *v_cach
         for (int j = 0; j < 2 * VW; j++) {                    /* the key tile, transposed */
             int64_t t = t0 + j;
             if (t < Lmax)
-                load_f32(k_cache, ((table[t / block_size] * block_size + t % block_size) * kv_heads + h) * d,
-                         d, bf16, row);
+                load_f32(k_cache, (slot_of(table, t, block_size) * kv_heads + h) * d, d, bf16, row);
             for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
         }
         /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
@@ -535,14 +538,13 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                             void *out, int bf16) {
     int64_t longest = 1;
     for (int b = 0; b < B; b++) if (context_lens[b] > longest) longest = context_lens[b];
-    int fast = d % STRIP == 0 && group <= MAX_GROUP;
-    int tiled = fast && d % (2 * VW) == 0;
+    int fast = d % STRIP == 0 && group <= MAX_GROUP;   /* STRIP is a multiple of attend_tile's 2 VW */
     /* Each job is a run of rows (a prefill chunk's tile of up to QTILE rows, or one row) and a
      * KV head; the runs are found once, here. */
     int *start = malloc(sizeof(int) * (size_t)(B + 1)), runs = 0;
     for (int b = 0; b < B; runs++) {
         start[runs] = b;
-        b += tiled ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
+        b += fast ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
     }
     start[runs] = B;
     int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
