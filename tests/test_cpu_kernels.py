@@ -52,6 +52,23 @@ def test_few_rows_linear_with_no_rows(kernels):
     assert kernels.few_rows_linear(torch.randn(0, 64), w).shape == (0, 1003)
 
 
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,n,width", [(9, 1003, 576), (17, 64, 100), (64, 960, 576), (70, 33, 96),
+                                          (130, 200, 1536), (5, 40, 8), (0, 64, 64)])
+def test_packed_linear_matches_torch(kernels, dtype, rows, n, width):
+    """Whole tiles of rows and the rows left after them, a panel past the last weight row (1003, 33,
+    40), a width that is not whole vectors (100), more rows than one pass over the panels takes,
+    and no rows."""
+    g = torch.Generator().manual_seed(rows * 7 + n + width)
+    x = torch.randn(rows, width, generator=g).to(dtype)
+    w = torch.randn(n, width, generator=g).to(dtype)
+    got = kernels.packed_linear(x, kernels.pack_weight(w), n)
+    assert got.dtype == dtype and got.shape == (rows, n)
+    if rows:                                                  # none: a step where nobody samples
+        close(got, F.linear(x.float(), w.float()).to(dtype), dtype)
+
+
 def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0, runs=None):
     """Random q and a paged cache whose blocks are shuffled; returns inputs and the SDPA answer.
     `runs`: rows per sequence, in order (default one each); the rows of a sequence share its blocks,

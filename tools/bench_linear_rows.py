@@ -1,9 +1,11 @@
-"""Where the hand-written few-rows kernel beats oneDNN on this machine: `python -m tools.bench_linear_rows`.
+"""Which route multiplies fastest at each row count on this machine: `python -m tools.bench_linear_rows`.
 
 For SmolLM2-135M's four layer shapes, in fp32 and bf16, one product y = x @ W^T at M rows, timed
-through cpu_kernels.few_rows_linear and through Linear's packed oneDNN path (the best of five
-rounds of 200 calls each), with the largest difference between their answers. engine/model/linear.py
-sends up to FEW_ROWS rows to the kernel; this is how to check that choice on another CPU.
+through cpu_kernels.few_rows_linear, through cpu_kernels.packed_linear (its panels of the weight in
+float32) and through Linear's packed oneDNN path (the best of five rounds of calls), with the
+largest difference between their answers. engine/model/linear.py sends up to FEW_ROWS rows to the
+few-rows kernel and more to packed_linear where the product is computed in float32 (else to
+oneDNN); this is how to check those choices on another CPU.
 """
 from __future__ import annotations
 
@@ -33,24 +35,31 @@ def best_us(fn, calls: int = 200, rounds: int = 5) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 12, 16, 32, 64, 256])
     args = p.parse_args()
     kernels = cpu_kernels.load()
     if kernels is None:
         print("no hand-written kernels here (no gcc, or BATCHING_LAB_KERNELS=0): nothing to compare")
         return 0
-    print(f"Linear sends up to FEW_ROWS = {FEW_ROWS} rows to the kernel")
-    print(f"{'dtype':<9}{'weight':<9}{'rows':>5}{'kernel us':>11}{'oneDNN us':>11}{'oneDNN/kernel':>15}{'max diff':>10}")
+    print(f"Linear sends up to FEW_ROWS = {FEW_ROWS} rows to the few-rows kernel")
+    print(f"{'dtype':<9}{'weight':<9}{'rows':>5}{'few-rows us':>13}{'packed us':>11}{'oneDNN us':>11}"
+          f"{'fastest':>10}{'max diff':>10}")
     for dtype in (torch.float32, torch.bfloat16):
         g = torch.Generator().manual_seed(0)
         for name, (n, k) in SHAPES.items():
             w = (torch.randn(n, k, generator=g) * 0.05).to(dtype)
-            packed = Linear(w, None, pack=True)
+            onednn, panels = Linear(w, None, pack=True), kernels.pack_weight(w)
             for m in args.rows:
                 x = torch.randn(m, k, generator=g).to(dtype)
-                diff = (kernels.few_rows_linear(x, w).float() - packed(x).float()).abs().max().item()
-                a, b = best_us(lambda: kernels.few_rows_linear(x, w)), best_us(lambda: packed(x))
-                print(f"{str(dtype).removeprefix('torch.'):<9}{name:<9}{m:>5}{a:>11.1f}{b:>11.1f}{b / a:>15.2f}{diff:>10.1e}")
+                routes = {"few-rows": lambda: kernels.few_rows_linear(x, w),
+                          "packed": lambda: kernels.packed_linear(x, panels, n),
+                          "oneDNN": lambda: onednn(x)}
+                answers = [route().float() for route in routes.values()]
+                diff = max((a - answers[-1]).abs().max().item() for a in answers)
+                calls = max(10, 200 * 16 // max(16, m))
+                us = {route: best_us(fn, calls) for route, fn in routes.items()}
+                print(f"{str(dtype).removeprefix('torch.'):<9}{name:<9}{m:>5}{us['few-rows']:>13.1f}"
+                      f"{us['packed']:>11.1f}{us['oneDNN']:>11.1f}{min(us, key=us.get):>10}{diff:>10.1e}")
     return 0
 
 

@@ -50,7 +50,7 @@ SLOW_GEMM = 10e9     # FLOP/s under which a library's product is emulated here (
 
 def measure_roofline(device, dtype) -> dict:
     """This machine's peaks: the best of TRIALS 2048x2048 products (torch's, and the engine's own
-    oneDNN one where it has it) and of TRIALS 256 MB copies. The best, because on a shared machine
+    oneDNN and C kernel ones where it has them) and of TRIALS 256 MB copies. The best, because on a shared machine
     a trial can catch a neighbour's burst, and a peak measured low flatters every step compared
     with it; the medians say how far the machine moved while it was measured."""
     import torch
@@ -62,10 +62,15 @@ def measure_roofline(device, dtype) -> dict:
     # where one 2048 product takes about a minute
     if max(_rates(lambda: a[:512, :512] @ b[:512, :512], 2 * 512 ** 3, device, 1)) >= SLOW_GEMM:
         products["torch"] = lambda: a @ b
+    from ..model import cpu_kernels
     from ..model.linear import Linear, onednn_available
-    if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmul: often faster
-        linear = Linear(b, pack=True)
-        products["oneDNN"] = lambda: linear(a)
+    if onednn_available(torch.device(device), dtype):   # the engine's own CPU matmuls: often faster
+        onednn = Linear(b, pack=True)
+        products["oneDNN"] = lambda: onednn(a)
+        kernels = cpu_kernels.for_device(torch.device(device), dtype)
+        own = Linear(b, kernels, pack=True) if kernels is not None else None
+        if own is not None and own.panels is not None:
+            products["C kernel"] = lambda: own(a)
     products = products or {"torch": lambda: a @ b}      # slow, but the only product there is
     by, gemm = max(((name, _rates(product, 2 * n ** 3, device, TRIALS)) for name, product in products.items()),
                    key=lambda named: max(named[1]))

@@ -8,6 +8,9 @@
  *    cost is reading W from memory once. Each thread reads four rows side by side from four
  *    distant parts of W, four streams at once, which two cores read faster than one stream
  *    each (the bench's profile prints the figures on this machine).
+ * 1b. packed_linear: y = x @ W^T for more rows (decode at larger batches, prefill), on a copy
+ *    of W laid out in panels by pack_weight. These products are bound by arithmetic: a block of
+ *    y stays in registers while each loaded value feeds many multiply-adds.
  * 2. rms_norm (with the residual add before it), rope_store (rotary embedding and the KV
  *    cache write) and silu_mul: the small per-layer steps, one call each where PyTorch took
  *    three to ten small ops, each with its own dispatch and, above a few rows, its own threads.
@@ -243,6 +246,101 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
         }
     }
     free(xf);
+}
+
+/* y = x @ W^T for more rows than few_rows_linear takes (decode at larger batches, prefill), with
+ * W re-laid out once by pack_weight into panels of NR weight rows. Here the products are bound by
+ * arithmetic, not by reading W: each loaded value must feed as many multiply-adds as possible.
+ * A panel holds, for each k, its NR weights side by side (two vectors); tile() keeps an MR x NR
+ * block of y in MR x 2 vector registers and for each k loads the panel's two vectors once and
+ * each input row's x[m, k] once (broadcast), for 2 * MR multiply-adds. The panel (K x NR floats,
+ * 72 KB at K = 576) stays in the L1/L2 cache while every block of MR input rows goes over it;
+ * rows go MC at a time so that the input rows a panel meets stay in the cache too. Packed weights
+ * are float32 (bf16 weights are widened once, exactly; the inputs are widened and the outputs
+ * rounded, as a CPU without bf16 products multiplies them). */
+#define NR (2 * VW)                 /* weight rows per panel: two vector registers */
+#if VW == 16
+#define MR 8                        /* input rows per tile: MR x 2 accumulators of 32 registers */
+#else
+#define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
+#endif
+#define MC 64                       /* input rows a thread takes over every panel before the next rows */
+
+int64_t packed_size(int N, int K) { return (int64_t)((N + NR - 1) / NR) * NR * K; }
+
+/* packed[p][k][j] = w[p * NR + j][k], zero past the last row */
+void pack_weight(const void *w, float *packed, int N, int K, int bf16) {
+    int P = (N + NR - 1) / NR;
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < P; p++) {
+        float row[K];
+        for (int j = 0; j < NR; j++) {
+            int64_t n = (int64_t)p * NR + j;
+            if (n < N) load_f32(w, n * K, K, bf16, row);
+            else memset(row, 0, sizeof row);
+            for (int k = 0; k < K; k++) packed[((int64_t)p * K + k) * NR + j] = row[k];
+        }
+    }
+}
+
+/* y[0:mr, 0:ncols] of one panel, for mr (a constant once inlined) input rows */
+static inline __attribute__((always_inline))
+void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr) {
+    vf acc[MR][2];
+    for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = (vf){0};
+    for (int k = 0; k < K; k++) {
+        vf b0, b1;
+        memcpy(&b0, panel + (int64_t)k * NR, sizeof b0);
+        memcpy(&b1, panel + (int64_t)k * NR + VW, sizeof b1);
+        for (int m = 0; m < mr; m++) {
+            vf a = (vf){0} + x[(int64_t)m * K + k];
+            acc[m][0] += a * b0;
+            acc[m][1] += a * b1;
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        float out[NR];
+        memcpy(out, &acc[m][0], sizeof acc[m][0]);
+        memcpy(out + VW, &acc[m][1], sizeof acc[m][1]);
+        memcpy(y + m * ldy, out, sizeof(float) * ncols);
+    }
+}
+
+/* x [M, K] (float32 or bf16) times the packed W [N, K] -> y [M, N] in x's dtype */
+void packed_linear(const void *x, const float *packed, void *y, int M, int N, int K, int bf16) {
+    const float *xf = x;
+    float *yf = y;
+    if (bf16) {
+        float *wide = malloc(sizeof(float) * (size_t)M * K);
+        load_f32(x, 0, M * K, 1, wide);
+        xf = wide;
+        yf = malloc(sizeof(float) * (size_t)M * N);
+    }
+    int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int c = 0; c < chunks; c++)
+        for (int p = 0; p < P; p++) {
+            const float *panel = packed + (int64_t)p * K * NR;
+            int ncols = N - p * NR < NR ? N - p * NR : NR;
+            int end = (c + 1) * MC < M ? (c + 1) * MC : M;
+            for (int m = c * MC; m < end; ) {
+                int left = end - m;
+                int mr = left >= MR ? MR : left >= 4 ? 4 : left;  /* whole tiles, then 4, 3, 2, 1 rows */
+                const float *xm = xf + (int64_t)m * K;
+                float *ym = yf + (int64_t)m * N + p * NR;
+                if (mr == MR) tile(xm, K, panel, ym, N, ncols, MR);
+                else if (mr == 4) tile(xm, K, panel, ym, N, ncols, 4);
+                else if (mr == 3) tile(xm, K, panel, ym, N, ncols, 3);
+                else if (mr == 2) tile(xm, K, panel, ym, N, ncols, 2);
+                else tile(xm, K, panel, ym, N, ncols, 1);
+                m += mr;
+            }
+        }
+    if (bf16) {
+        store_f32(y, 0, M * N, 1, yf);
+        free((void *)xf);
+        free(yf);
+    }
 }
 
 /* RMSNorm as the Llama reference computes it: in float32, x / sqrt(mean(x^2) + eps), rounded

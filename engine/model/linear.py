@@ -1,28 +1,34 @@
 """A linear layer (y = x @ W^T) that picks the fastest way to multiply on its device.
 
 Nearly all of a step's arithmetic is in these products, so how they run sets the engine's
-speed. On CPU, measured on a 2-core AMD EPYC (fp32 / bf16 GFLOP/s at M rows, 1536x576 weights):
+speed. On CPU there are three routes, chosen per call:
 
-    M rows               1        8        64       2048
-    torch F.linear       6 / 10   34 / 73  101/258  192/327
-    oneDNN, packed W     12 / 22  98 /155  194/360  218/419
+- Up to FEW_ROWS rows (decode at small batches): cpu_kernels.few_rows_linear. With few rows
+  the time is reading the weight from memory; the kernel reads it once, in plain streams, and
+  for more than two rows goes over each small block of it again from the cache.
+- More rows, where the product is computed in float32 (an fp32 model, or bf16 on a CPU without
+  bf16 products): cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
+  file). These products are bound by arithmetic; the kernel keeps a block of the output in
+  registers so that each value it loads feeds many multiply-adds.
+- bf16 on a CPU with bf16 products: oneDNN (`torch.ops.mkldnn._linear_pointwise`, the kernel
+  torch.compile itself uses for a CPU linear layer) on its own copy of the weight, re-laid out
+  once ("packed") into its blocked format.
 
-`torch.ops.mkldnn._linear_pointwise` is the kernel torch.compile itself uses for a CPU linear
-layer: the weight is re-laid out once ("packed") into oneDNN's blocked format, so every call
-streams it in the order the kernel wants. For up to FEW_ROWS rows (decode at small batches)
-the hand-written cpu_kernels.few_rows_linear is faster still: it reads the weight once, in plain
-streams, and for more than two rows goes over each small block of it again from the cache.
-Past eight rows oneDNN's blocked kernel wins on the wider weights (`tools/bench_linear_rows.py`
-measures where on this machine).
+`tools/bench_linear_rows.py` measures the routes side by side on this machine. On a 2-core AVX-512
+EPYC, fp32, GFLOP/s at 12 / 32 / 64 / 2,048 rows (the model's four weight shapes): packed_linear
+400-480 / 425-500 / 480-525 / 440-510, oneDNN 240-415 / 340-460 / 415-500 / 490-510: the same at
+prefill sizes, up to half as fast again at decode sizes, where oneDNN's blocked kernel is tuned for
+bigger matrices than a 576-wide model's.
 Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
-tensors are used as they are; the packed copy is oneDNN's.
+tensors are used as they are; the packed copies are the kernels' own.
 
 oneDNN multiplies bf16 natively only where the CPU has the instructions for it (AVX-512 BF16,
 AMX, or AVX-NE-CONVERT); elsewhere it refuses to pack a bf16 weight, and torch's own bf16
 product is emulated (2-3 GFLOP/s on an AVX2-only 2-core EPYC, against 110-150 in fp32). There
 the packed copy is fp32 (the weights widened once, exactly) and a bf16 input is widened, multiplied
 and rounded back: what a native bf16 GEMM does too (it accumulates in fp32). It is detected,
-not assumed: `native_bf16()` asks oneDNN.
+not assumed: `native_bf16()` asks oneDNN. Without the C kernels (no compiler) oneDNN takes the
+fp32 products too.
 
 oneDNN builds a kernel for each row count it meets and keeps it (up to 1,024, then it evicts
 and rebuilds). A step's rows are its token count, which takes hundreds of values under
@@ -46,6 +52,12 @@ def onednn_available(device: torch.device, dtype: torch.dtype) -> bool:
 def native_bf16() -> bool:
     """Does oneDNN multiply bf16 natively on this CPU (else Linear widens bf16 to fp32)?"""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def onednn_multiplies(dtype: torch.dtype, kernels) -> bool:
+    """Does oneDNN take a packed Linear's products of more than FEW_ROWS rows (else the C kernel)?
+    Without the C kernels, yes; with them, only native bf16 ones (the kernel multiplies in float32)."""
+    return kernels is None or (dtype == torch.bfloat16 and native_bf16())
 
 
 def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -91,16 +103,20 @@ class Linear:
     def __init__(self, weight: torch.Tensor, kernels=None, pack: bool = False):
         self.weight = weight                  # the model's own tensor, used as it is
         self.kernels = kernels                # cpu_kernels.CpuKernels or None
+        # the C kernel's own copy of the weight, in panels (cpu_kernels.packed_linear)
+        self.panels = kernels.pack_weight(weight) if pack and not onednn_multiplies(weight.dtype, kernels) else None
         # bf16 on a CPU without native bf16 products: oneDNN multiplies an fp32 copy instead
         self.widen = pack and weight.dtype == torch.bfloat16 and not native_bf16()
-        # oneDNN's own copy of the weight, in its blocked layout
+        # oneDNN's own copy of the weight, in its blocked layout (where the C kernel has none)
         self.packed = None
-        if pack:
+        if pack and self.panels is None:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels is not None and x.shape[0] <= FEW_ROWS:
             return self.kernels.few_rows_linear(x.contiguous(), self.weight)
+        if self.panels is not None:
+            return self.kernels.packed_linear(x.contiguous(), self.panels, self.weight.shape[0])
         if self.packed is not None:
             rows = x.shape[0]
             padded = padded_rows(rows)

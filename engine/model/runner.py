@@ -32,18 +32,19 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu_kernels, host_memory
-from .linear import FEW_ROWS, Linear, onednn_available, stack_rows
+from .linear import FEW_ROWS, Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
 
 
 def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     """In words, which faster routes a runner on this device and dtype takes (for the About page)."""
     paths = []
-    if onednn_available(device, dtype):
+    kernels = cpu_kernels.for_device(device, dtype)
+    if onednn_available(device, dtype) and onednn_multiplies(dtype, kernels):
         paths.append("oneDNN linear layers with packed weights")
-    if cpu_kernels.for_device(device, dtype) is not None:
+    if kernels is not None:
         paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, SiLU, few-rows linear, "
-                     "and every layer in one call for steps of a few rows")
+                     "linear layers on packed weights, and every layer in one call for steps of a few rows")
     return paths
 
 
@@ -54,8 +55,8 @@ _linears_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # hf mode
 def model_linears(model: LoadedModel, kernels) -> tuple[list[dict[str, Linear]], Linear]:
     """Each layer's linear layers, and the vocabulary head, ready to call.
 
-    Built once per loaded model (a runner is made for every engine run, and oneDNN's packed
-    copy of the weights takes ~0.2 s and the weights' size again), and shared by its runners.
+    Built once per loaded model (a runner is made for every engine run, and the packed copy of
+    the weights, the C kernel's or oneDNN's, takes ~0.2 s and the weights' size again), and shared by its runners.
     q, k and v share their input, as do gate and up: each trio/pair becomes one stacked
     matrix, so one product computes them all (5-20% faster than separate ones, measured)."""
     pack = onednn_available(model.device, model.dtype)
