@@ -55,7 +55,7 @@ def test_few_rows_linear_with_no_rows(kernels):
 @needs_gcc
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,n,width", [(9, 1003, 576), (17, 64, 100), (64, 960, 576), (70, 33, 96),
-                                          (130, 200, 1536), (5, 40, 8), (0, 64, 64)])
+                                          (130, 200, 1536), (5, 40, 8), (12, 50, 35), (0, 64, 64)])
 def test_packed_linear_matches_torch(kernels, dtype, rows, n, width):
     """Whole tiles of rows and the rows left after them, a panel past the last weight row (1003, 33,
     40), a width that is not whole vectors (100), more rows than one pass over the panels takes,

@@ -255,9 +255,12 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
  * block of y in MR x 2 vector registers and for each k loads the panel's two vectors once and
  * each input row's x[m, k] once (broadcast), for 2 * MR multiply-adds. The panel (K x NR floats,
  * 72 KB at K = 576) stays in the L1/L2 cache while every block of MR input rows goes over it;
- * rows go MC at a time so that the input rows a panel meets stay in the cache too. Packed weights
- * are float32 (bf16 weights are widened once, exactly; the inputs are widened and the outputs
- * rounded, as a CPU without bf16 products multiplies them). */
+ * rows go MC at a time so that the input rows a panel meets stay in the cache too.
+ * Packed weights are float32 (bf16 weights widened once, exactly; the inputs are widened and the
+ * outputs rounded, as a CPU without bf16 products multiplies them), except where the CPU has
+ * bf16 dot products (AVX512-BF16): there a bf16 panel holds pairs (w[n][k], w[n][k+1]) in each
+ * 32-bit lane, and one instruction multiplies a pair of weights by a pair of inputs and adds both
+ * products to a float32 accumulator (tile_pairs), twice the work of an fp32 multiply-add. */
 #define NR (2 * VW)                 /* weight rows per panel: two vector registers */
 #if VW == 16
 #define MR 8                        /* input rows per tile: MR x 2 accumulators of 32 registers */
@@ -265,12 +268,26 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 #define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
 #endif
 #define MC 64                       /* input rows a thread takes over every panel before the next rows */
+#if defined(__AVX512BF16__) && VW == 16
+#define BF16_DOT 1
+#else
+#define BF16_DOT 0
+#endif
 
-int64_t packed_size(int N, int K) { return (int64_t)((N + NR - 1) / NR) * NR * K; }
+int bf16_dot(void) { return BF16_DOT; }
 
-/* packed[p][k][j] = w[p * NR + j][k], zero past the last row */
-void pack_weight(const void *w, float *packed, int N, int K, int bf16) {
-    int P = (N + NR - 1) / NR;
+/* Are this weight's panels bf16 pairs (else float32)? */
+static inline int pairs_for(int K, int bf16) { return BF16_DOT && bf16 && K % 2 == 0; }
+
+/* 32-bit elements of the packed copy of w [N, K] */
+int64_t packed_size(int N, int K, int bf16) {
+    return (int64_t)((N + NR - 1) / NR) * NR * (pairs_for(K, bf16) ? K / 2 : K);
+}
+
+/* float32 panels: packed[p][k][j] = w[p * NR + j][k]; bf16 pairs: packed[p][k / 2][j] holds
+ * w[p * NR + j][k] in its low half and [k + 1] in its high half; zero past the last row */
+void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16) {
+    int P = (N + NR - 1) / NR, pairs = pairs_for(K, bf16);
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < P; p++) {
         float row[K];
@@ -278,12 +295,17 @@ void pack_weight(const void *w, float *packed, int N, int K, int bf16) {
             int64_t n = (int64_t)p * NR + j;
             if (n < N) load_f32(w, n * K, K, bf16, row);
             else memset(row, 0, sizeof row);
-            for (int k = 0; k < K; k++) packed[((int64_t)p * K + k) * NR + j] = row[k];
+            if (pairs) {
+                for (int k = 0; k < K; k += 2)       /* bf16 values widen and narrow back exactly */
+                    packed[((int64_t)p * K / 2 + k / 2) * NR + j] = f32_to_bf16(row[k]) | (uint32_t)f32_to_bf16(row[k + 1]) << 16;
+            } else {
+                for (int k = 0; k < K; k++) memcpy(&packed[((int64_t)p * K + k) * NR + j], &row[k], 4);
+            }
         }
     }
 }
 
-/* y[0:mr, 0:ncols] of one panel, for mr (a constant once inlined) input rows */
+/* y[0:mr, 0:ncols] of one float32 panel, for mr (a constant once inlined) input rows */
 static inline __attribute__((always_inline))
 void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr) {
     vf acc[MR][2];
@@ -306,40 +328,87 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
     }
 }
 
-/* x [M, K] (float32 or bf16) times the packed W [N, K] -> y [M, N] in x's dtype */
-void packed_linear(const void *x, const float *packed, void *y, int M, int N, int K, int bf16) {
-    const float *xf = x;
-    float *yf = y;
-    if (bf16) {
+#if BF16_DOT
+/* The same for bf16 inputs x [mr, K] on a panel of bf16 pairs; y rounded to bf16 */
+static inline __attribute__((always_inline))
+void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, int64_t ldy, int ncols,
+                const int mr) {
+    __m512 acc[MR][2];
+    for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 2) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (int64_t)k / 2 * NR);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (int64_t)k / 2 * NR + VW);
+        for (int m = 0; m < mr; m++) {
+            uint32_t pair;                                        /* x[m, k] and x[m, k + 1] */
+            memcpy(&pair, x + (int64_t)m * K + k, sizeof pair);
+            __m512bh a = (__m512bh)_mm512_set1_epi32((int)pair);
+            acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
+            acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        uint16_t out[NR];
+        __m256bh lo = _mm512_cvtneps_pbh(acc[m][0]), hi = _mm512_cvtneps_pbh(acc[m][1]);
+        memcpy(out, &lo, sizeof lo);
+        memcpy(out + VW, &hi, sizeof hi);
+        memcpy(y + m * ldy, out, sizeof(uint16_t) * ncols);
+    }
+}
+#endif
+
+/* One panel's share of y for input rows m0..m1: whole tiles of MR rows, then 4, 3, 2, 1 rows */
+static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
+                       int N, int K, int pairs) {
+    for (int m = m0; m < m1; ) {
+        int left = m1 - m, mr = left >= MR ? MR : left >= 4 ? 4 : left;
+#if BF16_DOT
+        if (pairs) {
+            const uint16_t *xm = (const uint16_t *)x + (int64_t)m * K;
+            uint16_t *ym = (uint16_t *)y + (int64_t)m * N + n0;
+            if (mr == MR) tile_pairs(xm, K, panel, ym, N, ncols, MR);
+            else if (mr == 4) tile_pairs(xm, K, panel, ym, N, ncols, 4);
+            else if (mr == 3) tile_pairs(xm, K, panel, ym, N, ncols, 3);
+            else if (mr == 2) tile_pairs(xm, K, panel, ym, N, ncols, 2);
+            else tile_pairs(xm, K, panel, ym, N, ncols, 1);
+            m += mr;
+            continue;
+        }
+#endif
+        const float *xm = (const float *)x + (int64_t)m * K, *pf = (const float *)panel;
+        float *ym = (float *)y + (int64_t)m * N + n0;
+        if (mr == MR) tile(xm, K, pf, ym, N, ncols, MR);
+        else if (mr == 4) tile(xm, K, pf, ym, N, ncols, 4);
+        else if (mr == 3) tile(xm, K, pf, ym, N, ncols, 3);
+        else if (mr == 2) tile(xm, K, pf, ym, N, ncols, 2);
+        else tile(xm, K, pf, ym, N, ncols, 1);
+        m += mr;
+    }
+}
+
+/* x [M, K] (float32 or bf16) times W [N, K] packed by pack_weight -> y [M, N] in x's dtype */
+void packed_linear(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16) {
+    int pairs = pairs_for(K, bf16);
+    const void *xin = x;
+    void *yout = y;
+    if (bf16 && !pairs) {                      /* multiplied in float32: widen x, round y at the end */
         float *wide = malloc(sizeof(float) * (size_t)M * K);
         load_f32(x, 0, M * K, 1, wide);
-        xf = wide;
-        yf = malloc(sizeof(float) * (size_t)M * N);
+        xin = wide;
+        yout = malloc(sizeof(float) * (size_t)M * N);
     }
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
+    int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int c = 0; c < chunks; c++)
         for (int p = 0; p < P; p++) {
-            const float *panel = packed + (int64_t)p * K * NR;
-            int ncols = N - p * NR < NR ? N - p * NR : NR;
             int end = (c + 1) * MC < M ? (c + 1) * MC : M;
-            for (int m = c * MC; m < end; ) {
-                int left = end - m;
-                int mr = left >= MR ? MR : left >= 4 ? 4 : left;  /* whole tiles, then 4, 3, 2, 1 rows */
-                const float *xm = xf + (int64_t)m * K;
-                float *ym = yf + (int64_t)m * N + p * NR;
-                if (mr == MR) tile(xm, K, panel, ym, N, ncols, MR);
-                else if (mr == 4) tile(xm, K, panel, ym, N, ncols, 4);
-                else if (mr == 3) tile(xm, K, panel, ym, N, ncols, 3);
-                else if (mr == 2) tile(xm, K, panel, ym, N, ncols, 2);
-                else tile(xm, K, panel, ym, N, ncols, 1);
-                m += mr;
-            }
+            int ncols = N - p * NR < NR ? N - p * NR : NR;
+            panel_rows(xin, packed + p * panel_size, yout, c * MC, end, p * NR, ncols, N, K, pairs);
         }
-    if (bf16) {
-        store_f32(y, 0, M * N, 1, yf);
-        free((void *)xf);
-        free(yf);
+    if (bf16 && !pairs) {
+        store_f32(y, 0, M * N, 1, yout);
+        free((void *)xin);
+        free(yout);
     }
 }
 

@@ -64,7 +64,9 @@ class CpuKernels:
         # int64 arrays are passed as plain addresses too: a ctypes.cast per argument cost ~2 us a call
         vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
-        lib.packed_size.argtypes, lib.packed_size.restype = [i32, i32], ctypes.c_int64
+        lib.packed_size.argtypes, lib.packed_size.restype = [i32, i32, i32], ctypes.c_int64
+        lib.bf16_dot.restype = i32
+        self.bf16_dot = bool(lib.bf16_dot())      # packs bf16 weights as bf16 pairs (AVX512-BF16)
         lib.pack_weight.argtypes = [vp, vp, i32, i32, i32]
         lib.packed_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
@@ -91,17 +93,19 @@ class CpuKernels:
         return y
 
     def pack_weight(self, w: torch.Tensor) -> torch.Tensor:
-        """w [N, K] re-laid out (as float32) for packed_linear: panels of weight rows, k-major."""
+        """w [N, K] re-laid out for packed_linear: panels of weight rows, k-major, in float32 (bf16
+        pairs where the CPU has bf16 dot products). An opaque buffer of 32-bit elements."""
         assert w.is_contiguous() and w.dim() == 2
         N, K = w.shape
-        packed = torch.empty(self.lib.packed_size(N, K), dtype=torch.float32)
+        packed = torch.empty(self.lib.packed_size(N, K, self._bf16(w)), dtype=torch.int32)
         self.lib.pack_weight(w.data_ptr(), packed.data_ptr(), N, K, self._bf16(w))
         return packed
 
     def packed_linear(self, x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
-        """x [M, K] @ W.T for W [n, K] packed by pack_weight; the result in x's dtype."""
-        assert x.is_contiguous() and packed.dtype == torch.float32
+        """x [M, K] @ W.T for W [n, K] packed by pack_weight from a weight of x's dtype."""
+        assert x.is_contiguous() and packed.dtype == torch.int32
         M, K = x.shape
+        assert packed.numel() == self.lib.packed_size(n, K, self._bf16(x)), "packed from another shape or dtype"
         y = x.new_empty((M, n))
         self.lib.packed_linear(x.data_ptr(), packed.data_ptr(), y.data_ptr(), M, n, K, self._bf16(x))
         return y

@@ -6,19 +6,20 @@ speed. On CPU there are three routes, chosen per call:
 - Up to FEW_ROWS rows (decode at small batches): cpu_kernels.few_rows_linear. With few rows
   the time is reading the weight from memory; the kernel reads it once, in plain streams, and
   for more than two rows goes over each small block of it again from the cache.
-- More rows, where the product is computed in float32 (an fp32 model, or bf16 on a CPU without
-  bf16 products): cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
-  file). These products are bound by arithmetic; the kernel keeps a block of the output in
-  registers so that each value it loads feeds many multiply-adds.
-- bf16 on a CPU with bf16 products: oneDNN (`torch.ops.mkldnn._linear_pointwise`, the kernel
-  torch.compile itself uses for a CPU linear layer) on its own copy of the weight, re-laid out
-  once ("packed") into its blocked format.
+- More rows: cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
+  file), in float32 (an fp32 model, or bf16 on a CPU without bf16 products) or in bf16 pairs
+  where the CPU has AVX512-BF16 dot products. These products are bound by arithmetic; the kernel
+  keeps a block of the output in registers so that each value it loads feeds many multiply-adds.
+- bf16 on a CPU with other bf16 products (AMX, AVX-NE-CONVERT), or no C kernels at all: oneDNN
+  (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile itself uses for a CPU linear
+  layer) on its own copy of the weight, re-laid out once ("packed") into its blocked format.
 
 `tools/bench_linear_rows.py` measures the routes side by side on this machine. On a 2-core AVX-512
 EPYC, fp32, GFLOP/s at 12 / 32 / 64 / 2,048 rows (the model's four weight shapes): packed_linear
 400-480 / 425-500 / 480-525 / 440-510, oneDNN 240-415 / 340-460 / 415-500 / 490-510: the same at
 prefill sizes, up to half as fast again at decode sizes, where oneDNN's blocked kernel is tuned for
-bigger matrices than a 576-wide model's.
+bigger matrices than a 576-wide model's; in bf16 (bf16 pairs against oneDNN's native bf16) 640-770
+/ 860-965 / 940-1,005 / 935-1,030 against 340-650 / 550-800 / 700-920 / 990-1,000.
 Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
 tensors are used as they are; the packed copies are the kernels' own.
 
@@ -56,8 +57,9 @@ def native_bf16() -> bool:
 
 def onednn_multiplies(dtype: torch.dtype, kernels) -> bool:
     """Does oneDNN take a packed Linear's products of more than FEW_ROWS rows (else the C kernel)?
-    Without the C kernels, yes; with them, only native bf16 ones (the kernel multiplies in float32)."""
-    return kernels is None or (dtype == torch.bfloat16 and native_bf16())
+    Without the C kernels, yes; with them, only native bf16 ones on a CPU whose bf16 products the
+    kernel does not use (it does AVX512-BF16's, and widens bf16 to float32 where there are none)."""
+    return kernels is None or (dtype == torch.bfloat16 and native_bf16() and not kernels.bf16_dot)
 
 
 def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
