@@ -85,7 +85,7 @@ def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return stacked
 
 
-FEW_ROWS = 8             # up to this many rows the hand-written kernel multiplies
+FEW_ROWS = 4             # up to this many rows the few-rows kernel multiplies (then packed_linear)
 EXACT_ROWS = 16          # up to this many rows (decode batches) are multiplied as they are
 SIZES_PER_DOUBLING = 8
 

@@ -13,7 +13,7 @@ Attention, measured on a 2-core CPU (SmolLM2: 9 query heads, 3 KV heads, head_di
 - prefill chunks run one sequence at a time, causal with an offset of start_pos.
 - gathers use index_select into buffers reused by all layers (advanced indexing was 5x slower,
   and a fresh multi-MB tensor per layer pays page faults on every call).
-On a CPU, linear layers run through linear.Linear (oneDNN with packed weights), and with a C
+On a CPU, linear layers run through linear.Linear (C kernels or oneDNN on packed weights), and with a C
 compiler a hand-written kernel (cpu_kernels.c) computes all of a step's attention in one call:
 each token reads its own sequence's keys and values in place through the block table, up to
 its own position (so prefill is causal and decode sees the whole context): no gather, no
