@@ -50,9 +50,9 @@ SLOW_GEMM = 10e9     # FLOP/s under which a library's product is emulated here (
 
 def measure_roofline(device, dtype) -> dict:
     """This machine's peaks: the best of TRIALS 2048x2048 products (torch's, and the engine's own
-    oneDNN and C kernel ones where it has them) and of TRIALS 256 MB copies. The best, because on a shared machine
-    a trial can catch a neighbour's burst, and a peak measured low flatters every step compared
-    with it; the medians say how far the machine moved while it was measured."""
+    oneDNN and C kernel ones where it has them) and of TRIALS 256 MB copies. The best, because on
+    a shared machine a trial can catch a neighbour's burst, and a peak measured low flatters every
+    step compared with it; the medians say how far the machine moved while it was measured."""
     import torch
     n = 2048
     a = torch.randn(n, n, device=device, dtype=dtype)

@@ -297,7 +297,8 @@ void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16) {
             else memset(row, 0, sizeof row);
             if (pairs) {
                 for (int k = 0; k < K; k += 2)       /* bf16 values widen and narrow back exactly */
-                    packed[((int64_t)p * K / 2 + k / 2) * NR + j] = f32_to_bf16(row[k]) | (uint32_t)f32_to_bf16(row[k + 1]) << 16;
+                    packed[((int64_t)p * K / 2 + k / 2) * NR + j] =
+                        f32_to_bf16(row[k]) | (uint32_t)f32_to_bf16(row[k + 1]) << 16;
             } else {
                 for (int k = 0; k < K; k++) memcpy(&packed[((int64_t)p * K + k) * NR + j], &row[k], 4);
             }
