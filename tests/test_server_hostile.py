@@ -211,10 +211,16 @@ def test_a_new_user_string_does_not_reset_the_per_client_limit(tiny):
                 httpx.stream("POST", url + "/v1/completions", json={**long, "user": "u2"}, timeout=30) as b:
             lines = a.iter_lines(), b.iter_lines()
             next(lines[0]), next(lines[1])
+            # the engine holds still while the test asks, so that the two stay in flight however
+            # fast the tiny model generates on this machine (on a fast one both ran out once)
+            go, step = threading.Event(), service.engine.step
+            service.engine.step = lambda: go.wait(30) and step()
+            assert service.in_flight() == 2
             for user in ("u3", "u4", "fresh-name"):
                 r = httpx.post(url + "/v1/completions", json={**long, "stream": False, "user": user}, timeout=30)
                 openai_error(r, 429, "client (127.0.0.1) has 2 requests in flight", "per client address")
                 assert r.headers["retry-after"] == "1"
+            go.set()
             r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, headers=AUTH, timeout=30)
             assert r.status_code == 200, "the instructor is exempt"
         wait_for(lambda: service.in_flight() == 0)
