@@ -522,7 +522,7 @@ static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
              t < (L) && t < t0_ + (block_size); t++, slot++)
 
 #define MAX_GROUP 4     /* the fast path keeps a group's accumulators in vector registers */
-#define PREFETCH 8      /* key rows ahead */
+#define PREFETCH 16     /* key rows ahead: about 2-4 KB, the time one memory access takes to answer */
 #define STRIP 32        /* floats of a value row accumulated per pass: 4 AVX2 or 2 AVX-512 registers */
 
 /* One (query row, KV head) of attention, for head_dim a multiple of STRIP and a group of at
