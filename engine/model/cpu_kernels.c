@@ -607,7 +607,13 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
 }
 
 #define QTILE 16        /* query rows of one prefill chunk per job: they share every key and value row read */
-#define QUAD 4          /* query vectors worked on together: each key or value load serves four */
+/* Query vectors worked on together: each key or value load serves QVECS of them, in QVECS x 2
+ * accumulators (16 of AVX-512's 32 registers; 8 of AVX2's 16, where 8 vectors would spill) */
+#if VW == 16
+#define QVECS 8
+#else
+#define QVECS 4
+#endif
 
 /* Rows b.. of a step that are consecutive tokens of one sequence (a prefill chunk): the same blocks,
  * each row seeing one key more than the row before. How many, up to `limit`. */
@@ -627,17 +633,17 @@ static int run_length(const int64_t *block_tables, int max_blocks, const int64_t
  * head_dim a multiple of 2 VW and a group of at most MAX_GROUP. One row at a time (attend_fast)
  * each row reads all its keys and values again; here a tile of 2 VW keys is read once for every
  * row, and the scores come out as a small matrix product:
- *   scores: the key tile is transposed once (kt[c][j] = key j's dimension c), then QUAD query
+ *   scores: the key tile is transposed once (kt[c][j] = key j's dimension c), then QVECS query
  *           vectors at a time are multiplied into it, a broadcast query value times a row of kt
  *           per dimension, which gives 2 VW scores in two registers and needs no horizontal sums;
- *   values: QUAD query vectors at a time walk the value rows, 2 VW floats of a row per pass,
- *           so each value load serves four vectors and their sums stay in registers.
+ *   values: QVECS query vectors at a time walk the value rows, 2 VW floats of a row per pass,
+ *           so each value load serves QVECS vectors and their sums stay in registers.
  * Query vector v is row v / group, head v % group: qf, outf [R * group][d] and scores
- * [R * group][Lpad], each with room for a quad's padding vectors (zeros, never stored). */
+ * [R * group][Lpad], each with room for a QVECS group's padding vectors (zeros, never stored). */
 static void attend_tile(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
                         int64_t L0, int R, int kv_heads, int h, int group, int d, int block_size, float scale,
                         float *kt, float *row, float *scores, int64_t Lpad, float *outf, int bf16) {
-    const int Q = R * group, Qpad = (Q + QUAD - 1) / QUAD * QUAD;   /* whole quads: no tests in the loops */
+    const int Q = R * group, Qpad = (Q + QVECS - 1) / QVECS * QVECS;   /* whole QVECS groups: no tests in loops */
     const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
     memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
     for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
@@ -649,19 +655,19 @@ static void attend_tile(const float *qf, const void *k_cache, const void *v_cach
         }
         /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
         int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0;
-        for (int v = first * group / QUAD * QUAD; v < Qpad; v += QUAD) {
-            vf acc[QUAD][2] = {{0}};
+        for (int v = first * group / QVECS * QVECS; v < Qpad; v += QVECS) {
+            vf acc[QVECS][2] = {{0}};
             for (int c = 0; c < d; c++) {
                 vf k0, k1;
                 memcpy(&k0, kt + c * 2 * VW, sizeof k0);
                 memcpy(&k1, kt + c * 2 * VW + VW, sizeof k1);
-                for (int u = 0; u < QUAD; u++) {
+                for (int u = 0; u < QVECS; u++) {
                     float x = qf[(int64_t)(v + u) * d + c];
                     acc[u][0] += x * k0;
                     acc[u][1] += x * k1;
                 }
             }
-            for (int u = 0; u < QUAD; u++) {
+            for (int u = 0; u < QVECS; u++) {
                 acc[u][0] *= scale;
                 acc[u][1] *= scale;
                 memcpy(scores + (v + u) * Lpad + t0, acc[u], sizeof acc[u]);
@@ -674,19 +680,19 @@ static void attend_tile(const float *qf, const void *k_cache, const void *v_cach
         for (int64_t t = L; t < Lpad; t++) scores[v * Lpad + t] = 0.f;   /* keys it does not see */
     }
     for (int c0 = 0; c0 < d; c0 += 2 * VW)
-        for (int v = 0; v < Qpad; v += QUAD) {
-            vf acc[QUAD][2] = {{0}};
-            int64_t L = L0 + (v + QUAD - 1 < Q ? v + QUAD - 1 : Q - 1) / group;   /* the last vector's keys */
+        for (int v = 0; v < Qpad; v += QVECS) {
+            vf acc[QVECS][2] = {{0}};
+            int64_t L = L0 + (v + QVECS - 1 < Q ? v + QVECS - 1 : Q - 1) / group;   /* the last vector's keys */
             FOR_EACH_SLOT(table, L, block_size, t, slot) {
                 int64_t off = (slot * kv_heads + h) * d + c0;
                 vf v0 = loadv(v_cache, off, bf16), v1 = loadv(v_cache, off + VW, bf16);
-                for (int u = 0; u < QUAD; u++) {
+                for (int u = 0; u < QVECS; u++) {
                     float p = scores[(v + u) * Lpad + t];
                     acc[u][0] += p * v0;
                     acc[u][1] += p * v1;
                 }
             }
-            for (int u = 0; u < QUAD; u++)
+            for (int u = 0; u < QVECS; u++)
                 memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
         }
 }
@@ -718,7 +724,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
     #pragma omp parallel
     {
-        size_t vectors = (size_t)QTILE * group + QUAD;         /* a tile's query vectors, and a quad's padding */
+        size_t vectors = (size_t)QTILE * group + QVECS;         /* a tile's query vectors, and padding */
         float *scores = malloc(sizeof(float) * vectors * Lpad);   /* [vectors, Lpad] */
         float *qf = malloc(sizeof(float) * vectors * d);
         float *outf = malloc(sizeof(float) * vectors * d);
