@@ -172,25 +172,25 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
 @needs_gcc
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):
-    """A step of at most FEW_ROWS rows runs every layer in one C call: the same kernels in the
-    same order as the runner's loop, so the logits and the KV written are exactly the loop's.
-    Steps of 1 to 8 rows: decodes, and a short prefill chunk beside them."""
-    from engine.model.linear import FEW_ROWS
+    """A step of up to ONE_CALL_ROWS rows runs every layer in one C call: the same kernels in the
+    same order as the runner's loop (the few-rows kernel up to FEW_ROWS rows, the panels above), so
+    the logits and the KV written are exactly the loop's. Steps of 1 to 8, 12 and 16 rows: decodes,
+    and a short prefill chunk beside them."""
     from engine.model.model import load_model
     from engine.model.runner import ModelRunner, SeqInput
     lm = load_model("tiny", device="cpu", dtype=dtype)
-    one_call, loop = ModelRunner(lm, 64, block_size=16), ModelRunner(lm, 64, block_size=16)
+    one_call, loop = ModelRunner(lm, 160, block_size=16), ModelRunner(lm, 160, block_size=16)
     loop.layer_weights = None
-    assert one_call.layer_weights is not None
-    prompts = [[5 + (i * 7 + j) % 200 for j in range(20 + 3 * i)] for i in range(8)]
-    tables = [[4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3] for i in range(8)]
+    assert one_call.layer_weights is not None and one_call.takes_one_call(16) and not loop.takes_one_call(1)
+    prompts = [[5 + (i * 7 + j) % 200 for j in range(20 + 3 * i)] for i in range(16)]
+    tables = [list(range(8 * i, 8 * i + 8)) for i in range(16)]
     first = [SeqInput(f"r{i}", p, 0, t, True) for i, (p, t) in enumerate(zip(prompts, tables))]
-    for runner in (one_call, loop):                        # 180 tokens: the loop, in both
+    for runner in (one_call, loop):                        # 600 tokens: the loop, in both
         runner.forward_logits(first)
-    for rows in range(1, FEW_ROWS + 1):
+    for rows in [*range(1, 9), 12, 16]:
         step = [SeqInput(f"r{i}", [9 + rows], len(prompts[i]) + rows - 1, tables[i], True) for i in range(rows)]
         if rows <= 5:            # a 3-token prefill chunk of a new sequence beside the decodes
-            step = step[:rows - 1] + [SeqInput("new", [7, 8, 9], 0, [40 + rows], True)]
+            step = step[:rows - 1] + [SeqInput("new", [7, 8, 9], 0, [140 + rows], True)]
         got, want = one_call.forward_logits(step), loop.forward_logits(step)
         assert torch.equal(got, want), f"{rows} rows: max diff {(got - want).abs().max().item()}"
     assert torch.equal(one_call.k_cache, loop.k_cache) and torch.equal(one_call.v_cache, loop.v_cache)

@@ -23,7 +23,7 @@
  *    QTILE at a time (attend_tile): each key and value row read serves the whole tile, and the
  *    scores come out as a small matrix product; decode rows go one at a time (attend_fast).
  *
- * 4. layers_few_rows: every layer of a step of a few rows in one call, the kernels above in the
+ * 4. layers_in_one_call: every layer of a decode step in one call, the kernels above in the
  *    runner's order: at one row the calls between kernels cost as much as the kernels.
  *
  * Tensors are float32 or bfloat16 (`bf16` = 1); bf16 values are widened to float32 for the
@@ -757,24 +757,36 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     free(start);
 }
 
-/* Every layer of a step of at most a few rows (decode at small batches), in one call: the same
- * kernels, in the same order and with the same roundings, as the runner's loop calls them one by
- * one, so the result is the same to the bit. With a row or two each kernel takes microseconds,
- * and what the loop spent between them (Python, ctypes, a new tensor for every output) was as
- * long again; here that is paid once a step instead of nine times a layer.
+/* One of layers_in_one_call's products, by the route Linear takes: the few-rows kernel up to `few`
+ * rows, else the weight's panels (where it has them) */
+static void product(const void *x, const void *w, const uint32_t *panels, void *y, int T, int N, int K,
+                    int few, int bf16) {
+    if (T <= few || !panels) few_rows_linear(x, w, y, T, N, K, bf16);
+    else packed_linear(x, panels, y, T, N, K, bf16);
+}
+
+/* Every layer of a step of up to a batch of decodes, in one call: the same kernels, in the same
+ * order and with the same roundings, as the runner's loop calls them one by one, so the result
+ * is the same to the bit. With a row or two each kernel takes microseconds, and what the loop
+ * spent between them (Python, ctypes, a new tensor for every output) was as long again; at 64
+ * rows it is still about 3 ms a step. Here that is paid once a step instead of nine times a layer.
  *   x:     [T, hidden] the residual stream, updated in place
  *   delta: [T, hidden] out: the last layer's MLP output (the final norm adds it to x)
  *   layer weights: one pointer per layer for each of the two norms and the four products
  *   (qkv [(heads + 2 kv_heads) d, hidden], o [hidden, heads d], gate_up [2 inter, hidden],
- *   down [hidden, inter]); the caches are [layers, slots, kv_heads, d], `layer_stride` elements
- *   apart; the rest as rope_store and paged_attention take them. */
-void layers_few_rows(void *x, void *delta, int T, int hidden, int inter, int n_layers,
-                     void *const *norm1, void *const *qkv_w, void *const *o_w,
-                     void *const *norm2, void *const *gate_up_w, void *const *down_w,
-                     const void *cos, const void *sin, const int64_t *positions, const int64_t *slots,
-                     void *k_cache, void *v_cache, int64_t layer_stride,
-                     const int64_t *row_tables, int max_blocks, const int64_t *row_lens,
-                     int heads, int kv_heads, int d, int block_size, float scale, float eps, int bf16) {
+ *   down [hidden, inter]), and for each product its panels (pack_weight) or NULL: above `few`
+ *   rows a product with panels goes through packed_linear, as Linear's does; the caches are
+ *   [layers, slots, kv_heads, d], `layer_stride` elements apart; the rest as rope_store and
+ *   paged_attention take them. */
+void layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int n_layers,
+                        void *const *norm1, void *const *qkv_w, void *const *o_w,
+                        void *const *norm2, void *const *gate_up_w, void *const *down_w,
+                        uint32_t *const *qkv_p, uint32_t *const *o_p, uint32_t *const *gate_up_p,
+                        uint32_t *const *down_p, int few,
+                        const void *cos, const void *sin, const int64_t *positions, const int64_t *slots,
+                        void *k_cache, void *v_cache, int64_t layer_stride,
+                        const int64_t *row_tables, int max_blocks, const int64_t *row_lens,
+                        int heads, int kv_heads, int d, int block_size, float scale, float eps, int bf16) {
     size_t elem = bf16 ? 2 : 4;
     int qkv_n = (heads + 2 * kv_heads) * d, attn_n = heads * d;
     char *h = malloc(elem * (size_t)T * hidden), *qkv = malloc(elem * (size_t)T * qkv_n);
@@ -784,15 +796,15 @@ void layers_few_rows(void *x, void *delta, int T, int hidden, int inter, int n_l
     for (int i = 0; i < n_layers; i++) {
         char *kc = (char *)k_cache + elem * i * layer_stride, *vc = (char *)v_cache + elem * i * layer_stride;
         rms_norm(x, i == 0 ? NULL : delta, norm1[i], h, T, hidden, eps, bf16);
-        few_rows_linear(h, qkv_w[i], qkv, T, qkv_n, hidden, bf16);
+        product(h, qkv_w[i], qkv_p[i], qkv, T, qkv_n, hidden, few, bf16);
         rope_store(qkv, cos, sin, positions, slots, q, kc, vc, T, heads, kv_heads, d, bf16);
         paged_attention(q, kc, vc, row_tables, max_blocks, row_lens, T, kv_heads, heads / kv_heads, d,
                         block_size, scale, attn, bf16);
-        few_rows_linear(attn, o_w[i], proj, T, hidden, attn_n, bf16);
+        product(attn, o_w[i], o_p[i], proj, T, hidden, attn_n, few, bf16);
         rms_norm(x, proj, norm2[i], h, T, hidden, eps, bf16);
-        few_rows_linear(h, gate_up_w[i], gate_up, T, 2 * inter, hidden, bf16);
+        product(h, gate_up_w[i], gate_up_p[i], gate_up, T, 2 * inter, hidden, few, bf16);
         silu_mul(gate_up, act, T, inter, bf16);
-        few_rows_linear(act, down_w[i], delta, T, hidden, inter, bf16);
+        product(act, down_w[i], down_p[i], delta, T, hidden, inter, few, bf16);
     }
     free(h); free(qkv); free(q); free(attn); free(proj); free(gate_up); free(act);
 }

@@ -74,9 +74,10 @@ class CpuKernels:
         lib.silu_mul.argtypes = [vp, vp, i32, i32, i32]
         lib.paged_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
-        lib.layers_few_rows.argtypes = [vp, vp, i32, i32, i32, i32, vp, vp, vp, vp, vp, vp, vp, vp, i64p, i64p,
-                                        vp, vp, ctypes.c_int64, i64p, i32, i64p, i32, i32, i32, i32,
-                                        ctypes.c_float, ctypes.c_float, i32]
+        lib.layers_in_one_call.argtypes = [vp, vp, i32, i32, i32, i32, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
+                                           i32, vp, vp, i64p, i64p,
+                                           vp, vp, ctypes.c_int64, i64p, i32, i64p, i32, i32, i32, i32,
+                                           ctypes.c_float, ctypes.c_float, i32]
 
     @staticmethod
     def _bf16(t: torch.Tensor) -> int:
@@ -167,29 +168,31 @@ class CpuKernels:
         return out
 
     @staticmethod
-    def layer_weights(*per_layer: list[torch.Tensor]) -> tuple:
-        """For layers_few_rows: each list of per-layer tensors (norm 1, qkv, o, norm 2, gate_up,
-        down) as a C array of their addresses. The tensors must outlive the arrays."""
+    def layer_weights(*per_layer: list[torch.Tensor | None]) -> tuple:
+        """For layers_in_one_call: each list of per-layer tensors (norm 1, qkv, o, norm 2, gate_up,
+        down, then the panels of qkv, o, gate_up and down, or None where a product has none) as a
+        C array of their addresses. The tensors must outlive the arrays."""
         for tensors in per_layer:
-            assert all(t.is_contiguous() for t in tensors)
-        return tuple((ctypes.c_void_p * len(ts))(*[t.data_ptr() for t in ts]) for ts in per_layer)
+            assert all(t is None or t.is_contiguous() for t in tensors)
+        return tuple((ctypes.c_void_p * len(ts))(*[None if t is None else t.data_ptr() for t in ts])
+                     for ts in per_layer)
 
-    def layers_few_rows(self, x: torch.Tensor, weights: tuple, inter: int, cos: torch.Tensor, sin: torch.Tensor,
-                        positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        block_tables: torch.Tensor, context_lens: torch.Tensor, heads: int, block_size: int,
-                        scale: float, eps: float) -> torch.Tensor:
-        """Every layer of a step of a few rows in one call (x [T, hidden], the residual stream, is
+    def layers_in_one_call(self, x: torch.Tensor, weights: tuple, inter: int, cos: torch.Tensor, sin: torch.Tensor,
+                           positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           heads: int, block_size: int, scale: float, eps: float, few: int) -> torch.Tensor:
+        """Every layer of a decode step in one call (x [T, hidden], the residual stream, is
         updated in place); returns the last layer's MLP output [T, hidden]. `weights` from
-        layer_weights; the caches [layers, slots, kv_heads, d]; the rest as rope_store and
-        paged_attention take them."""
+        layer_weights; above `few` rows a product with panels goes through packed_linear; the
+        caches [layers, slots, kv_heads, d]; the rest as rope_store and paged_attention take them."""
         T, hidden = x.shape
         layers, _, kv_heads, d = k_cache.shape
         assert x.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
-        assert x.dtype == k_cache.dtype == cos.dtype and len(weights[0]) == layers
+        assert x.dtype == k_cache.dtype == cos.dtype and len(weights) == 10 and len(weights[0]) == layers
         assert positions.dtype == slots.dtype == block_tables.dtype == context_lens.dtype == torch.int64
         delta = torch.empty_like(x)
-        self.lib.layers_few_rows(
-            x.data_ptr(), delta.data_ptr(), T, hidden, inter, layers, *weights, cos.data_ptr(), sin.data_ptr(),
+        self.lib.layers_in_one_call(
+            x.data_ptr(), delta.data_ptr(), T, hidden, inter, layers, *weights, few, cos.data_ptr(), sin.data_ptr(),
             positions.data_ptr(), slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel(),
             block_tables.data_ptr(), block_tables.shape[1], context_lens.data_ptr(), heads, kv_heads, d,
             block_size, float(scale), float(eps), self._bf16(x))

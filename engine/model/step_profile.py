@@ -9,7 +9,7 @@ kernels (and the timers' own cost, about half a microsecond a call). CPU work is
 so a timer around a call is the call's time; on a GPU the timers would only see launches, so
 `profile_shapes` synchronises after every part there (which removes the overlap it measures).
 
-A step of a few rows runs all its layers in one C call on the CPU (runner.layers_few_rows),
+A decode step runs all its layers in one C call on the CPU (cpu_kernels.layers_in_one_call),
 which no timer can split: the profiled runner takes the loop of single kernels instead, the
 same kernels, and the table's "engine ms" column is the step as the engine runs it, timed on a
 second runner without timers (for the other steps it is the profiled step: the same path).
