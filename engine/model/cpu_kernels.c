@@ -357,31 +357,24 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 }
 #endif
 
+/* TILE(rows) with rows a constant, MR, 4, 3, 2 or 1 as `mr` says: each inlined copy of a tile keeps
+ * exactly its rows' sums in registers */
+#define WITH_ROWS(mr, TILE) \
+    ((mr) == MR ? TILE(MR) : (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
+
 /* One panel's share of y for input rows m0..m1: whole tiles of MR rows, then 4, 3, 2, 1 rows */
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
                        int N, int K, int pairs) {
     for (int m = m0; m < m1; ) {
         int left = m1 - m, mr = left >= MR ? MR : left >= 4 ? 4 : left;
+        int64_t at_x = (int64_t)m * K, at_y = (int64_t)m * N + n0;
 #if BF16_DOT
-        if (pairs) {
-            const uint16_t *xm = (const uint16_t *)x + (int64_t)m * K;
-            uint16_t *ym = (uint16_t *)y + (int64_t)m * N + n0;
-            if (mr == MR) tile_pairs(xm, K, panel, ym, N, ncols, MR);
-            else if (mr == 4) tile_pairs(xm, K, panel, ym, N, ncols, 4);
-            else if (mr == 3) tile_pairs(xm, K, panel, ym, N, ncols, 3);
-            else if (mr == 2) tile_pairs(xm, K, panel, ym, N, ncols, 2);
-            else tile_pairs(xm, K, panel, ym, N, ncols, 1);
-            m += mr;
-            continue;
-        }
+#define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, N, ncols, rows)
+        if (pairs) WITH_ROWS(mr, PAIRS);
+        else
 #endif
-        const float *xm = (const float *)x + (int64_t)m * K, *pf = (const float *)panel;
-        float *ym = (float *)y + (int64_t)m * N + n0;
-        if (mr == MR) tile(xm, K, pf, ym, N, ncols, MR);
-        else if (mr == 4) tile(xm, K, pf, ym, N, ncols, 4);
-        else if (mr == 3) tile(xm, K, pf, ym, N, ncols, 3);
-        else if (mr == 2) tile(xm, K, pf, ym, N, ncols, 2);
-        else tile(xm, K, pf, ym, N, ncols, 1);
+#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, N, ncols, rows)
+        WITH_ROWS(mr, FLOATS);
         m += mr;
     }
 }

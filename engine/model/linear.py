@@ -107,11 +107,11 @@ class Linear:
         self.kernels = kernels                # cpu_kernels.CpuKernels or None
         # the C kernel's own copy of the weight, in panels (cpu_kernels.packed_linear)
         self.panels = kernels.pack_weight(weight) if pack and not onednn_multiplies(weight.dtype, kernels) else None
-        # bf16 on a CPU without native bf16 products: oneDNN multiplies an fp32 copy instead
-        self.widen = pack and weight.dtype == torch.bfloat16 and not native_bf16()
-        # oneDNN's own copy of the weight, in its blocked layout (where the C kernel has none)
-        self.packed = None
+        # oneDNN's own copy of the weight, in its blocked layout (where the C kernel has none); bf16 on
+        # a CPU without native bf16 products: oneDNN multiplies an fp32 copy instead ("widen")
+        self.widen, self.packed = False, None
         if pack and self.panels is None:
+            self.widen = weight.dtype == torch.bfloat16 and not native_bf16()
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
