@@ -1,11 +1,12 @@
 """Which route multiplies fastest at each row count on this machine: `python -m tools.bench_linear_rows`.
 
 For SmolLM2-135M's four layer shapes, in fp32 and bf16, one product y = x @ W^T at M rows, timed
-through cpu_kernels.few_rows_linear, through cpu_kernels.packed_linear (its panels of the weight in
-float32) and through Linear's packed oneDNN path (the best of five rounds of calls), with the
-largest difference between their answers. engine/model/linear.py sends up to FEW_ROWS rows to the
-few-rows kernel and more to packed_linear where the product is computed in float32 (else to
-oneDNN); this is how to check those choices on another CPU.
+through cpu_kernels.few_rows_linear, through cpu_kernels.packed_linear (its panels of the weight:
+float32, or bf16 pairs where the CPU has bf16 dot products) and through Linear's packed oneDNN path
+(the best of five rounds of calls), with the largest difference between their answers.
+engine/model/linear.py sends up to FEW_ROWS rows to the few-rows kernel and more to packed_linear
+where the weight has panels (else to oneDNN: linear.onednn_multiplies); this is how to check those
+choices on another CPU.
 """
 from __future__ import annotations
 
