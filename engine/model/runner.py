@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu_kernels, host_memory
+from .decode_graphs import DecodeGraphs, graphs_on
 from .linear import FEW_ROWS, Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
 
@@ -47,6 +48,8 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     kernels = cpu_kernels.for_device(device, dtype)
     if onednn_available(device, dtype) and onednn_multiplies(dtype, kernels):
         paths.append("oneDNN linear layers with packed weights")
+    if graphs_on(device):
+        paths.append("CUDA graphs: each decode step replayed with one launch")
     if kernels is not None:
         paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, SiLU, few-rows linear, "
                      "linear layers on packed weights, and every layer in one call for decode steps")
@@ -136,7 +139,9 @@ class ModelRunner:
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos = (emb.cos() * rot.attention_scaling).to(self.dtype)
         self.sin = (emb.sin() * rot.attention_scaling).to(self.dtype)
-        shape = (len(self.layers), num_kv_blocks * block_size, self.num_kv_heads, self.head_dim)
+        # one block more than the pool: the spare block, no sequence's, where a decode graph's
+        # padding rows write their K/V
+        shape = (len(self.layers), (num_kv_blocks + 1) * block_size, self.num_kv_heads, self.head_dim)
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.kernels = cpu_kernels.for_device(self.device, self.dtype)
@@ -153,6 +158,8 @@ class ModelRunner:
         # past FEW_ROWS the one call needs every product's panels (it cannot call oneDNN)
         with_panels = all(w[name].panels is not None for w in self.linears for name in products)
         self.one_call_rows = ONE_CALL_ROWS if with_panels else FEW_ROWS
+        # on a GPU, decode steps replay CUDA graphs (BATCHING_LAB_CUDA_GRAPHS=0 turns them off)
+        self.graphs = DecodeGraphs(self, record=True) if graphs_on(self.device) else None
 
     # ---- index bookkeeping: Python over sequences, torch over tokens ----
 
@@ -268,11 +275,22 @@ class ModelRunner:
         between kernels. layer_weights = None turns it off."""
         return self.layer_weights is not None and tokens <= self.one_call_rows
 
+    def replays_graph(self, seqs: list[SeqInput]) -> bool:
+        """Does this step replay a CUDA graph (decode_graphs.py)? graphs = None turns them off."""
+        return self.graphs is not None and self.graphs.shape_for(seqs) is not None
+
     @torch.inference_mode()
     def forward_logits(self, seqs: list[SeqInput]) -> torch.Tensor:
         """Run one step; returns float32 logits [num seqs with sample=True, vocab]."""
+        shape = None if self.graphs is None else self.graphs.shape_for(seqs)
+        if shape is not None:
+            return self.graphs.logits(seqs, shape)
         step = self._prepare(seqs)
         ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
+        return self.forward_step(ids, step)
+
+    def forward_step(self, ids: torch.Tensor, step: _Step) -> torch.Tensor:
+        """The layers, the final norm and the vocabulary head over a prepared step's tokens `ids`."""
         T, H, KV, d = len(ids), self.num_heads, self.num_kv_heads, self.head_dim
         bufs = {}
         if step.dec_slots is not None:                   # gather buffers shared by all layers
@@ -282,7 +300,7 @@ class ModelRunner:
         # x is the residual stream [T, hidden]; each block's output (delta) is added to it by the
         # norm that follows, in the same call
         x, delta = F.embedding(ids, self.embed), None
-        if self.takes_one_call(T):
+        if step.row_tables is not None and self.takes_one_call(T):
             delta = self.kernels.layers_in_one_call(x, self.layer_weights, self.inter, self.cos, self.sin,
                                                     step.positions, step.slots, self.k_cache, self.v_cache,
                                                     step.row_tables, step.row_lens, H, self.block_size,

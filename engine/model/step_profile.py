@@ -13,6 +13,8 @@ A decode step runs all its layers in one C call on the CPU (cpu_kernels.layers_i
 which no timer can split: the profiled runner takes the loop of single kernels instead, the
 same kernels, and the table's "engine ms" column is the step as the engine runs it, timed on a
 second runner without timers (for the other steps it is the profiled step: the same path).
+On a GPU a decode step replays a CUDA graph (decode_graphs.py), which no timer can split either:
+the profiled runner runs it eagerly, and "engine ms" is the replayed step.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ def instrument(runner: ModelRunner) -> dict:
                       for layer in runner.linears]
     runner.lm_head_linear = _Timed(runner.lm_head_linear, "lm_head", spent, sync)
     runner.layer_weights = None          # the loop of single kernels, which the timers can split
+    runner.graphs = None                 # and on a GPU, eager kernels rather than a replayed graph
     for method, part in (("_attention", "attention"), ("_rope_and_store", "rope_kv"), ("_add_norm", "norms"),
                          ("_silu_mul", "activation"), ("_prepare", "set_up"), ("forward_logits", "forward")):
         setattr(runner, method, _timed(getattr(runner, method), part, spent, sync))
@@ -105,7 +108,7 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
     rows = []
     for name, seqs in step_shapes(block_size):
         tokens = sum(len(s.token_ids) for s in seqs)
-        other_path = engine_runner.takes_one_call(tokens)
+        other_path = engine_runner.takes_one_call(tokens) or engine_runner.replays_graph(seqs)
         runs, engine_runs = [], []
         for i in range(1 + (reps if name.startswith("decode") else prefill_reps)):
             spent.clear()
