@@ -175,7 +175,8 @@ class ModelRunner:
         meta = torch.tensor([[s.start_pos, n] + s.block_table + [0] * (max_blocks - len(s.block_table))
                              for s, n in zip(seqs, lens)], dtype=torch.long, device=dev)
         starts, counts, tables = meta[:, 0], meta[:, 1], meta[:, 2:]
-        seq_of = torch.repeat_interleave(torch.arange(len(seqs), device=dev), counts)   # [T]
+        # output_size: known here, so a GPU need not be waited for to learn it
+        seq_of = torch.repeat_interleave(torch.arange(len(seqs), device=dev), counts, output_size=sum(lens))  # [T]
         first_row = torch.cumsum(counts, 0) - counts
         positions = starts[seq_of] + torch.arange(len(seq_of), device=dev) - first_row[seq_of]
         slots = tables[seq_of, positions // bs] * bs + positions % bs
@@ -220,9 +221,9 @@ class ModelRunner:
             return self.kernels.rms_norm(x, weight, self.eps, residual=delta)
         if delta is not None:
             x += delta
-        h = x.float()                                   # as HF: statistics in float32
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * h.to(x.dtype)
+        # as HF: statistics in float32. One fused op, not five: on a GPU each op is a kernel
+        # launch, and this took a decode step from 28 to 23 ms eagerly (H200, measured)
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
     def _rope_and_store(self, layer: int, qkv: torch.Tensor, step: _Step) -> torch.Tensor:
         """The q/k/v product's output: RoPE on q and k, k and v into the cache at the step's
