@@ -15,19 +15,20 @@ exercised (the tests do this), and the table says that the GPU checks were skipp
 
 What it showed on one H200 (torch 2.11, CUDA 13), and why:
   - greedy: 8 of 8 prompts identical, every token (fp32), with decode steps replayed from graphs.
-  - bench: eagerly, every kernel of a step took about 20 us to launch (Python, dispatch, the
-    launch) and ran for far less, so a decode step cost the same at any batch: 86 ms at batch 1,
-    61 at batch 64, against a memory floor of 0.07 ms; 269 output tokens a second, 0.90x
-    transformers' continuous batching. Decode steps now replay CUDA graphs
-    (engine/model/decode_graphs.py): 2.9 ms at batch 1, 4.5 at 64, 711 tokens a second, 1.5x
-    transformers' continuous batching and 2.7x its static batches. The row "graphs vs eager"
-    times both in the same run. What is left is ~1,200 tiny kernels a step, back to back (41x the
-    floor at batch 1), and prefill and mixed steps, which stay eager (~20 ms a 256-token chunk),
-    so the roofline share reads 0-3% and the breakdown (timed eagerly) is launches in every part.
-  - calibrate: the quick grid took 1-2 s and fitted badly (25% held-out eagerly, 55% with
+  - bench: eagerly, launching a kernel took about 11 us (Python, dispatch, the launch) and
+    running it far less, so a decode step cost the same at any batch: 21-28 ms timed alone,
+    16-72 ms inside the engine (the spread unexplained), against a memory floor of 0.07 ms;
+    269 output tokens a second, 0.90x transformers' continuous batching. Decode steps now replay
+    CUDA graphs (engine/model/decode_graphs.py): 2.5-2.9 ms at batch 1, 3.8-4.5 at 64, about
+    700 tokens a second, 1.5-2.4x transformers' continuous batching and 2.7-4.4x its static
+    batches (two runs). The row "graphs vs eager" times both in the same run. What is left is
+    the recorded kernels themselves, many and tiny (36-41x the floor at batch 1), and prefill
+    and mixed steps, which stay eager (~20 ms a 256-token chunk), so the roofline share reads
+    0-4% and the breakdown (timed eagerly, synchronised after each part) is launches everywhere.
+  - calibrate: the quick grid took 1-2 s and fitted badly (25% held-out eagerly, 55-59% with
     graphs): a replayed decode step costs a tenth of an eager step with a prefill chunk in it,
     a jump the step model's terms (rows, samples, keys read, prefill pairs) do not have.
-  - playground: 67 steps a second with graphs (13 eagerly), every request finished.
+  - playground: 67-71 steps a second with graphs (13 eagerly), every request finished.
 """
 from __future__ import annotations
 
