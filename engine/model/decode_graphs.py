@@ -88,16 +88,8 @@ class DecodeGraphs:
 
     def _forward(self, inputs: torch.Tensor, context: int) -> torch.Tensor:
         """The padded decode step from its input tensor, in device ops alone (so it can be recorded)."""
-        from .runner import _Step
-        r, bs = self.runner, self.runner.block_size
         tokens, positions, slots, ctx = (inputs[:, i].contiguous() for i in range(len(COLUMNS)))
-        tables = inputs[:, len(COLUMNS):]
-        j = torch.arange(context, device=inputs.device)
-        rows = torch.arange(inputs.shape[0], device=inputs.device)
-        step = _Step(positions, slots, rows, r.cos[positions][:, None, :], r.sin[positions][:, None, :],
-                     dec_rows=rows, dec_slots=(tables[:, j // bs] * bs + j % bs).reshape(-1),
-                     dec_mask=(j[None, :] < ctx[:, None])[:, None, None, :])
-        return r.forward_step(tokens, step)
+        return self.runner.forward_decode_rows(tokens, positions, slots, ctx, inputs[:, len(COLUMNS):], context)
 
     def _record(self, inputs: torch.Tensor, context: int) -> tuple:
         static_inputs = inputs.to(self.runner.device)

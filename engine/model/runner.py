@@ -22,6 +22,7 @@ attention ~3x. Tests hold both to the plain PyTorch path, which the text above d
 A step of at most ONE_CALL_ROWS tokens (a decode step) runs all its layers in one C call, the
 same kernels in the same order: at one row the calls between kernels cost as much as the kernels,
 and at 64 rows they still cost about 3 ms a step.
+On a GPU a step of decodes alone replays a CUDA graph of forward_decode_rows (decode_graphs.py).
 """
 from __future__ import annotations
 
@@ -289,6 +290,18 @@ class ModelRunner:
         step = self._prepare(seqs)
         ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
         return self.forward_step(ids, step)
+
+    def forward_decode_rows(self, tokens, positions, slots, context_lens, tables, context: int) -> torch.Tensor:
+        """A step of decode rows given as device tensors alone (no Python lists, nothing the host
+        must wait for), each row reading `context` key slots of its block table, masked to its own
+        context length: what a CUDA graph records (decode_graphs.py)."""
+        bs = self.block_size
+        j = torch.arange(context, device=tokens.device)
+        rows = torch.arange(len(tokens), device=tokens.device)
+        step = _Step(positions, slots, rows, self.cos[positions][:, None, :], self.sin[positions][:, None, :],
+                     dec_rows=rows, dec_slots=(tables[:, j // bs] * bs + j % bs).reshape(-1),
+                     dec_mask=(j[None, :] < context_lens[:, None])[:, None, None, :])
+        return self.forward_step(tokens, step)
 
     def forward_step(self, ids: torch.Tensor, step: _Step) -> torch.Tensor:
         """The layers, the final norm and the vocabulary head over a prepared step's tokens `ids`."""
