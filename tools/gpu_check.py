@@ -25,6 +25,8 @@ What it showed on one H200 (torch 2.11, CUDA 13), and why:
     the recorded kernels themselves, many and tiny (36-41x the floor at batch 1), and prefill
     and mixed steps, which stay eager (~20 ms a 256-token chunk), so the roofline share reads
     0-4% and the breakdown (timed eagerly, synchronised after each part) is launches everywhere.
+    The row "one eager decode step" counts that step's kernels and their time on the GPU: the
+    replayed step's time beyond that is gaps between kernels, which fusing them would remove.
   - calibrate: the quick grid took 1-2 s and fitted badly (25% held-out eagerly, 55-59% with
     graphs): a replayed decode step costs a tenth of an eager step with a prefill chunk in it,
     a jump the step model's terms (rows, samples, keys read, prefill pairs) do not have.
@@ -119,9 +121,31 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
             del os.environ["BATCHING_LAB_CUDA_GRAPHS"]
         row["decode ms, graphs vs eager"] = ", ".join(
             f"b{e['batch']} {g['step_ms']:.2f} vs {e['step_ms']:.2f}" for g, e in zip([b1, *with_graphs], eager))
+        try:
+            row["one eager decode step (b8)"] = kernels_of_a_step(model)
+        except Exception as exc:                # the profiler's API moves between versions: report, go on
+            row["one eager decode step (b8)"] = f"not profiled: {type(exc).__name__}: {exc}"[:120]
     row["breakdown"] = format_table(profile_shapes(model, reps=3),
                                     lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["context"]) * 1000)
     return row
+
+
+def kernels_of_a_step(model) -> str:
+    """How many kernels an eager decode step (8 sequences, 100 tokens of context) launches, and
+    how long they run on the GPU: against the replayed step's time, what fusing kernels could save."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine.model.runner import ModelRunner, SeqInput
+    runner = ModelRunner(model, 64, 16)
+    runner.graphs = None
+    seqs = [SeqInput(f"k{i}", [100 + i], 100, list(range(i * 7, i * 7 + 7)), True) for i in range(8)]
+    runner.run(seqs)                            # warm-up
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        runner.run(seqs)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    busy_ms = sum(e.time_range.elapsed_us() for e in kernels) / 1000
+    return f"{len(kernels)} kernels, {busy_ms:.2f} ms of them on the GPU"
 
 
 def check_calibrate(model_name: str, device: str, budget_s: float) -> dict:
