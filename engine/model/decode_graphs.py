@@ -1,6 +1,6 @@
 """Decode steps on a GPU, replayed from CUDA graphs.
 
-Eager PyTorch launches a decode step as about 40 kernels per layer, each one the CPU's work
+Eager PyTorch launches a decode step as a few dozen kernels per layer, each one the CPU's work
 (Python, dispatch, the launch itself), while each kernel runs for a few microseconds on the GPU:
 the launches are the step. A CUDA graph records a step's kernels once, and replays all of them
 with one launch. A graph replays fixed shapes on fixed memory, so:
