@@ -42,6 +42,35 @@ def measure(model, noise=0.0):
     return [step_shape(cal.plan_for(s)) for s in steps], ms
 
 
+class SetUpExecutor(CostModelExecutor):
+    """The known machine, where the first step of each shape costs 50 times more (as recording a
+    CUDA graph does on a GPU, for each decode batch and context)."""
+
+    def __init__(self, clock, model):
+        super().__init__(clock, model)
+        self.seen = set()
+
+    def execute(self, plan):
+        t = self.clock.now()
+        out = super().execute(plan)
+        if step_shape(plan) not in self.seen:
+            self.seen.add(step_shape(plan))
+            self.clock.t = t + (self.clock.now() - t) * 50
+        return out
+
+
+@pytest.mark.parametrize("grid", [cal.QUICK, cal.FULL])
+def test_no_shape_is_timed_at_its_first_call(grid):
+    """The first call at a new shape pays set-up: it runs untimed, so even the quick grid's two
+    passes measure every shape at its own speed."""
+    clock = VirtualClock()
+    pool = BlockPool(grid.pool_tokens // 16, 16)
+    steps = cal.grid(16, 2048, grid)
+    ms = cal.time_steps(SetUpExecutor(clock, KNOWN), clock, pool, steps, budget_s=60, passes=grid.passes)
+    want = [KNOWN.predict(step_shape(cal.plan_for(s))) for s in steps]
+    assert ms == pytest.approx(want, rel=1e-9)
+
+
 def test_the_grid_covers_decode_prefill_and_mixed_steps():
     steps = cal.grid(64, 2048)
     decode_batches = {len(s) for s in steps if all(n == 1 for _, n, _ in s)}

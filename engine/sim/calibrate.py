@@ -10,8 +10,8 @@ Steps are built by hand and run through the executor, as engine.step_times does:
 need not hold real keys for the timing to be real, so a decode step at context 1,024 costs one
 step to time, not a 1,024-token prefill first.
 
-Each row count runs once untimed (first calls pay for kernel set-up), then the whole grid is
-timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
+Each step runs once untimed (first calls pay for kernel set-up, and on a GPU for recording a
+decode step's CUDA graph), then the whole grid is timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
 time is the median of its passes. The simulator predicts runs, and a run's steps meet the
 machine as it usually is: on a shared two-core machine the fastest of 9 passes (the count then)
 was 2-19% quicker than their median for prefill steps, and a profile built on the fastest passes
@@ -111,14 +111,12 @@ def time_steps(executor, clock, pool, steps: list[list[Chunk]], budget_s: float,
                passes: int = FULL.passes) -> list[float]:
     """The median time in ms of each step over up to `passes` timed passes in random order,
     stopping early when a pass as long as the longest so far would end past `budget_s` (one pass
-    at least). Each row
-    count runs once untimed before: first calls at a new size pay for kernel set-up."""
+    at least). Each step runs once untimed before: the first call at a new shape pays for set-up,
+    kernels for a new row count and, on a GPU, the recording of a decode step's CUDA graph for its
+    batch and context (engine/model/decode_graphs.py), many times the step."""
     t_start = time.perf_counter()
-    warmed = set()
     for chunks in steps:
-        if sum(n for _, n, _ in chunks) not in warmed:
-            warmed.add(sum(n for _, n, _ in chunks))
-            run_step(executor, clock, pool, chunks)
+        run_step(executor, clock, pool, chunks)
     times: list[list[float]] = [[] for _ in steps]
     rng, longest = random.Random(0), 0.0
     for p in range(passes):
