@@ -59,6 +59,27 @@ class SetUpExecutor(CostModelExecutor):
         return out
 
 
+# A GPU's shape: a step of decodes alone replays a CUDA graph in a few ms whatever its rows, and a
+# step with a prefill chunk is launched kernel by kernel, ~20 ms more.
+GPU_LIKE = StepModel(fixed_ms=3.0, knots=(), token_ms=(0.01,), sample_ms=0.01, decode_read_ms=0.02,
+                     prefill_pair_ms=0.0005, label="known GPU", prefill_step_ms=20.0)
+
+
+def test_calibration_recovers_the_cost_of_a_step_with_a_prefill_chunk():
+    shapes, ms = measure(GPU_LIKE)
+    model, report = cal.fit(shapes, ms)
+    assert model.prefill_step_ms == pytest.approx(20.0, rel=1e-6)
+    assert report["heldout_max_error"] < 1e-6
+    decode, chunk = StepShape(32, 32, 32 * 300, 0), StepShape(34, 3, 2 * 300, 32 * 33 // 2)
+    assert model.predict(chunk) > 5 * model.predict(decode)     # two more rows, six times the time
+
+
+def test_a_profile_from_before_the_prefill_step_term_loads_with_it_at_zero():
+    old = {k: v for k, v in KNOWN.to_dict().items() if k != "prefill_step_ms"}
+    assert StepModel.from_dict(old).prefill_step_ms == 0.0
+    assert StepModel.from_dict(old).coefficients == KNOWN.coefficients
+
+
 @pytest.mark.parametrize("grid", [cal.QUICK, cal.FULL])
 def test_no_shape_is_timed_at_its_first_call(grid):
     """The first call at a new shape pays set-up: it runs untimed, so even the quick grid's two

@@ -52,7 +52,8 @@ def report(profile) -> str:
         f"profile: {profile.describe()}",
         f"  measured {len(profile.measurements)} step shapes in {profile.measured_s:.0f} s",
         f"  step_ms = {m.fixed_ms:.2f} + body(tokens) + {m.sample_ms:.3f}·samples "
-        f"+ {m.decode_read_ms:.3f}·decode_context/1000 + {m.prefill_pair_ms:.3f}·prefill_pairs/1000",
+        f"+ {m.decode_read_ms:.3f}·decode_context/1000 + {m.prefill_pair_ms:.3f}·prefill_pairs/1000"
+        f" + {m.prefill_step_ms:.3f}·[a prefill chunk in the step]",
         f"  body, ms per token: {segments}",
         *([f"  of the fixed term, {fit['loop_ms']:.2f} ms is the engine loop: the mean time between one "
            "step and the next in a real run"] if "loop_ms" in fit else []),

@@ -11,6 +11,7 @@ The form, chosen from measurements (engine/sim/calibrate.py compares the candida
 steps and keeps the best):
 
     step_ms = fixed + body(tokens) + sample·samples + read·decode_context/1000 + pair·prefill_pairs/1000
+              + prefill_step·[the step has a prefill chunk]
 
 `body` is piecewise linear in the number of rows, with its own ms per token between knots.
 Nearly all arithmetic is in the linear layers, and their cost per row is not constant: at a
@@ -24,7 +25,9 @@ is apart because its cost grows with context, not rows: a decode token streams i
 context from memory, a prefill chunk computes a triangle of pairs, and the two run at very
 different speeds, so each has its own coefficient. A fixed cost covers what every step pays
 (launching about 30 layers' kernels, Python bookkeeping), and the calibration adds to it the
-engine loop's mean time between steps in a real run.
+engine loop's mean time between steps in a real run. The last term is what a step with a prefill
+chunk costs beyond that: on a GPU a step of decodes alone replays a CUDA graph, a tenth of the
+same work launched kernel by kernel, as a step with a prefill chunk is; on a CPU it fits at zero.
 
 `UNCALIBRATED` is a hand-set guess used when this machine has no profile; it says so in its label.
 """
@@ -65,7 +68,7 @@ def row_segments(tokens: float, knots: tuple[int, ...]) -> list[float]:
 def features(shape: StepShape, knots: tuple[int, ...]) -> list[float]:
     """The shape as the model's regressors, in the order of `StepModel.coefficients`."""
     return [1.0, *row_segments(shape.tokens, knots), float(shape.samples),
-            shape.decode_context / 1000, shape.prefill_pairs / 1000]
+            shape.decode_context / 1000, shape.prefill_pairs / 1000, float(shape.prefill_pairs > 0)]
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class StepModel:
     decode_read_ms: float            # ms per 1000 keys read by decode tokens
     prefill_pair_ms: float           # ms per 1000 (query, key) pairs of prefill attention
     label: str = ""                  # where the numbers come from, in words
+    prefill_step_ms: float = 0.0     # ms more for a step with a prefill chunk (0 in profiles made before it)
 
     def __post_init__(self):
         if len(self.token_ms) != len(self.knots) + 1:
@@ -87,14 +91,15 @@ class StepModel:
 
     @property
     def coefficients(self) -> list[float]:
-        return [self.fixed_ms, *self.token_ms, self.sample_ms, self.decode_read_ms, self.prefill_pair_ms]
+        return [self.fixed_ms, *self.token_ms, self.sample_ms, self.decode_read_ms, self.prefill_pair_ms,
+                self.prefill_step_ms]
 
     @classmethod
     def from_coefficients(cls, coefs, knots: tuple[int, ...], label: str) -> "StepModel":
         n = len(knots) + 1
-        fixed, token_ms, rest = coefs[0], coefs[1:1 + n], coefs[1 + n:]
-        return cls(float(fixed), tuple(knots), tuple(float(c) for c in token_ms),
-                   *(float(c) for c in rest), label=label)
+        fixed, token_ms, (sample, read, pair, prefill_step) = coefs[0], coefs[1:1 + n], coefs[1 + n:]
+        return cls(float(fixed), tuple(knots), tuple(float(c) for c in token_ms), float(sample), float(read),
+                   float(pair), label=label, prefill_step_ms=float(prefill_step))
 
     def predict(self, shape: StepShape) -> float:
         return sum(c * x for c, x in zip(self.coefficients, features(shape, self.knots)))
