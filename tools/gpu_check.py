@@ -28,8 +28,11 @@ What it showed on one H200 (torch 2.11, CUDA 13), and why:
     The row "one eager decode step" counts that step's kernels and their time on the GPU: the
     replayed step's time beyond that is gaps between kernels, which fusing them would remove.
   - calibrate: the quick grid took 1-2 s and fitted badly (25% held-out eagerly, 55-59% with
-    graphs): a replayed decode step costs a tenth of an eager step with a prefill chunk in it,
-    a jump the step model's terms (rows, samples, keys read, prefill pairs) do not have.
+    graphs). Two causes, both since mended and not yet measured on a GPU: its warm-up ran each
+    row count once, so the first step of each decode context, which records a graph, was timed
+    into a median of two passes (now every shape runs once untimed); and a replayed decode step
+    costs a tenth of an eager step with a prefill chunk in it, a jump the step model had no term
+    for (now `prefill_step_ms`). Expected next time: a held-out error near the CPU's (~10%).
   - playground: 67-71 steps a second with graphs (13 eagerly), every request finished.
 """
 from __future__ import annotations
