@@ -124,3 +124,24 @@ def test_which_steps_replay(tiny):
     assert padded.graphs.contexts == [256, 512, 1024, 2048]
     plain = ModelRunner(tiny, NUM_BLOCKS, BS)
     assert plain.graphs is None and not plain.replays_graph(dec)   # a CPU runner records no graphs
+
+
+def test_a_shape_that_fails_to_record_runs_eagerly_and_says_why(tiny, monkeypatch):
+    """Recording can fail (out of memory on a small GPU, say): that shape then runs eagerly, with the
+    same logits, and the failure is kept in `refused`, tried once only."""
+    plain, padded = runners(tiny)
+    padded.graphs.record = True                        # as on a GPU, but recording fails
+    calls = []
+
+    def fail(inputs, context):
+        calls.append(context)
+        raise RuntimeError("CUDA out of memory (a stand-in)")
+    monkeypatch.setattr(padded.graphs, "_record", fail)
+    seqs = [SeqInput(f"r{i}", [5 + i, 6, 7], 0, [i], True) for i in range(3)]
+    plain.run(seqs)
+    padded.run(seqs)
+    for step in range(2):
+        dec = [SeqInput(f"r{i}", [9], 3 + step, [i], True) for i in range(3)]
+        torch.testing.assert_close(padded.forward_logits(dec), plain.forward_logits(dec))
+    assert calls == [256]                                 # one try for the shape (4, 256), not one a step
+    assert "out of memory" in padded.graphs.refused[(4, 256)] and not padded.graphs.graphs
