@@ -154,9 +154,18 @@ def kernels_of_a_step(model) -> str:
 def check_calibrate(model_name: str, device: str, budget_s: float) -> dict:
     from engine.sim.calibrate import calibrate
     from engine.model.model import load_model
+    from engine.core.step_model import StepShape
     profile = calibrate(load_model(model_name, device, "auto"), budget_s=budget_s, quick=True)
+    m = profile.step_model
+    by_kind = {}                                # the fit's mean error on decode-only steps and the others
+    for *shape, ms in profile.measurements:
+        s = StepShape(*shape)
+        by_kind.setdefault("with a prefill chunk" if s.prefill_pairs else "decodes alone", []).append(
+            (m.predict(s) - ms) / ms)
     return {"held-out mean error": f"{profile.fit['heldout_mean_error']:.1%}",
             "held-out max error": f"{profile.fit['heldout_max_error']:.1%}",
+            "prefill step term": f"{m.prefill_step_ms:.2f} ms",
+            **{f"mean error, {kind}": f"{sum(e) / len(e):+.1%}" for kind, e in sorted(by_kind.items())},
             "measured in": f"{profile.measured_s:.0f} s"}
 
 
