@@ -65,6 +65,8 @@ def test_replayed_graphs_equal_eager_steps_on_a_gpu(tiny_cuda, prompts):
 def check_decode_steps(model, prompts: list[int]) -> ModelRunner:
     steps = 12
     plain, padded = runners(model)
+    if padded.graphs.record:                            # on a GPU: some shapes recorded ahead, on padding rows
+        padded.graphs.record_ahead(2)
     tiny = model
     tables = shuffled_tables([n + steps for n in prompts])
     g = torch.Generator().manual_seed(len(prompts))
@@ -145,3 +147,22 @@ def test_a_shape_that_fails_to_record_runs_eagerly_and_says_why(tiny, monkeypatc
         torch.testing.assert_close(padded.forward_logits(dec), plain.forward_logits(dec))
     assert calls == [256]                                 # one try for the shape (4, 256), not one a step
     assert "out of memory" in padded.graphs.refused[(4, 256)] and not padded.graphs.graphs
+
+
+@pytest.mark.parametrize("max_batch, top", [(16, 16), (5, 8), (1, 1), (1000, 256)])
+def test_graphs_up_to_the_batch_limit_are_recorded_ahead(tiny, monkeypatch, max_batch, top):
+    """At the engine's build, every batch bucket up to its limit is recorded at the first context,
+    on padding rows alone (they write only to the spare block); a step of those shapes then replays."""
+    _, padded = runners(tiny)
+    padded.graphs.record = True
+    recorded = []
+
+    def record(inputs, context):
+        recorded.append((inputs.shape[0], context))
+        assert (inputs[:, 2] == NUM_BLOCKS * BS).all()      # every row's K/V slot: the spare block's first
+        return "graph"
+    monkeypatch.setattr(padded.graphs, "_record", record)
+    padded.graphs.record_ahead(max_batch)
+    assert recorded == [(b, 256) for b in BATCHES if b <= top]
+    padded.graphs.record_ahead(max_batch)
+    assert len(recorded) == len([b for b in BATCHES if b <= top])   # recorded once

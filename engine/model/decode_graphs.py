@@ -6,7 +6,8 @@ the launches are the step. A CUDA graph records a step's kernels once, and repla
 with one launch. A graph replays fixed shapes on fixed memory, so:
   - a step's batch is padded up to a bucket (1, 2, 4 ... 256 sequences) and its context up to a
     bucket of key slots (256, 512 ... the model's length): one graph per (batch, context) pair,
-    recorded the first time a step needs it;
+    recorded when the engine is built for the first context (record_ahead, up to its batch
+    limit), and for longer contexts the first time a step needs it;
   - each graph reads one input tensor (each row's token, position, cache slot, context length
     and block table), which a step overwrites with one copy from the host;
   - padding rows write their K/V into the cache's spare block, which no sequence owns, and
@@ -60,20 +61,34 @@ class DecodeGraphs:
             return None
         return batch, context
 
+    @torch.inference_mode()
+    def record_ahead(self, max_batch: int) -> None:
+        """Record every batch bucket up to `max_batch` at the first context now, before a run needs
+        them: a recording costs a few eager steps, which would otherwise show in a run's first steps."""
+        for batch in BATCHES:
+            if batch > (bucket(max_batch, BATCHES) or BATCHES[-1]):
+                break
+            shape = (batch, self.contexts[0])
+            self._try_record(self._inputs([], *shape), shape)   # padding rows alone: the spare block
+
     def logits(self, seqs, shape: tuple[int, int]) -> torch.Tensor:
         """float32 logits [len(seqs), vocab] of a step that shape_for took."""
         inputs = self._inputs(seqs, *shape)
-        if self.record and shape not in self.graphs and shape not in self.refused:
-            try:
-                self.graphs[shape] = self._record(inputs, shape[1])
-            except RuntimeError as exc:                      # e.g. out of memory: this shape runs eagerly
-                self.refused[shape] = f"{type(exc).__name__}: {exc}"[:200]
+        self._try_record(inputs, shape)
         if shape not in self.graphs:
             return self._forward(inputs.to(self.runner.device), shape[1])[:len(seqs)]
         graph, static_inputs, out = self.graphs[shape]
         static_inputs.copy_(inputs)
         graph.replay()
         return out[:len(seqs)].clone()                        # the next replay overwrites `out`
+
+    def _try_record(self, inputs: torch.Tensor, shape: tuple[int, int]) -> None:
+        """Record this shape's graph if it is not yet recorded, nor has failed to be."""
+        if self.record and shape not in self.graphs and shape not in self.refused:
+            try:
+                self.graphs[shape] = self._record(inputs, shape[1])
+            except RuntimeError as exc:                      # e.g. out of memory: this shape runs eagerly
+                self.refused[shape] = f"{type(exc).__name__}: {exc}"[:200]
 
     def _inputs(self, seqs, batch: int, context: int) -> torch.Tensor:
         """One row per sequence (COLUMNS, then its block table), padding rows after them, on the host."""

@@ -10,10 +10,12 @@ from .runner import ModelRunner, SeqInput
 
 
 class ModelExecutor:
-    def __init__(self, model, num_kv_blocks: int, block_size: int):
+    def __init__(self, model, num_kv_blocks: int, block_size: int, max_batch: int | None = None):
         from ..model.runner import ModelRunner, SeqInput   # torch is imported only here
         self.model = model
         self.runner = ModelRunner(model, num_kv_blocks, block_size)
+        if self.runner.graphs is not None and max_batch:    # on a GPU: decode graphs for its batches, now
+            self.runner.graphs.record_ahead(max_batch)
         self.device = str(model.device)
         self.dtype = str(model.dtype).replace("torch.", "")
 

@@ -54,6 +54,6 @@ def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost
         clock = VirtualClock()
         return Engine(CostModelExecutor(clock, cost), clock, policy, pool, config.max_model_len)
     from ..model.executor import ModelExecutor     # torch is imported only here
-    executor = ModelExecutor(model, pool.num_blocks, pool.block_size)
+    executor = ModelExecutor(model, pool.num_blocks, pool.block_size, policy.max_num_seqs)
     return Engine(executor, WallClock(), policy, pool, min(config.max_model_len, model.max_model_len),
                   model.tokenizer, model.eos_token_id)
