@@ -11,13 +11,13 @@ need not hold real keys for the timing to be real, so a decode step at context 1
 step to time, not a 1,024-token prefill first.
 
 Each step runs once untimed (first calls pay for kernel set-up, and on a GPU for recording a
-decode step's CUDA graph), then the whole grid is timed in passes, each pass in a fresh random order, until the time budget is spent; a shape's
-time is the median of its passes. The simulator predicts runs, and a run's steps meet the
-machine as it usually is: on a shared two-core machine the fastest of 9 passes (the count then)
-was 2-19% quicker than their median for prefill steps, and a profile built on the fastest passes
-made every validation run's TTFT and TPOT too short. The shuffled order spreads other programs'
-interference over all shapes, and the median ignores a pass that one of them interrupted. How
-busy the machine was is stored with the profile.
+decode step's CUDA graph), then the whole grid is timed in passes, each pass in a fresh random
+order, until the time budget is spent; a shape's time is the median of its passes. The simulator
+predicts runs, and a run's steps meet the machine as it usually is: on a shared two-core machine
+the fastest of 9 passes (the count then) was 2-19% quicker than their median for prefill steps,
+and a profile built on the fastest passes made every validation run's TTFT and TPOT too short. The
+shuffled order spreads other programs' interference over all shapes, and the median ignores a pass
+that one of them interrupted. How busy the machine was is stored with the profile.
 
 The fit: least squares on relative error (a 15 ms decode step matters as much as a 400 ms
 prefill), coefficients held at zero or above (no cost can be negative), refitted once without
