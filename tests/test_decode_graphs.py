@@ -67,10 +67,9 @@ def check_decode_steps(model, prompts: list[int]) -> ModelRunner:
     plain, padded = runners(model)
     if padded.graphs.record:                            # on a GPU: some shapes recorded ahead, on padding rows
         padded.graphs.record_ahead(2)
-    tiny = model
     tables = shuffled_tables([n + steps for n in prompts])
     g = torch.Generator().manual_seed(len(prompts))
-    tokens = [torch.randint(3, tiny.config.vocab_size, (n,), generator=g).tolist() for n in prompts]
+    tokens = [torch.randint(3, model.config.vocab_size, (n,), generator=g).tolist() for n in prompts]
     seqs = [SeqInput(f"r{i}", t, 0, tab, True) for i, (t, tab) in enumerate(zip(tokens, tables))]
     assert padded.replays_graph(seqs) == (prompts == [1])   # a one-token prompt is decode-shaped
     nxt = plain.run(seqs)

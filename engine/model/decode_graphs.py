@@ -65,10 +65,8 @@ class DecodeGraphs:
     def record_ahead(self, max_batch: int) -> None:
         """Record every batch bucket up to `max_batch` at the first context now, before a run needs
         them: a recording costs a few eager steps, which would otherwise show in a run's first steps."""
-        for batch in BATCHES:
-            if batch > (bucket(max_batch, BATCHES) or BATCHES[-1]):
-                break
-            shape = (batch, self.contexts[0])
+        top = bucket(max_batch, BATCHES) or BATCHES[-1]
+        for shape in [(batch, self.contexts[0]) for batch in BATCHES if batch <= top]:
             self._try_record(self._inputs([], *shape), shape)   # padding rows alone: the spare block
 
     def logits(self, seqs, shape: tuple[int, int]) -> torch.Tensor:

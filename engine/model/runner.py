@@ -197,9 +197,7 @@ class ModelRunner:
             d = torch.tensor(dec, device=dev)
             ctx = starts[d] + 1                                  # keys each decode token sees
             dec_rows = first_row[d]
-            j = torch.arange(max(seqs[i].start_pos for i in dec) + 1, device=dev)
-            dec_slots = (tables[d][:, j // bs] * bs + j % bs).reshape(-1)   # padding reads block 0...
-            dec_mask = (j[None, :] < ctx[:, None])[:, None, None, :]        # ...and is masked out
+            dec_slots, dec_mask = self._decode_keys(tables[d], ctx, max(seqs[i].start_pos for i in dec) + 1)
         prefills, row = [], 0
         for i, s in enumerate(seqs):
             n, row = lens[i], row + lens[i]
@@ -215,6 +213,14 @@ class ModelRunner:
                      dec_mask=dec_mask, prefills=prefills)
 
     # ---- the forward, top to bottom ----
+
+    def _decode_keys(self, tables: torch.Tensor, context_lens: torch.Tensor, keys: int):
+        """Decode rows' key slots, `keys` per row through its block table [B * keys], and the mask
+        [B, 1, 1, keys] that is True where a key is within the row's own context: the padding
+        past it reads whatever block the table holds there, and is masked out."""
+        j = torch.arange(keys, device=tables.device)
+        slots = (tables[:, j // self.block_size] * self.block_size + j % self.block_size).reshape(-1)
+        return slots, (j[None, :] < context_lens[:, None])[:, None, None, :]
 
     def _add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
         """x += delta (the residual stream, in place), then RMSNorm(x)."""
@@ -276,14 +282,18 @@ class ModelRunner:
         between kernels. layer_weights = None turns it off."""
         return self.layer_weights is not None and tokens <= self.one_call_rows
 
+    def graph_shape(self, seqs: list[SeqInput]) -> tuple[int, int] | None:
+        """The (batch, context) CUDA graph this step replays (decode_graphs.py), or None.
+        graphs = None turns them off."""
+        return None if self.graphs is None else self.graphs.shape_for(seqs)
+
     def replays_graph(self, seqs: list[SeqInput]) -> bool:
-        """Does this step replay a CUDA graph (decode_graphs.py)? graphs = None turns them off."""
-        return self.graphs is not None and self.graphs.shape_for(seqs) is not None
+        return self.graph_shape(seqs) is not None
 
     @torch.inference_mode()
     def forward_logits(self, seqs: list[SeqInput]) -> torch.Tensor:
         """Run one step; returns float32 logits [num seqs with sample=True, vocab]."""
-        shape = None if self.graphs is None else self.graphs.shape_for(seqs)
+        shape = self.graph_shape(seqs)
         if shape is not None:
             return self.graphs.logits(seqs, shape)
         step = self._prepare(seqs)
@@ -294,12 +304,10 @@ class ModelRunner:
         """A step of decode rows given as device tensors alone (no Python lists, nothing the host
         must wait for), each row reading `context` key slots of its block table, masked to its own
         context length: what a CUDA graph records (decode_graphs.py)."""
-        bs = self.block_size
-        j = torch.arange(context, device=tokens.device)
         rows = torch.arange(len(tokens), device=tokens.device)
+        dec_slots, dec_mask = self._decode_keys(tables, context_lens, context)
         step = _Step(positions, slots, rows, self.cos[positions][:, None, :], self.sin[positions][:, None, :],
-                     dec_rows=rows, dec_slots=(tables[:, j // bs] * bs + j % bs).reshape(-1),
-                     dec_mask=(j[None, :] < context_lens[:, None])[:, None, None, :])
+                     dec_rows=rows, dec_slots=dec_slots, dec_mask=dec_mask)
         return self.forward_step(tokens, step)
 
     def forward_step(self, ids: torch.Tensor, step: _Step) -> torch.Tensor:
