@@ -17,6 +17,7 @@ from engine.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from engine.core.step_model import StepModel
 from playground.checks import check
 from engine.runs.live import engine_threads
+import playground.run as playground_run
 from playground.run import REST_S, PlaygroundRun
 from playground.setup import KNOBS, Setup
 from playground.presets import PRESETS, matching_preset
@@ -213,13 +214,17 @@ def test_policy_change_applies_live_and_is_marked(app):
         list(tables.marks["label"])
 
 
-def test_two_knobs_moved_together_make_one_mark(app):
+def test_two_knobs_moved_together_make_one_mark(app, monkeypatch):
     at, lab = started_with_16_slots(app)
     wait_for_steps(lab, 2)
+    # the knobs move faster than they rest however slowly this machine runs the page (under load
+    # one run of it outlasted REST_S, and a value was applied mid-drag): a long rest while they move
+    monkeypatch.setattr(playground_run, "REST_S", 60.0)
     for value in (12, 8, 4):                   # a slider dragged on: nothing applied meanwhile
         at.slider(key="pg_max_num_seqs").set_value(value).run()
     at.selectbox(key="pg_order").set_value("sjf").run()
     assert lab.live.engine.policy.max_num_seqs == 16
+    monkeypatch.setattr(playground_run, "REST_S", REST_S)
     rest_and_run(at)
     no_exception(at)
     marks = lab.read()[1].marks
