@@ -306,12 +306,26 @@ void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16) {
     }
 }
 
+/* Ask for the next panel into the L2 cache, `step` bytes (one or two lines) a turn of a tile's loop,
+ * while this panel's arithmetic runs. Where a product's rows are one chunk (MC: decode steps), each
+ * panel is met once, straight from memory, and without asking its first tile would wait for it;
+ * with more rows the panels are met again from the cache, the CPU's own prefetcher keeps up, and
+ * asking as well only costs. */
+#define ASK_AHEAD(ahead, end, step)                                                   \
+    if (ahead < end) {                                                                \
+        __builtin_prefetch(ahead, 0, 2);                                              \
+        if (step > 64) __builtin_prefetch(ahead + 64, 0, 2);                          \
+        ahead += step;                                                                \
+    }
+
 /* y[0:mr, 0:ncols] of one float32 panel, for mr (a constant once inlined) input rows */
 static inline __attribute__((always_inline))
-void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr) {
+void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr,
+          const char *ahead, const char *ahead_end, int step) {
     vf acc[MR][2];
     for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = (vf){0};
     for (int k = 0; k < K; k++) {
+        ASK_AHEAD(ahead, ahead_end, step);
         vf b0, b1;
         memcpy(&b0, panel + (int64_t)k * NR, sizeof b0);
         memcpy(&b1, panel + (int64_t)k * NR + VW, sizeof b1);
@@ -333,10 +347,11 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
 /* The same for bf16 inputs x [mr, K] on a panel of bf16 pairs; y rounded to bf16 */
 static inline __attribute__((always_inline))
 void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, int64_t ldy, int ncols,
-                const int mr) {
+                const int mr, const char *ahead, const char *ahead_end, int step) {
     __m512 acc[MR][2];
     for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 2) {
+        ASK_AHEAD(ahead, ahead_end, step);
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (int64_t)k / 2 * NR);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (int64_t)k / 2 * NR + VW);
         for (int m = 0; m < mr; m++) {
@@ -362,18 +377,26 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 #define WITH_ROWS(mr, TILE) \
     ((mr) == MR ? TILE(MR) : (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
 
-/* One panel's share of y for input rows m0..m1: whole tiles of MR rows, then 4, 3, 2, 1 rows */
+/* One panel's share of y for input rows m0..m1: whole tiles of MR rows, then 4, 3, 2, 1 rows.
+ * The tiles share out asking for `next` (the panel after this one, `bytes` long, or NULL). */
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
-                       int N, int K, int pairs) {
-    for (int m = m0; m < m1; ) {
+                       int N, int K, int pairs, const char *next, int64_t bytes) {
+    int tiles = 0;
+    for (int m = m0; m < m1; tiles++) m += m1 - m >= MR ? MR : m1 - m >= 4 ? 4 : m1 - m;
+    int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
+    int64_t share = next ? (bytes + tiles - 1) / tiles : 0;
+    int step = share > (int64_t)turns * 64 ? 128 : 64;
+    for (int m = m0, i = 0; m < m1; i++) {
         int left = m1 - m, mr = left >= MR ? MR : left >= 4 ? 4 : left;
         int64_t at_x = (int64_t)m * K, at_y = (int64_t)m * N + n0;
+        const char *ahead = next ? next + i * share : NULL;
+        const char *end = next ? next + (i + 1 < tiles ? (i + 1) * share : bytes) : NULL;
 #if BF16_DOT
-#define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, N, ncols, rows)
+#define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, N, ncols, rows, ahead, end, step)
         if (pairs) WITH_ROWS(mr, PAIRS);
         else
 #endif
-#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, N, ncols, rows)
+#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, N, ncols, rows, ahead, end, step)
         WITH_ROWS(mr, FLOATS);
         m += mr;
     }
@@ -397,7 +420,9 @@ void packed_linear(const void *x, const uint32_t *packed, void *y, int M, int N,
         for (int p = 0; p < P; p++) {
             int end = (c + 1) * MC < M ? (c + 1) * MC : M;
             int ncols = N - p * NR < NR ? N - p * NR : NR;
-            panel_rows(xin, packed + p * panel_size, yout, c * MC, end, p * NR, ncols, N, K, pairs);
+            const char *next = chunks == 1 && p + 1 < P ? (const char *)(packed + (p + 1) * panel_size) : NULL;
+            panel_rows(xin, packed + p * panel_size, yout, c * MC, end, p * NR, ncols, N, K, pairs, next,
+                       panel_size * 4);
         }
     if (bf16 && !pairs) {
         store_f32(y, 0, M * N, 1, yout);
