@@ -107,7 +107,8 @@ def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0, run
 @pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64),     # SmolLM2: the vector-register path
                                               (2, 1, 64),     # plain multi-head attention
                                               (1, 8, 64),     # a group too big for the fast path
-                                              (2, 2, 32)])    # another head size
+                                              (2, 2, 32),     # another head size
+                                              (5, 2, 64)])    # more KV heads than a decode job takes
 def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
     lengths = [1, 16, 17, 40, 333, 5]                             # one key; exactly a block; ragged
     args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths)

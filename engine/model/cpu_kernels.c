@@ -21,7 +21,8 @@
  *    sequence's keys into a padded tensor (a copy of the context per layer), run attention on
  *    the padding too, and loop over prefill chunks in Python. The rows of a prefill chunk go
  *    QTILE at a time (attend_tile): each key and value row read serves the whole tile, and the
- *    scores come out as a small matrix product; decode rows go one at a time (attend_fast).
+ *    scores come out as a small matrix product; a decode row goes with all its KV heads at once,
+ *    reading its cache rows front to back (attend_fast).
  *
  * 4. layers_in_one_call: every layer of a decode step in one call, the kernels above in the
  *    runner's order: at one row the calls between kernels cost as much as the kernels.
@@ -540,68 +541,73 @@ static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
              t < (L) && t < t0_ + (block_size); t++, slot++)
 
 #define MAX_GROUP 4     /* the fast path keeps a group's accumulators in vector registers */
-#define PREFETCH 16     /* key rows ahead: about 2-4 KB, the time one memory access takes to answer */
+#define MAX_HEADS 4     /* KV heads a decode row's job takes at once (attend_row's value sums) */
+#define PREFETCH 16     /* slots ahead: 6-12 KB of key and value rows, the time memory takes to answer */
 #define STRIP 32        /* floats of a value row accumulated per pass: 4 AVX2 or 2 AVX-512 registers */
 
-/* One (query row, KV head) of attention, for head_dim a multiple of STRIP and a group of at
- * most MAX_GROUP query heads (SmolLM2: 64 and 3). Scores: each key row is read once and dotted
- * with every query head of the group. Values: the row is added into the output STRIP floats at
- * a time, so the group's accumulators stay in registers (a whole 64-float row for 4 heads would
- * need 32 AVX2 registers, twice what there are). The query stays in the L1 cache. */
+/* One query row (a decode token) against KV heads h0 .. h0 + heads - 1 (at most MAX_HEADS), for
+ * head_dim a multiple of STRIP and a group of at most MAX_GROUP query heads per KV head (SmolLM2:
+ * 64, and 3 for each of its 3 KV heads, all in one job). A slot's keys for all heads are kv_heads * d
+ * values side by side, so with all heads the row walks its blocks front to back, one contiguous
+ * stretch a block: memory streams, where a head at a time read every third 256 bytes. Scores: each key row is
+ * dotted with every query head of its group. Values: the row is added into the outputs STRIP
+ * floats at a time, so a group's sums stay in registers (a whole 64-float row for 4 heads would
+ * need 32 AVX2 registers, twice what there are). The queries stay in the L1 cache. */
 static inline __attribute__((always_inline))
-void attend_group(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
-                  int64_t L, int kv_heads, int h, const int group, int d, int block_size, float scale,
-                  float *scores, float *outf, int bf16) {
+void attend_row(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table, int64_t L,
+                int kv_heads, int h0, int heads, const int group, int d, int block_size, float scale,
+                float *scores, float *outf, int bf16) {
+    const int64_t width = (int64_t)kv_heads * d;                /* one slot's row, all heads */
     FOR_EACH_SLOT(table, L, block_size, t, slot) {            /* pass 1: scores */
-        int64_t off = (slot * kv_heads + h) * d;
-        if (t + PREFETCH < L) {          /* ask for a later key and value row now: the rows of one */
-            int64_t ahead = slot_of(table, t + PREFETCH, block_size) * kv_heads + h;   /* head are */
-                                                                        /* not adjacent in memory */
-            for (int64_t byte = 0; byte < (int64_t)d << (2 - bf16); byte += 64) {
-                __builtin_prefetch((const char *)k_cache + (ahead * d << (2 - bf16)) + byte);
-                __builtin_prefetch((const char *)v_cache + (ahead * d << (2 - bf16)) + byte);
+        if (t + PREFETCH < L) {                               /* ask for a later slot's rows now */
+            int64_t ahead = slot_of(table, t + PREFETCH, block_size) * width;
+            for (int64_t byte = (int64_t)h0 * d << (2 - bf16); byte < (int64_t)(h0 + heads) * d << (2 - bf16);
+                 byte += 64) {
+                __builtin_prefetch((const char *)k_cache + (ahead << (2 - bf16)) + byte);
+                __builtin_prefetch((const char *)v_cache + (ahead << (2 - bf16)) + byte);
             }
         }
-        vf acc[MAX_GROUP] = {0};
-        for (int c = 0; c < d; c += VW) {
-            vf k = loadv(k_cache, off + c, bf16);
-            for (int g = 0; g < MAX_GROUP; g++)
-                if (g < group) {
+        for (int h = 0; h < heads; h++) {
+            vf acc[MAX_GROUP] = {0};
+            for (int c = 0; c < d; c += VW) {
+                vf k = loadv(k_cache, slot * width + (h0 + h) * d + c, bf16);
+                for (int g = 0; g < group; g++) {
                     vf qv;
-                    memcpy(&qv, qf + g * d + c, sizeof qv);
+                    memcpy(&qv, qf + (h * group + g) * d + c, sizeof qv);
                     acc[g] += qv * k;
                 }
-        }
-        for (int g = 0; g < MAX_GROUP; g++)
-            if (g < group) scores[g * L + t] = hsum(acc[g]) * scale;
-    }
-    softmax_rows(scores, group, L);
-    for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
-        vf acc[MAX_GROUP][STRIP / VW] = {{0}};
-        FOR_EACH_SLOT(table, L, block_size, t, slot) {
-            int64_t off = (slot * kv_heads + h) * d + c0;
-            for (int c = 0; c < STRIP / VW; c++) {
-                vf v = loadv(v_cache, off + c * VW, bf16);
-                for (int g = 0; g < MAX_GROUP; g++)
-                    if (g < group) acc[g][c] += scores[g * L + t] * v;
             }
+            for (int g = 0; g < group; g++) scores[(h * group + g) * L + t] = hsum(acc[g]) * scale;
         }
-        for (int g = 0; g < group; g++)
-            memcpy(outf + g * d + c0, acc[g], sizeof acc[g]);
+    }
+    softmax_rows(scores, heads * group, L);
+    for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
+        vf acc[MAX_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};  /* (sized by a variable, slower) */
+        FOR_EACH_SLOT(table, L, block_size, t, slot)
+            for (int h = 0; h < heads; h++)
+                for (int c = 0; c < STRIP / VW; c++) {
+                    vf v = loadv(v_cache, slot * width + (h0 + h) * d + c0 + c * VW, bf16);
+                    for (int g = 0; g < group; g++) acc[h][g][c] += scores[(h * group + g) * L + t] * v;
+                }
+        for (int h = 0; h < heads; h++)
+            for (int g = 0; g < group; g++)
+                memcpy(outf + (h * group + g) * d + c0, acc[h][g], sizeof acc[h][g]);
     }
 }
 
-/* attend_group with the group size a constant, so the compiler keeps exactly the group's sums in
+/* attend_row with the group size a constant, so the compiler keeps exactly the group's sums in
  * registers (with a variable group it kept all MAX_GROUP, and spilled them around each test). */
 static void attend_fast(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
-                        int64_t L, int kv_heads, int h, int group, int d, int block_size, float scale,
-                        float *scores, float *outf, int bf16) {
+                        int64_t L, int kv_heads, int h0, int heads, int group, int d, int block_size,
+                        float scale, float *scores, float *outf, int bf16) {
+#define ROW(g) attend_row(qf, k_cache, v_cache, table, L, kv_heads, h0, heads, g, d, block_size, scale, scores, outf, bf16)
     switch (group) {
-    case 1: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 1, d, block_size, scale, scores, outf, bf16); break;
-    case 2: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 2, d, block_size, scale, scores, outf, bf16); break;
-    case 3: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 3, d, block_size, scale, scores, outf, bf16); break;
-    default: attend_group(qf, k_cache, v_cache, table, L, kv_heads, h, 4, d, block_size, scale, scores, outf, bf16);
+    case 1: ROW(1); break;
+    case 2: ROW(2); break;
+    case 3: ROW(3); break;
+    default: ROW(4);
     }
+#undef ROW
 }
 
 /* The same for any head_dim and group, with the row and accumulators in memory (slower). */
@@ -722,8 +728,9 @@ static void attend_tile(const float *qf, const void *k_cache, const void *v_cach
  *                     block_tables[b][t / block_size] * block_size + t % block_size
  *   context_lens:     [B]  how many keys row b sees: its position + 1
  * Query head j uses key/value head j / group (grouped-query attention), so one pass over a
- * KV head's keys serves its whole group of query heads. Threads share out the (run of rows,
- * KV head) pairs: a run is a tile of a prefill chunk's rows, or one row. */
+ * KV head's keys serves its whole group of query heads. Threads share out the jobs: a tile of a
+ * prefill chunk's rows with one KV head, a decode row with up to MAX_HEADS of them (attend_fast),
+ * or off the fast path one row with one KV head. */
 void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                             const int64_t *block_tables, int max_blocks, const int64_t *context_lens,
                             int B, int kv_heads, int group, int d, int block_size, float scale,
@@ -731,14 +738,17 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     int64_t longest = 1;
     for (int b = 0; b < B; b++) if (context_lens[b] > longest) longest = context_lens[b];
     int fast = d % STRIP == 0 && group <= MAX_GROUP;   /* STRIP is a multiple of attend_tile's 2 VW */
-    /* Each job is a run of rows (a prefill chunk's tile of up to QTILE rows, or one row) and a
-     * KV head; the runs are found once, here. */
-    int *start = malloc(sizeof(int) * (size_t)(B + 1)), runs = 0;
-    for (int b = 0; b < B; runs++) {
-        start[runs] = b;
-        b += fast ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
+    /* The jobs, found once, here: each is rows b.. of a run (a tile of up to QTILE rows of one
+     * prefill chunk, or one row) and its KV heads h.. */
+    struct job { int b, rows, h, heads; } *jobs = malloc(sizeof(struct job) * (size_t)B * kv_heads);
+    int n_jobs = 0;
+    for (int b = 0, rows; b < B; b += rows) {
+        rows = fast ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
+        if (fast && rows == 1)
+            for (int h = 0; h < kv_heads; h += MAX_HEADS)
+                jobs[n_jobs++] = (struct job){b, 1, h, kv_heads - h < MAX_HEADS ? kv_heads - h : MAX_HEADS};
+        else for (int h = 0; h < kv_heads; h++) jobs[n_jobs++] = (struct job){b, rows, h, 1};
     }
-    start[runs] = B;
     int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
     #pragma omp parallel
     {
@@ -748,23 +758,23 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         float *outf = malloc(sizeof(float) * vectors * d);
         float *row = malloc(sizeof(float) * (size_t)d);
         float *kt = malloc(sizeof(float) * (size_t)d * 2 * VW);
-        #pragma omp for schedule(dynamic, kv_heads)
-        for (int job = 0; job < runs * kv_heads; job++) {
-            int r = job / kv_heads, h = job % kv_heads, b = start[r], R = start[r + 1] - b;
+        #pragma omp for schedule(dynamic)
+        for (int j = 0; j < n_jobs; j++) {
+            int b = jobs[j].b, R = jobs[j].rows, h = jobs[j].h, n = jobs[j].heads * group * d;  /* n: a row's floats */
             const int64_t *table = block_tables + (int64_t)b * max_blocks;
             for (int i = 0; i < R; i++)
-                load_f32(q, ((int64_t)(b + i) * kv_heads + h) * group * d, group * d, bf16, qf + i * group * d);
+                load_f32(q, ((int64_t)(b + i) * kv_heads + h) * group * d, n, bf16, qf + i * n);
             if (R > 1)
                 attend_tile(qf, k_cache, v_cache, table, context_lens[b], R, kv_heads, h, group, d, block_size,
                             scale, kt, row, scores, Lpad, outf, bf16);
             else if (fast)
-                attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
-                            scale, scores, outf, bf16);
+                attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, jobs[j].heads, group, d,
+                            block_size, scale, scores, outf, bf16);
             else
                 attend_any(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, group, d, block_size,
                            scale, scores, row, outf, bf16);
             for (int i = 0; i < R; i++)
-                store_f32(out, ((int64_t)(b + i) * kv_heads + h) * group * d, group * d, bf16, outf + i * group * d);
+                store_f32(out, ((int64_t)(b + i) * kv_heads + h) * group * d, n, bf16, outf + i * n);
         }
         free(scores);
         free(qf);
@@ -772,7 +782,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         free(row);
         free(kt);
     }
-    free(start);
+    free(jobs);
 }
 
 /* One of layers_in_one_call's products, by the route Linear takes: the few-rows kernel up to `few`
