@@ -17,3 +17,21 @@ def test_a_product_slower_than_any_peak_is_left_out(monkeypatch):
     """As torch's emulated bf16 product is on a CPU without bf16 instructions (a minute a trial)."""
     monkeypatch.setattr(bench, "SLOW_GEMM", 1e18)
     assert bench.measure_roofline("cpu", torch.float32)["gemm_by"] in ("oneDNN", "C kernel")
+
+
+def test_the_roofline_counts_each_token_at_its_own_position(monkeypatch):
+    """A prefill chunk scores a triangle of (query, key) pairs after its offset, and a decode token
+    sees every key before it: each request's position is followed through the steps."""
+    from types import SimpleNamespace as Step
+    seen = []
+    monkeypatch.setattr(bench, "step_roofline_s", lambda costs, roof, tokens, samples, pairs, kv_rows:
+                        seen.append((tokens, samples, pairs, kv_rows)) or 1.0)
+    steps = [Step(members=(("a", "prefill", 4),), prefix_hits=(), prefill_tokens=4, decode_tokens=0, duration_s=1),
+             Step(members=(("a", "prefill", 2), ("b", "prefill", 3)), prefix_hits=(("b", 16),),
+                  prefill_tokens=5, decode_tokens=0, duration_s=1),
+             Step(members=(("a", "decode", 1), ("b", "decode", 1)), prefix_hits=(), prefill_tokens=0,
+                  decode_tokens=2, duration_s=2)]
+    assert bench.roofline_share(Step(steps=steps), costs=None, roof=None) == 3 / 4
+    assert seen == [(4, 1, 1 + 2 + 3 + 4, 4),
+                    (5, 1, (5 + 6) + (17 + 18 + 19), 6 + 19),     # a at 4.., b after 16 cached tokens
+                    (2, 2, 7 + 20, 7 + 20)]

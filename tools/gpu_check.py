@@ -129,7 +129,8 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
         except Exception as exc:                # the profiler's API moves between versions: report, go on
             row["one eager decode step (b8)"] = f"not profiled: {type(exc).__name__}: {exc}"[:120]
     row["breakdown"] = format_table(profile_shapes(model, reps=3),
-                                    lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["context"]) * 1000)
+                                    lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["pairs"],
+                                                              r["kv_rows"]) * 1000)
     return row
 
 

@@ -17,6 +17,7 @@ from ..runs.build import build_engine
 from ..core.config import EngineConfig, SchedulerPolicy
 from ..core.request import Request
 from ..core.scheduler import Scheduler
+from ..core.step_model import causal_pairs
 from ..sim.step_times import measure_batch_scaling, time_scheduling
 from ..runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from .flags import add_knob_flags, add_model_flags
@@ -107,23 +108,33 @@ def model_costs(model) -> dict:
     return {"body_params": body, "head_params": emb, "elt": elt,
             "weight_bytes": params * elt,
             "kv_bytes_per_token": 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * elt,
-            "attn_flops_per_ctx": 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim}
+            # QK^T and PV: 4 FLOPs per head dim for each (query, key) pair
+            "attn_flops_per_pair": 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim}
 
 
-def step_roofline_s(costs, roof, tokens: int, samples: int, context: int) -> float:
+def step_roofline_s(costs, roof, tokens: int, samples: int, pairs: int, kv_rows: int) -> float:
+    """The least time a step can take: its FLOPs at the GEMM peak or its bytes (the weights once,
+    the K/V rows it reads) at the copy bandwidth, whichever is longer. `pairs`: the (query, key)
+    pairs its attention scores (engine/core/step_model.causal_pairs)."""
     flops = 2 * costs["body_params"] * tokens + 2 * costs["head_params"] * samples \
-        + costs["attn_flops_per_ctx"] * context
-    bytes_ = costs["weight_bytes"] + costs["kv_bytes_per_token"] * context
+        + costs["attn_flops_per_pair"] * pairs
+    bytes_ = costs["weight_bytes"] + costs["kv_bytes_per_token"] * kv_rows
     return max(flops / roof["gemm_flops"], bytes_ / roof["mem_bw"])
 
 
 def roofline_share(engine, costs, roof) -> float:
-    """The engine's steps' roofline time over their busy time: the share of the roofline they reach."""
-    roof_s = 0.0
+    """The engine's steps' roofline time over their busy time: the share of the roofline they reach.
+    Each request's position is followed through the steps (a run without preemption, as the bench's)."""
+    roof_s, done = 0.0, {}
     for s in engine.steps:
-        ctx = sum(engine.requests[rid].prompt_tokens for rid, _, _ in s.members)   # lower bound
+        for rid, saved in s.prefix_hits:              # prompt tokens the prefix cache held: not computed
+            done[rid] = done.get(rid, 0) + saved
+        pairs = kv_rows = 0
+        for rid, _, n in s.members:
+            start = done.get(rid, 0)
+            pairs, kv_rows, done[rid] = pairs + causal_pairs(start, n), kv_rows + start + n, start + n
         samples = sum(1 for _, phase, _ in s.members if phase == "decode") or 1
-        roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, ctx)
+        roof_s += step_roofline_s(costs, roof, s.prefill_tokens + s.decode_tokens, samples, pairs, kv_rows)
     return roof_s / sum(s.duration_s for s in engine.steps)
 
 
@@ -244,7 +255,8 @@ def bench_command(args) -> int:
               f"median to median")
         if args.profile:
             from ..model.step_profile import format_table, profile_shapes
-            shape_roof_ms = lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["context"]) * 1000
+            shape_roof_ms = lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["pairs"],
+                                                      r["kv_rows"]) * 1000
             print("where a step's time goes (ms and share of the step; median step of several):")
             print(format_table(profile_shapes(model), shape_roof_ms))
 

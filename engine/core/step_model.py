@@ -46,6 +46,12 @@ class StepShape(NamedTuple):
     prefill_pairs: int
 
 
+def causal_pairs(start: int, tokens: int) -> int:
+    """(query, key) pairs of `tokens` tokens of one sequence at positions start..: a token at
+    position p sees p + 1 keys."""
+    return tokens * start + tokens * (tokens + 1) // 2
+
+
 def step_shape(plan: StepPlan) -> StepShape:
     tokens = samples = decode_context = prefill_pairs = 0
     for c in plan.chunks:
@@ -53,8 +59,8 @@ def step_shape(plan: StepPlan) -> StepShape:
         samples += c.samples
         if c.phase == "decode":
             decode_context += c.start + 1
-        else:                               # token i of the chunk sees start + i + 1 keys
-            prefill_pairs += c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2
+        else:
+            prefill_pairs += causal_pairs(c.start, c.num_tokens)
     return StepShape(tokens, samples, decode_context, prefill_pairs)
 
 

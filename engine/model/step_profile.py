@@ -23,6 +23,7 @@ from collections import defaultdict
 
 import torch
 
+from ..core.step_model import causal_pairs
 from .runner import ModelRunner, SeqInput
 
 PARTS = ("gemm", "lm_head", "attention", "rope_kv", "norms", "activation", "set_up", "sampling")
@@ -121,7 +122,9 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
         row = {"shape": name, "tokens": tokens, "step_ms": total * 1000,
                "engine_ms": sorted(engine_runs)[len(engine_runs) // 2] * 1000,
                "samples": sum(s.sample for s in seqs),
-               "context": sum(s.start_pos + len(s.token_ids) for s in seqs)}
+               # for the roofline: the (query, key) pairs its attention scores, the K/V rows it reads
+               "pairs": sum(causal_pairs(s.start_pos, len(s.token_ids)) for s in seqs),
+               "kv_rows": sum(s.start_pos + len(s.token_ids) for s in seqs)}
         for part in PARTS:
             row[part] = parts.get(part, 0.0) * 1000
         row["sampling"] = (total - parts.get("forward", 0.0)) * 1000

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from ..core.validation import available_memory_bytes, kv_bytes_per_token
-from ..core.step_model import StepShape
+from ..core.step_model import StepShape, causal_pairs
 
 MEMORY_UTILIZATION = 0.9   # the share of device memory the engine may take (vLLM's gpu_memory_utilization default)
 TERA = 1e12
@@ -186,8 +186,7 @@ class RooflineStepModel:
         sequence in the step."""
         return self._parts(tokens=sum(n for _, n, _ in chunks),
                            sampled=sum(1 for _, _, s in chunks if s),
-                           # a query at position p meets p + 1 keys
-                           attended=sum(n * start + n * (n + 1) // 2 for start, n, _ in chunks),
+                           attended=sum(causal_pairs(start, n) for start, n, _ in chunks),
                            kv_tokens=sum(start + 2 * n for start, n, _ in chunks))   # read all, write the new
 
     def predict(self, shape: StepShape) -> float:
