@@ -117,6 +117,15 @@ def test_paged_attention_matches_sdpa(kernels, dtype, kv_heads, group, d):
 
 @needs_gcc
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64), (5, 2, 64)])
+def test_one_decode_row_matches_sdpa(kernels, dtype, kv_heads, group, d):
+    """Fewer rows than threads: the row's KV heads go to separate jobs."""
+    args, want = paged_case(dtype, 1, kv_heads, group, d, [333])
+    close(kernels.paged_attention(*args), want, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64), (2, 2, 32), (1, 8, 64)])
 def test_paged_attention_of_prefill_chunks_matches_sdpa(kernels, dtype, kv_heads, group, d):
     """Rows that are consecutive tokens of one sequence (a chunk: each sees one key more) are

@@ -32,6 +32,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -742,11 +743,13 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
      * prefill chunk, or one row) and its KV heads h.. */
     struct job { int b, rows, h, heads; } *jobs = malloc(sizeof(struct job) * (size_t)B * kv_heads);
     int n_jobs = 0;
+    /* a decode row's heads per job: up to MAX_HEADS, or one where there are fewer rows than threads */
+    int per_row = B < omp_get_max_threads() ? 1 : MAX_HEADS;
     for (int b = 0, rows; b < B; b += rows) {
         rows = fast ? run_length(block_tables, max_blocks, context_lens, B, b, block_size, QTILE) : 1;
         if (fast && rows == 1)
-            for (int h = 0; h < kv_heads; h += MAX_HEADS)
-                jobs[n_jobs++] = (struct job){b, 1, h, kv_heads - h < MAX_HEADS ? kv_heads - h : MAX_HEADS};
+            for (int h = 0; h < kv_heads; h += per_row)
+                jobs[n_jobs++] = (struct job){b, 1, h, kv_heads - h < per_row ? kv_heads - h : per_row};
         else for (int h = 0; h < kv_heads; h++) jobs[n_jobs++] = (struct job){b, rows, h, 1};
     }
     int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
