@@ -131,7 +131,7 @@ def test_paged_attention_of_prefill_chunks_matches_sdpa(kernels, dtype, kv_heads
     """Rows that are consecutive tokens of one sequence (a chunk: each sees one key more) are
     attended together, a tile of rows at a time; beside them decode rows, a chunk longer than a
     tile, and a chunk after a cached prefix."""
-    chunks = [(1, 40), (200, 1), (33, 2), (1, 17), (70, 5), (300, 1), (16, 1), (18, 1), (1, 1)]
+    chunks = [(1, 40), (200, 1), (33, 2), (1, 17), (70, 5), (300, 1), (16, 1), (18, 1), (1, 1), (3, 70)]
     lengths = [first + i for first, n in chunks for i in range(n)]
     args, want = paged_case(dtype, len(lengths), kv_heads, group, d, lengths, runs=[n for _, n in chunks])
     close(kernels.paged_attention(*args), want, dtype)

@@ -631,7 +631,7 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
     }
 }
 
-#define QTILE 16        /* query rows of one prefill chunk per job: they share every key and value row read */
+#define QTILE 64        /* query rows of one prefill chunk per job: they share every key and value row read */
 /* Query vectors worked on together: each key or value load serves QVECS of them, in QVECS x 2
  * accumulators (16 of AVX-512's 32 registers; 8 of AVX2's 16, where 8 vectors would spill) */
 #if VW == 16
