@@ -514,16 +514,41 @@ void silu_mul(const void *gate_up, void *out, int rows, int n, int bf16) {
     }
 }
 
-/* Softmax of each of the `group` rows of scores[group][L], in place. */
+static inline vf vmax(vf a, vf b) {
+#if VW == 16
+    return (vf)_mm512_max_ps((__m512)a, (__m512)b);
+#elif defined(__AVX__)
+    return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#else
+    for (int i = 0; i < VW; i++) a[i] = b[i] > a[i] ? b[i] : a[i];
+    return a;
+#endif
+}
+
+/* Softmax of each of the `group` rows of scores[group][L], in place. The max and the sum are
+ * taken a vector at a time by hand: where this is inlined into attend_tile the compiler made
+ * both scalar loops, each add waiting on the one before (a third of prefill attention). */
 static void softmax_rows(float *scores, int group, int64_t L) {
     for (int g = 0; g < group; g++) {
         float *s = scores + g * L, mx = s[0], sum = 0.f;
-        #pragma omp simd reduction(max:mx)
-        for (int64_t t = 1; t < L; t++) mx = s[t] > mx ? s[t] : mx;
+        int64_t whole = L / VW * VW, t;
+        vf m = (vf){0} + mx, acc = {0};
+        for (t = 0; t < whole; t += VW) {
+            vf x;
+            memcpy(&x, s + t, sizeof x);
+            m = vmax(m, x);
+        }
+        for (int i = 0; i < VW; i++) mx = m[i] > mx ? m[i] : mx;
+        for (; t < L; t++) mx = s[t] > mx ? s[t] : mx;
         #pragma omp simd
-        for (int64_t t = 0; t < L; t++) s[t] = expf(s[t] - mx);
-        #pragma omp simd reduction(+:sum)
-        for (int64_t t = 0; t < L; t++) sum += s[t];
+        for (t = 0; t < L; t++) s[t] = expf(s[t] - mx);
+        for (t = 0; t < whole; t += VW) {
+            vf x;
+            memcpy(&x, s + t, sizeof x);
+            acc += x;
+        }
+        sum = hsum(acc);
+        for (; t < L; t++) sum += s[t];
         float inv = 1.f / sum;
         #pragma omp simd
         for (int64_t t = 0; t < L; t++) s[t] *= inv;
