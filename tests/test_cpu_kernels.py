@@ -298,3 +298,16 @@ def test_silu_mul_matches_pytorch(kernels, dtype, rows):
     gate_up = (torch.randn(rows, 2 * 1536, generator=g) * 4).to(dtype)
     gate, up = gate_up.chunk(2, dim=-1)
     close(kernels.silu_mul(gate_up), F.silu(gate) * up, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("rows,n", [(1, 49152), (64, 49152), (3, 5), (7, 37), (2, 16)])
+def test_argmax_rows_is_torchs(kernels, rows, n):
+    """Greedy sampling: the first index of each row's largest value, as torch.argmax; with ties
+    (the max repeated later in a row, and in every lane of a vector) and rows of any width."""
+    g = torch.Generator().manual_seed(rows * n)
+    x = torch.randn(rows, n, generator=g)
+    x[0, n // 2:] = x[0].max()               # the max again and again after its first place
+    if rows > 1:
+        x[1] = 3.0                           # a row of one value: index 0
+    assert kernels.argmax_rows(x.contiguous()) == x.argmax(dim=-1).tolist()

@@ -555,6 +555,32 @@ static void softmax_rows(float *scores, int group, int64_t L) {
     }
 }
 
+/* Greedy sampling: out[r] = the index of row r's largest value, the first if several, as
+ * torch.argmax gives it (for finite values). A vector of maxima, then a second pass for the first
+ * index that holds it (the row is in the L2 cache by then). torch's own took 10 GB/s on this
+ * float32 [rows, vocab]: a millisecond at 64 rows. */
+void argmax_rows(const float *x, int64_t *out, int rows, int n) {
+    #pragma omp parallel for schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (int64_t)r * n;
+        float best = row[0];
+        int j = 0;
+        if (n >= VW) {
+            vf m;
+            memcpy(&m, row, sizeof m);
+            for (j = VW; j + VW <= n; j += VW) {
+                vf v;
+                memcpy(&v, row + j, sizeof v);
+                m = vmax(m, v);
+            }
+            for (int i = 0; i < VW; i++) best = m[i] > best ? m[i] : best;
+        }
+        for (; j < n; j++) best = row[j] > best ? row[j] : best;
+        for (j = 0; row[j] != best; j++) {}
+        out[r] = j;
+    }
+}
+
 /* Token t of a sequence lies in block table[t / block_size], at row t % block_size: its slot.
  * FOR_EACH_SLOT walks a sequence's L tokens block by block, giving each token's slot. */
 static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {

@@ -72,6 +72,7 @@ class CpuKernels:
         lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
         lib.rope_store.argtypes = [vp, vp, vp, i64p, i64p, vp, vp, vp, i32, i32, i32, i32, i32]
         lib.silu_mul.argtypes = [vp, vp, i32, i32, i32]
+        lib.argmax_rows.argtypes = [vp, vp, i32, i32]
         lib.paged_attention.argtypes = [vp, vp, vp, i64p, i32, i64p, i32, i32, i32, i32, i32,
                                                ctypes.c_float, vp, i32]
         lib.layers_in_one_call.argtypes = [vp, vp, i32, i32, i32, i32, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
@@ -148,6 +149,14 @@ class CpuKernels:
         out = gate_up.new_empty((rows, n))
         self.lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, n, self._bf16(gate_up))
         return out
+
+    def argmax_rows(self, x: torch.Tensor) -> list[int]:
+        """Each row's largest value's index (the first, if several), as torch.argmax(dim=-1) gives
+        it for finite float32 values."""
+        assert x.dtype == torch.float32 and x.is_contiguous() and x.dim() == 2
+        out = torch.empty(x.shape[0], dtype=torch.int64)
+        self.lib.argmax_rows(x.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1])
+        return out.tolist()
 
     def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,

@@ -348,7 +348,8 @@ class ModelRunner:
         greedy = [r for r, i in enumerate(samplers) if not sampled[r]]
         if greedy:
             rows = logits if len(greedy) == len(samplers) else logits[greedy]   # no copy when all are greedy
-            for r, tok in zip(greedy, rows.argmax(dim=-1).tolist()):
+            tokens = self.kernels.argmax_rows(rows) if self.kernels is not None else rows.argmax(dim=-1).tolist()
+            for r, tok in zip(greedy, tokens):
                 out[samplers[r]] = tok
         for r, i in enumerate(samplers):
             s = seqs[i]
