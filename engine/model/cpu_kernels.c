@@ -556,9 +556,9 @@ static void softmax_rows(float *scores, int group, int64_t L) {
 }
 
 /* Greedy sampling: out[r] = the index of row r's largest value, the first if several, as
- * torch.argmax gives it (for finite values). A vector of maxima, then a second pass for the first
- * index that holds it (the row is in the L2 cache by then). torch's own took 10 GB/s on this
- * float32 [rows, vocab]: a millisecond at 64 rows. */
+ * torch.argmax gives it (for finite values), at memory speed where torch's reads a [rows, vocab]
+ * float32 several times slower. A vector of maxima, then a second pass for the first index that
+ * holds it (the row is in the L2 cache by then). */
 void argmax_rows(const float *x, int64_t *out, int rows, int n) {
     #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++) {
@@ -599,12 +599,13 @@ static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
 
 /* One query row (a decode token) against KV heads h0 .. h0 + heads - 1 (at most MAX_HEADS), for
  * head_dim a multiple of STRIP and a group of at most MAX_GROUP query heads per KV head (SmolLM2:
- * 64, and 3 for each of its 3 KV heads, all in one job). A slot's keys for all heads are kv_heads * d
- * values side by side, so with all heads the row walks its blocks front to back, one contiguous
- * stretch a block: memory streams, where a head at a time read every third 256 bytes. Scores: each key row is
- * dotted with every query head of its group. Values: the row is added into the outputs STRIP
- * floats at a time, so a group's sums stay in registers (a whole 64-float row for 4 heads would
- * need 32 AVX2 registers, twice what there are). The queries stay in the L1 cache. */
+ * 64, and 3 for each of its 3 KV heads, all in one job). A slot's keys for all heads are
+ * kv_heads * d values side by side, so with all heads the row walks its blocks front to back,
+ * one contiguous stretch a block, which memory streams (a head at a time read every third 256
+ * bytes, and streamed far worse). Scores: each key row is dotted with every query head of its
+ * group. Values: the row is added into the outputs STRIP floats at a time, so a group's sums
+ * stay in registers (a whole 64-float row for 4 heads would need 32 AVX2 registers, twice what
+ * there are). The queries stay in the L1 cache. */
 static inline __attribute__((always_inline))
 void attend_row(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table, int64_t L,
                 int kv_heads, int h0, int heads, const int group, int d, int block_size, float scale,
@@ -634,7 +635,7 @@ void attend_row(const float *qf, const void *k_cache, const void *v_cache, const
     }
     softmax_rows(scores, heads * group, L);
     for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
-        vf acc[MAX_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};  /* (sized by a variable, slower) */
+        vf acc[MAX_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};  /* a fixed size: sized by `heads`, slower */
         FOR_EACH_SLOT(table, L, block_size, t, slot)
             for (int h = 0; h < heads; h++)
                 for (int c = 0; c < STRIP / VW; c++) {
@@ -716,7 +717,7 @@ static int run_length(const int64_t *block_tables, int max_blocks, const int64_t
  *           so each value load serves QVECS vectors and their sums stay in registers.
  * Query vector v is row v / group, head v % group: qf, outf [R * group][d] and scores
  * [R * group][Lpad], each with room for a QVECS group's padding vectors (zeros, never stored). */
-static void attend_tile(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+static void attend_tile(float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
                         int64_t L0, int R, int kv_heads, int h, int group, int d, int block_size, float scale,
                         float *kt, float *row, float *scores, int64_t Lpad, float *outf, int bf16) {
     const int Q = R * group, Qpad = (Q + QVECS - 1) / QVECS * QVECS;   /* whole QVECS groups: no tests in loops */
