@@ -53,7 +53,7 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
         paths.append("CUDA graphs: each decode step replayed with one launch")
     if kernels is not None:
         paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, SiLU, few-rows linear, "
-                     "linear layers on packed weights, and every layer in one call for decode steps")
+                     "linear layers on packed weights, greedy argmax, and every layer in one call for decode steps")
     return paths
 
 
