@@ -174,8 +174,9 @@ def test_step_once_runs_exactly_one_step(app):
 
 
 def started_with_16_slots(app):
-    """A running page: 40 long requests at once, 16 slots."""
-    at = app(PLAYGROUND, {"rate": "0", "num_requests": "40", "output_lo": "200", "output_hi": "200",
+    """A running page: 400 long requests at once, 16 slots: a run that outlasts the test on a fast
+    machine (with 40, the tiny model finished all of them, 601 steps, before a change could apply)."""
+    at = app(PLAYGROUND, {"rate": "0", "num_requests": "400", "output_lo": "200", "output_hi": "200",
                           "max_num_seqs": "16"})
     at.button(key="start").click().run()
     return at, lab_of(at)
