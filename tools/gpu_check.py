@@ -83,7 +83,7 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
     """engine bench's side-by-side run, with the per-shape breakdown."""
     from engine.runs.arrivals import build_requests
     from engine.cli.bench import (agreement, measure_roofline, model_costs, run_engine, run_hf_continuous,
-                                  run_hf_static, roofline_share, step_roofline_s)
+                                  run_hf_static, roofline_share, shape_roofline_ms)
     from engine.model.model import load_model
     from engine.model.step_profile import format_table, profile_shapes
     from engine.sim.step_times import measure_batch_scaling
@@ -128,9 +128,7 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
             row["one eager decode step (b8)"] = kernels_of_a_step(model)
         except Exception as exc:                # the profiler's API moves between versions: report, go on
             row["one eager decode step (b8)"] = f"not profiled: {type(exc).__name__}: {exc}"[:120]
-    row["breakdown"] = format_table(profile_shapes(model, reps=3),
-                                    lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["pairs"],
-                                                              r["kv_rows"]) * 1000)
+    row["breakdown"] = format_table(profile_shapes(model, reps=3), shape_roofline_ms(costs, roof))
     return row
 
 

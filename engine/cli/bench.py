@@ -122,6 +122,11 @@ def step_roofline_s(costs, roof, tokens: int, samples: int, pairs: int, kv_rows:
     return max(flops / roof["gemm_flops"], bytes_ / roof["mem_bw"])
 
 
+def shape_roofline_ms(costs, roof):
+    """step_roofline_s in ms for a row of step_profile.profile_shapes (format_table's roofline_ms)."""
+    return lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["pairs"], r["kv_rows"]) * 1000
+
+
 def roofline_share(engine, costs, roof) -> float:
     """The engine's steps' roofline time over their busy time: the share of the roofline they reach.
     Each request's position is followed through the steps (a run without preemption, as the bench's)."""
@@ -255,10 +260,8 @@ def bench_command(args) -> int:
               f"median to median")
         if args.profile:
             from ..model.step_profile import format_table, profile_shapes
-            shape_roof_ms = lambda r: step_roofline_s(costs, roof, r["tokens"], r["samples"], r["pairs"],
-                                                      r["kv_rows"]) * 1000
             print("where a step's time goes (ms and share of the step; median step of several):")
-            print(format_table(profile_shapes(model), shape_roof_ms))
+            print(format_table(profile_shapes(model), shape_roofline_ms(costs, roof)))
 
         t_eng, ours, engine = run_engine(model, fresh(), args)
         eng_tps = total_out / t_eng

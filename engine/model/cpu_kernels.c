@@ -379,20 +379,23 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 #define WITH_ROWS(mr, TILE) \
     ((mr) == MR ? TILE(MR) : (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
 
-/* One panel's share of y for input rows m0..m1: whole tiles of MR rows, then 4, 3, 2, 1 rows.
- * The tiles share out asking for `next` (the panel after this one, `bytes` long, or NULL). */
+/* The rows of the next tile, with `left` rows to go: MR, then 4, 3, 2, 1 */
+static inline int tile_rows(int left) { return left >= MR ? MR : left >= 4 ? 4 : left; }
+
+/* One panel's share of y for input rows m0..m1, tile by tile. The tiles share out asking for
+ * `next` (the panel after this one, `bytes` long, or NULL). */
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
                        int N, int K, int pairs, const char *next, int64_t bytes) {
     int tiles = 0;
-    for (int m = m0; m < m1; tiles++) m += m1 - m >= MR ? MR : m1 - m >= 4 ? 4 : m1 - m;
+    for (int m = m0; m < m1; tiles++) m += tile_rows(m1 - m);
     int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
     int64_t share = next ? (bytes + tiles - 1) / tiles : 0;
     int step = share > (int64_t)turns * 64 ? 128 : 64;
     for (int m = m0, i = 0; m < m1; i++) {
-        int left = m1 - m, mr = left >= MR ? MR : left >= 4 ? 4 : left;
+        int mr = tile_rows(m1 - m);
         int64_t at_x = (int64_t)m * K, at_y = (int64_t)m * N + n0;
         const char *ahead = next ? next + i * share : NULL;
-        const char *end = next ? next + (i + 1 < tiles ? (i + 1) * share : bytes) : NULL;
+        const char *end = next ? next + ((i + 1) * share < bytes ? (i + 1) * share : bytes) : NULL;
 #if BF16_DOT
 #define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, N, ncols, rows, ahead, end, step)
         if (pairs) WITH_ROWS(mr, PAIRS);
@@ -525,21 +528,29 @@ static inline vf vmax(vf a, vf b) {
 #endif
 }
 
+/* The largest of s[0..n), n >= 1, a vector at a time (by hand: see softmax_rows) */
+static inline float max_of(const float *s, int64_t n) {
+    float mx = s[0];
+    int64_t t = 0;
+    vf m = (vf){0} + mx;
+    for (; t + VW <= n; t += VW) {
+        vf x;
+        memcpy(&x, s + t, sizeof x);
+        m = vmax(m, x);
+    }
+    for (int i = 0; i < VW; i++) mx = m[i] > mx ? m[i] : mx;
+    for (; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+    return mx;
+}
+
 /* Softmax of each of the `group` rows of scores[group][L], in place. The max and the sum are
  * taken a vector at a time by hand: where this is inlined into attend_tile the compiler made
  * both scalar loops, each add waiting on the one before (a third of prefill attention). */
 static void softmax_rows(float *scores, int group, int64_t L) {
     for (int g = 0; g < group; g++) {
-        float *s = scores + g * L, mx = s[0], sum = 0.f;
+        float *s = scores + g * L, mx = max_of(s, L), sum = 0.f;
         int64_t whole = L / VW * VW, t;
-        vf m = (vf){0} + mx, acc = {0};
-        for (t = 0; t < whole; t += VW) {
-            vf x;
-            memcpy(&x, s + t, sizeof x);
-            m = vmax(m, x);
-        }
-        for (int i = 0; i < VW; i++) mx = m[i] > mx ? m[i] : mx;
-        for (; t < L; t++) mx = s[t] > mx ? s[t] : mx;
+        vf acc = {0};
         #pragma omp simd
         for (t = 0; t < L; t++) s[t] = expf(s[t] - mx);
         for (t = 0; t < whole; t += VW) {
@@ -563,20 +574,9 @@ void argmax_rows(const float *x, int64_t *out, int rows, int n) {
     #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; r++) {
         const float *row = x + (int64_t)r * n;
-        float best = row[0];
+        float best = max_of(row, n);
         int j = 0;
-        if (n >= VW) {
-            vf m;
-            memcpy(&m, row, sizeof m);
-            for (j = VW; j + VW <= n; j += VW) {
-                vf v;
-                memcpy(&v, row + j, sizeof v);
-                m = vmax(m, v);
-            }
-            for (int i = 0; i < VW; i++) best = m[i] > best ? m[i] : best;
-        }
-        for (; j < n; j++) best = row[j] > best ? row[j] : best;
-        for (j = 0; row[j] != best; j++) {}
+        while (row[j] != best) j++;
         out[r] = j;
     }
 }

@@ -5,6 +5,7 @@ the full transformers model around: it is the correctness reference the tests co
 """
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import os
@@ -167,9 +168,7 @@ def load_checkpoint(name: str, kw: dict):
                          f"directory, or a hub id (the hub needs a network). Cause: {cause}") from e
 
 
-_frozen = False
-
-
+@functools.cache
 def _freeze_long_lived() -> None:
     """Move what lives for the process out of the garbage collector's scans, once.
 
@@ -179,11 +178,8 @@ def _freeze_long_lived() -> None:
     the first model load, after a collection (so no garbage is kept), gc.freeze() sets them aside
     for good. Only once: a model and its tokenizer are freed by reference counts alone, but a
     later freeze could catch objects in cycles that die afterwards (an engine's), and keep them."""
-    global _frozen
-    if not _frozen:
-        gc.collect()
-        gc.freeze()
-        _frozen = True
+    gc.collect()
+    gc.freeze()
 
 
 def load_model(name: str = "smollm2", device: str = "auto", dtype: str = "auto") -> LoadedModel:
