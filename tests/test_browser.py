@@ -305,7 +305,9 @@ def test_two_sessions_run_their_own_engines(server, browser, left):
     url, _ = server
     ctx_a, ctx_b = (browser.new_context(viewport={"width": 1400, "height": 1400}) for _ in range(2))
     page_a = open_playground(ctx_a, url, max_num_seqs="2")
-    page_b = open_playground(ctx_b, url, max_num_seqs="6")
+    # B's run must outlast the test (24 requests of 6 slots end while A starts and pauses on a
+    # fast machine): 400 requests.
+    page_b = open_playground(ctx_b, url, max_num_seqs="6", num_requests="400")
     left.extend([(page_a, ctx_a), (page_b, ctx_b)])
     page_a.get_by_role("button", name="Start", exact=True).click()
     page_b.get_by_role("button", name="Start", exact=True).click()
@@ -320,7 +322,9 @@ def test_two_sessions_run_their_own_engines(server, browser, left):
     page_a.get_by_role("button", name="Pause", exact=True).click()
     wait_until(lambda: status(page_a)["state"] == "paused", what="A to pause")
     a_steps, b_steps = status(page_a)["steps"], status(page_b)["steps"]
-    wait_until(lambda: status(page_b)["steps"] >= b_steps + 3, what="B to go on")
+    wait_until(lambda: status(page_b)["steps"] >= b_steps + 3, what="B to go on",
+               explain=lambda: f"A {status(page_a)}, B {status(page_b)} (B had {b_steps} steps), "
+                               f"B's alerts: {page_b.locator('[data-testid=stAlert]').all_inner_texts()}")
     time.sleep(0.6)
     assert status(page_a)["steps"] == a_steps and status(page_a)["state"] == "paused"
     reset_and_close(page_a, ctx_a)
