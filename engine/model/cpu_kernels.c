@@ -706,6 +706,46 @@ static int run_length(const int64_t *block_tables, int max_blocks, const int64_t
     return n;
 }
 
+#if BF16_DOT
+/* attend_tile's scores of one key tile (keys t0 .. t0 + 2 VW - 1) for bf16 keys and queries, with
+ * the CPU's bf16 dot products (as tile_pairs): the tile is laid out as pairs, kp[c / 2][j] holding
+ * key j's dimensions c and c + 1 (a 32-bit copy, no widening), and one instruction multiplies a
+ * query's pair by 16 keys' pairs and adds both products, half the instructions of float32's. */
+static void pair_scores(const uint32_t *qp, const void *k_cache, const int64_t *table, int64_t t0,
+                        int64_t Lmax, int v0, int Qpad, int kv_heads, int h, int d, int block_size,
+                        float scale, uint32_t *kp, float *scores, int64_t Lpad) {
+    const int half = d / 2;
+    for (int j = 0; j < 2 * VW; j++) {
+        int64_t t = t0 + j;
+        if (t < Lmax) {
+            const uint32_t *key = (const uint32_t *)((const uint16_t *)k_cache +
+                                                     (slot_of(table, t, block_size) * kv_heads + h) * d);
+            for (int c = 0; c < half; c++) kp[c * 2 * VW + j] = key[c];
+        } else {
+            for (int c = 0; c < half; c++) kp[c * 2 * VW + j] = 0;
+        }
+    }
+    for (int v = v0; v < Qpad; v += QVECS) {
+        __m512 acc[QVECS][2];
+        for (int u = 0; u < QVECS; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+        for (int c = 0; c < half; c++) {
+            __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp + c * 2 * VW);
+            __m512bh k1 = (__m512bh)_mm512_loadu_si512(kp + c * 2 * VW + VW);
+            for (int u = 0; u < QVECS; u++) {
+                __m512bh a = (__m512bh)_mm512_set1_epi32((int)qp[(int64_t)(v + u) * half + c]);
+                acc[u][0] = _mm512_dpbf16_ps(acc[u][0], a, k0);
+                acc[u][1] = _mm512_dpbf16_ps(acc[u][1], a, k1);
+            }
+        }
+        for (int u = 0; u < QVECS; u++) {
+            float *out = scores + (v + u) * Lpad + t0;
+            _mm512_storeu_ps(out, _mm512_mul_ps(acc[u][0], _mm512_set1_ps(scale)));
+            _mm512_storeu_ps(out + VW, _mm512_mul_ps(acc[u][1], _mm512_set1_ps(scale)));
+        }
+    }
+}
+#endif
+
 /* R consecutive query rows of one sequence (row i sees L0 + i keys) against one KV head, for
  * head_dim a multiple of 2 VW and a group of at most MAX_GROUP. One row at a time (attend_fast)
  * each row reads all its keys and values again; here a tile of 2 VW keys is read once for every
@@ -723,15 +763,28 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
     const int Q = R * group, Qpad = (Q + QVECS - 1) / QVECS * QVECS;   /* whole QVECS groups: no tests in loops */
     const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
     memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
+#if BF16_DOT
+    uint32_t qp[bf16 ? Qpad * d / 2 : 1];                     /* the queries as bf16 pairs (exact) */
+    if (bf16)
+        for (int64_t i = 0; i < (int64_t)Qpad * d; i += 2)
+            qp[i / 2] = f32_to_bf16(qf[i]) | (uint32_t)f32_to_bf16(qf[i + 1]) << 16;
+#endif
     for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
+        /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
+        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0;
+#if BF16_DOT
+        if (bf16) {
+            pair_scores(qp, k_cache, table, t0, Lmax, first * group / QVECS * QVECS, Qpad, kv_heads, h, d,
+                        block_size, scale, (uint32_t *)kt, scores, Lpad);
+            continue;
+        }
+#endif
         for (int j = 0; j < 2 * VW; j++) {                    /* the key tile, transposed */
             int64_t t = t0 + j;
             if (t < Lmax)
                 load_f32(k_cache, (slot_of(table, t, block_size) * kv_heads + h) * d, d, bf16, row);
             for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
         }
-        /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
-        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0;
         for (int v = first * group / QVECS * QVECS; v < Qpad; v += QVECS) {
             vf acc[QVECS][2] = {{0}};
             for (int c = 0; c < d; c++) {
