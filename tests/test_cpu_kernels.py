@@ -301,6 +301,47 @@ def test_silu_mul_matches_pytorch(kernels, dtype, rows):
 
 
 @needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,n", [(5, 3072), (64, 3072), (300, 3072), (9, 66), (17, 40), (3, 64)])
+def test_gated_linear_is_the_product_then_silu_mul(kernels, dtype, rows, n):
+    """The activation taken as each tile is stored is the product and then silu_mul: to the bit
+    at the model's gate/up width (3072: 1536 outputs, whole vectors, where both take expf a vector
+    at a time), within rounding at widths whose gate rows are not whole vectors (33 and 20 gate
+    rows: a panel with a partial gate block, whose last outputs silu_mul takes one by one); rows
+    in whole and partial tiles."""
+    g = torch.Generator().manual_seed(rows * 13 + n)
+    x = torch.randn(rows, 96, generator=g).to(dtype)
+    w = (torch.randn(n, 96, generator=g) * 0.3).to(dtype)
+    got = kernels.gated_linear(x, kernels.pack_weight(w, gated=True), n)
+    assert got.dtype == dtype and got.shape == (rows, n // 2)
+    unfused = kernels.silu_mul(kernels.packed_linear(x, kernels.pack_weight(w), n))
+    if n == 3072:
+        assert torch.equal(got, unfused)
+    close(got, unfused, dtype)
+    gate, up = F.linear(x.float(), w.float()).to(dtype).chunk(2, dim=-1)
+    close(got, F.silu(gate) * up, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 4, 5, 64])
+def test_gated_linear_layer_gives_the_activation_on_every_route(dtype, rows):
+    """Linear(gated=True) returns silu(gate) * up whichever route multiplies: the C kernel (few
+    rows, or its gated panels), oneDNN's packed weight, F.linear."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 96, generator=g).to(dtype)
+    w = (torch.randn(200, 96, generator=g) * 0.3).to(dtype)
+    gate, up = F.linear(x.float(), w.float()).to(dtype).chunk(2, dim=-1)
+    want = F.silu(gate) * up
+    pack = onednn_available(torch.device("cpu"), dtype)
+    for linear in (Linear(w, cpu_kernels.load(), pack, gated=True), Linear(w, None, pack, gated=True),
+                   Linear(w, None, False, gated=True)):
+        got = linear(x)
+        assert got.shape == (rows, 100)
+        close(got, want, dtype)
+
+
+@needs_gcc
 @pytest.mark.parametrize("rows,n", [(1, 49152), (64, 49152), (3, 5), (7, 37), (2, 16)])
 def test_argmax_rows_is_torchs(kernels, rows, n):
     """Greedy sampling: the first index of each row's largest value, as torch.argmax; with ties

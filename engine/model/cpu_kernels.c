@@ -10,7 +10,8 @@
  *    each (the bench's profile prints the figures on this machine).
  * 1b. packed_linear: y = x @ W^T for more rows (decode at larger batches, prefill), on a copy
  *    of W laid out in panels by pack_weight. These products are bound by arithmetic: a block of
- *    y stays in registers while each loaded value feeds many multiply-adds.
+ *    y stays in registers while each loaded value feeds many multiply-adds. gated_linear is
+ *    the MLP's gate/up product that stores silu(gate) * up in place of its output.
  * 2. rms_norm (with the residual add before it), rope_store (rotary embedding and the KV
  *    cache write) and silu_mul: the small per-layer steps, one call each where PyTorch took
  *    three to ten small ops, each with its own dispatch and, above a few rows, its own threads.
@@ -286,16 +287,24 @@ int64_t packed_size(int N, int K, int bf16) {
     return (int64_t)((N + NR - 1) / NR) * NR * (pairs_for(K, bf16) ? K / 2 : K);
 }
 
-/* float32 panels: packed[p][k][j] = w[p * NR + j][k]; bf16 pairs: packed[p][k / 2][j] holds
- * w[p * NR + j][k] in its low half and [k + 1] in its high half; zero past the last row */
-void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16) {
+/* The row of w at row j of panel p: p * NR + j, or for a gated weight (its N / 2 gate rows, then
+ * its up rows) VW gate rows and the VW up rows of the same outputs (gated_linear); -1 past the end */
+static inline int64_t panel_row(int p, int j, int N, int gated) {
+    if (!gated) return (int64_t)p * NR + j < N ? (int64_t)p * NR + j : -1;
+    int64_t out = (int64_t)p * VW + j % VW;                    /* the output this row is for */
+    return out < N / 2 ? (j < VW ? out : N / 2 + out) : -1;
+}
+
+/* float32 panels: packed[p][k][j] = w[panel_row(p, j)][k]; bf16 pairs: packed[p][k / 2][j] holds
+ * that row's [k] in its low half and [k + 1] in its high half; zero past the last row */
+void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16, int gated) {
     int P = (N + NR - 1) / NR, pairs = pairs_for(K, bf16);
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < P; p++) {
         float row[K];
         for (int j = 0; j < NR; j++) {
-            int64_t n = (int64_t)p * NR + j;
-            if (n < N) load_f32(w, n * K, K, bf16, row);
+            int64_t n = panel_row(p, j, N, gated);
+            if (n >= 0) load_f32(w, n * K, K, bf16, row);
             else memset(row, 0, sizeof row);
             if (pairs) {
                 for (int k = 0; k < K; k += 2)       /* bf16 values widen and narrow back exactly */
@@ -320,10 +329,23 @@ void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16) {
         ahead += step;                                                                \
     }
 
-/* y[0:mr, 0:ncols] of one float32 panel, for mr (a constant once inlined) input rows */
+/* Rounded to the model dtype, as PyTorch rounds each op's result (bf16), or left as it is. */
+static inline float as_dtype(float v, int bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+/* The MLP's activation on n values: g[j] = silu(g[j]) * u[j], silu rounded to the model dtype
+ * before the product as PyTorch rounds it (silu_mul, and a gated product's tiles) */
+static inline void silu_times(float *g, const float *u, int n, int bf16) {
+    #pragma omp simd
+    for (int j = 0; j < n; j++) g[j] = as_dtype(g[j] / (1.f + expf(-g[j])), bf16) * u[j];
+}
+
+/* y[0:mr, 0:ncols] of one float32 panel, for mr (a constant once inlined) input rows. gated: the
+ * panel's columns are VW gate columns and their VW up columns, and y gets silu(gate) * up, of an
+ * fp32 model (1) or of a bf16 one multiplied in float32 (WIDENED_BF16) */
+#define WIDENED_BF16 2
 static inline __attribute__((always_inline))
 void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr,
-          const char *ahead, const char *ahead_end, int step) {
+          const char *ahead, const char *ahead_end, int step, int gated) {
     vf acc[MR][2];
     for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = (vf){0};
     for (int k = 0; k < K; k++) {
@@ -337,6 +359,18 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
             acc[m][1] += a * b1;
         }
     }
+    if (gated) {           /* VW gate columns, then their VW up columns: all rows' at once, after the sums */
+        float g[MR * VW], u[MR * VW];
+        for (int m = 0; m < mr; m++) {
+            memcpy(g + m * VW, &acc[m][0], sizeof acc[m][0]);
+            memcpy(u + m * VW, &acc[m][1], sizeof acc[m][1]);
+        }
+        if (gated == WIDENED_BF16)                    /* a bf16 model's gate and up, as rounded unfused */
+            for (int j = 0; j < mr * VW; j++) g[j] = as_dtype(g[j], 1), u[j] = as_dtype(u[j], 1);
+        silu_times(g, u, mr * VW, gated == WIDENED_BF16);
+        for (int m = 0; m < mr; m++) memcpy(y + m * ldy, g + m * VW, sizeof(float) * ncols);
+        return;
+    }
     for (int m = 0; m < mr; m++) {
         float out[NR];
         memcpy(out, &acc[m][0], sizeof acc[m][0]);
@@ -349,7 +383,7 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
 /* The same for bf16 inputs x [mr, K] on a panel of bf16 pairs; y rounded to bf16 */
 static inline __attribute__((always_inline))
 void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, int64_t ldy, int ncols,
-                const int mr, const char *ahead, const char *ahead_end, int step) {
+                const int mr, const char *ahead, const char *ahead_end, int step, int gated) {
     __m512 acc[MR][2];
     for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 2) {
@@ -363,6 +397,17 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
             acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
             acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
         }
+    }
+    if (gated) {           /* from the rounded gate and up, as unfused: all rows' at once, after the sums */
+        float g[MR * VW], u[MR * VW];
+        for (int m = 0; m < mr; m++) {
+            __m256bh lo = _mm512_cvtneps_pbh(acc[m][0]), hi = _mm512_cvtneps_pbh(acc[m][1]);
+            load_f32(&lo, 0, VW, 1, g + m * VW);
+            load_f32(&hi, 0, VW, 1, u + m * VW);
+        }
+        silu_times(g, u, mr * VW, 1);
+        for (int m = 0; m < mr; m++) store_f32(y + m * ldy, 0, ncols, 1, g + m * VW);
+        return;
     }
     for (int m = 0; m < mr; m++) {
         uint16_t out[NR];
@@ -385,7 +430,9 @@ static inline int tile_rows(int left) { return left >= MR ? MR : left >= 4 ? 4 :
 /* One panel's share of y for input rows m0..m1, tile by tile. The tiles share out asking for
  * `next` (the panel after this one, `bytes` long, or NULL). */
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
-                       int N, int K, int pairs, const char *next, int64_t bytes) {
+                       int N, int K, int bf16, int pairs, const char *next, int64_t bytes, int gated) {
+    int64_t ldy = gated ? N / 2 : N;                             /* gated: N / 2 columns, VW a panel */
+    int widened = gated && !pairs && bf16 ? WIDENED_BF16 : gated;
     int tiles = 0;
     for (int m = m0; m < m1; tiles++) m += tile_rows(m1 - m);
     int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
@@ -393,30 +440,32 @@ static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, in
     int step = share > (int64_t)turns * 64 ? 128 : 64;
     for (int m = m0, i = 0; m < m1; i++) {
         int mr = tile_rows(m1 - m);
-        int64_t at_x = (int64_t)m * K, at_y = (int64_t)m * N + n0;
+        int64_t at_x = (int64_t)m * K, at_y = (int64_t)m * ldy + n0;
         const char *ahead = next ? next + i * share : NULL;
         const char *end = next ? next + ((i + 1) * share < bytes ? (i + 1) * share : bytes) : NULL;
 #if BF16_DOT
-#define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, N, ncols, rows, ahead, end, step)
+#define PAIRS(rows) tile_pairs((const uint16_t *)x + at_x, K, panel, (uint16_t *)y + at_y, ldy, ncols, rows, ahead, end, step, gated)
         if (pairs) WITH_ROWS(mr, PAIRS);
         else
 #endif
-#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, N, ncols, rows, ahead, end, step)
+#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, ldy, ncols, rows, ahead, end, step, widened)
         WITH_ROWS(mr, FLOATS);
         m += mr;
     }
 }
 
-/* x [M, K] (float32 or bf16) times W [N, K] packed by pack_weight -> y [M, N] in x's dtype */
-void packed_linear(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16) {
-    int pairs = pairs_for(K, bf16);
+/* x [M, K] (float32 or bf16) times W [N, K] packed by pack_weight -> y [M, N] in x's dtype;
+ * gated: as gated_linear */
+static void packed_product(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16,
+                           int gated) {
+    int pairs = pairs_for(K, bf16), cols = gated ? N / 2 : N, width = gated ? VW : NR;   /* y's columns, a panel's */
     const void *xin = x;
     void *yout = y;
     if (bf16 && !pairs) {                      /* multiplied in float32: widen x, round y at the end */
         float *wide = malloc(sizeof(float) * (size_t)M * K);
         load_f32(x, 0, M * K, 1, wide);
         xin = wide;
-        yout = malloc(sizeof(float) * (size_t)M * N);
+        yout = malloc(sizeof(float) * (size_t)M * cols);
     }
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
     int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
@@ -424,16 +473,27 @@ void packed_linear(const void *x, const uint32_t *packed, void *y, int M, int N,
     for (int c = 0; c < chunks; c++)
         for (int p = 0; p < P; p++) {
             int end = (c + 1) * MC < M ? (c + 1) * MC : M;
-            int ncols = N - p * NR < NR ? N - p * NR : NR;
+            int ncols = cols - p * width < width ? cols - p * width : width;
             const char *next = chunks == 1 && p + 1 < P ? (const char *)(packed + (p + 1) * panel_size) : NULL;
-            panel_rows(xin, packed + p * panel_size, yout, c * MC, end, p * NR, ncols, N, K, pairs, next,
-                       panel_size * 4);
+            panel_rows(xin, packed + p * panel_size, yout, c * MC, end, p * width, ncols, N, K, bf16, pairs, next,
+                       panel_size * 4, gated);
         }
     if (bf16 && !pairs) {
-        store_f32(y, 0, M * N, 1, yout);
+        store_f32(y, 0, M * cols, 1, yout);
         free((void *)xin);
         free(yout);
     }
+}
+
+void packed_linear(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16) {
+    packed_product(x, packed, y, M, N, K, bf16, 0);
+}
+
+/* silu(gate) * up [M, N / 2], the MLP's activation, from x [M, K] and W [N, K] (gate rows, then up
+ * rows) packed by pack_weight with `gated`: taken as each tile is stored, the same to the bit as
+ * packed_linear then silu_mul, without writing and reading back the [M, N] product */
+void gated_linear(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16) {
+    packed_product(x, packed, y, M, N, K, bf16, 1);
 }
 
 /* RMSNorm as the Llama reference computes it: in float32, x / sqrt(mean(x^2) + eps), rounded
@@ -468,9 +528,6 @@ void rms_norm(void *x, const void *residual, const void *weight, void *out, int 
     }
     free(w);
 }
-
-/* Rounded to the model dtype, as PyTorch rounds each op's result (bf16), or left as it is. */
-static inline float as_dtype(float v, int bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
 /* After the q/k/v product of a layer, in one call: rotary position embedding (Llama's "rotate
  * half": x * cos + rotate_half(x) * sin, each product and the sum rounded as PyTorch rounds
@@ -511,8 +568,7 @@ void silu_mul(const void *gate_up, void *out, int rows, int n, int bf16) {
         float g[n], u[n];
         load_f32(gate_up, (int64_t)r * 2 * n, n, bf16, g);
         load_f32(gate_up, (int64_t)r * 2 * n + n, n, bf16, u);
-        #pragma omp simd
-        for (int j = 0; j < n; j++) g[j] = as_dtype(g[j] / (1.f + expf(-g[j])), bf16) * u[j];
+        silu_times(g, u, n, bf16);
         store_f32(out, (int64_t)r * n, n, bf16, g);
     }
 }
@@ -905,7 +961,7 @@ static void product(const void *x, const void *w, const uint32_t *panels, void *
  * order and with the same roundings, as the runner's loop calls them one by one, so the result
  * is the same to the bit. With a row or two each kernel takes microseconds, and what the loop
  * spent between them (Python, ctypes, a new tensor for every output) was as long again; at 64
- * rows it is still about 3 ms a step. Here that is paid once a step instead of nine times a layer.
+ * rows it is still about 3 ms a step. Here that is paid once a step instead of eight times a layer.
  *   x:     [T, hidden] the residual stream, updated in place
  *   delta: [T, hidden] out: the last layer's MLP output (the final norm adds it to x)
  *   layer weights: one pointer per layer for each of the two norms and the four products
@@ -938,8 +994,12 @@ void layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int 
                         block_size, scale, attn, bf16);
         product(attn, o_w[i], o_p[i], proj, T, hidden, attn_n, few, bf16);
         rms_norm(x, proj, norm2[i], h, T, hidden, eps, bf16);
-        product(h, gate_up_w[i], gate_up_p[i], gate_up, T, 2 * inter, hidden, few, bf16);
-        silu_mul(gate_up, act, T, inter, bf16);
+        if (T <= few || !gate_up_p[i]) {                       /* as Linear: see gated_linear */
+            few_rows_linear(h, gate_up_w[i], gate_up, T, 2 * inter, hidden, bf16);
+            silu_mul(gate_up, act, T, inter, bf16);
+        } else {
+            gated_linear(h, gate_up_p[i], act, T, 2 * inter, hidden, bf16);
+        }
         product(act, down_w[i], down_p[i], delta, T, hidden, inter, few, bf16);
     }
     free(h); free(qkv); free(q); free(attn); free(proj); free(gate_up); free(act);

@@ -67,8 +67,9 @@ class CpuKernels:
         lib.packed_size.argtypes, lib.packed_size.restype = [i32, i32, i32], ctypes.c_int64
         lib.bf16_dot.restype = i32
         self.bf16_dot = bool(lib.bf16_dot())      # packs bf16 weights as bf16 pairs (AVX512-BF16)
-        lib.pack_weight.argtypes = [vp, vp, i32, i32, i32]
+        lib.pack_weight.argtypes = [vp, vp, i32, i32, i32, i32]
         lib.packed_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
+        lib.gated_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.rms_norm.argtypes = [vp, vp, vp, vp, i32, i32, ctypes.c_float, i32]
         lib.rope_store.argtypes = [vp, vp, vp, i64p, i64p, vp, vp, vp, i32, i32, i32, i32, i32]
         lib.silu_mul.argtypes = [vp, vp, i32, i32, i32]
@@ -94,14 +95,26 @@ class CpuKernels:
         self.lib.few_rows_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N, K, self._bf16(x))
         return y
 
-    def pack_weight(self, w: torch.Tensor) -> torch.Tensor:
+    def pack_weight(self, w: torch.Tensor, gated: bool = False) -> torch.Tensor:
         """w [N, K] re-laid out for packed_linear: panels of weight rows, k-major, in float32 (bf16
-        pairs where the CPU has bf16 dot products). An opaque buffer of 32-bit elements."""
+        pairs where the CPU has bf16 dot products). An opaque buffer of 32-bit elements.
+        gated: w is gate rows then up rows, laid out for gated_linear instead."""
         assert w.is_contiguous() and w.dim() == 2
         N, K = w.shape
+        assert not gated or N % 2 == 0, "a gated weight has as many up rows as gate rows"
         packed = torch.empty(self.lib.packed_size(N, K, self._bf16(w)), dtype=torch.int32)
-        self.lib.pack_weight(w.data_ptr(), packed.data_ptr(), N, K, self._bf16(w))
+        self.lib.pack_weight(w.data_ptr(), packed.data_ptr(), N, K, self._bf16(w), int(gated))
         return packed
+
+    def gated_linear(self, x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+        """silu(x @ gate.T) * (x @ up.T) [M, n / 2], the MLP's activation in the product, for the
+        gate and up rows [n, K] packed by pack_weight(gated=True) from a weight of x's dtype."""
+        assert x.is_contiguous() and packed.dtype == torch.int32
+        M, K = x.shape
+        assert packed.numel() == self.lib.packed_size(n, K, self._bf16(x)), "packed from another shape or dtype"
+        y = x.new_empty((M, n // 2))
+        self.lib.gated_linear(x.data_ptr(), packed.data_ptr(), y.data_ptr(), M, n, K, self._bf16(x))
+        return y
 
     def packed_linear(self, x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
         """x [M, K] @ W.T for W [n, K] packed by pack_weight from a weight of x's dtype."""

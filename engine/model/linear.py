@@ -99,14 +99,28 @@ def padded_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
-class Linear:
-    """y = x @ W^T for one weight matrix W [out, in]; call it on x [rows, in]."""
+def silu_times_up(gate_up: torch.Tensor, kernels=None) -> torch.Tensor:
+    """The MLP's activation, silu(gate) * up, of a product's output [rows, 2n]: gate, then up."""
+    if kernels is not None:
+        return kernels.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate).mul_(up)                     # in place: one big temporary fewer
 
-    def __init__(self, weight: torch.Tensor, kernels=None, pack: bool = False):
+
+class Linear:
+    """y = x @ W^T for one weight matrix W [out, in]; call it on x [rows, in].
+    gated: W is an MLP's gate rows then its up rows, and a call returns silu(gate) * up
+    [rows, out / 2]. On the C kernel's panels the activation is taken as each tile of the product
+    is stored (cpu_kernels.gated_linear): the [rows, out] product is never written and read back
+    (fp32, 2,048 rows: 0.88-0.93x the time of the product and then the activation)."""
+
+    def __init__(self, weight: torch.Tensor, kernels=None, pack: bool = False, gated: bool = False):
         self.weight = weight                  # the model's own tensor, used as it is
         self.kernels = kernels                # cpu_kernels.CpuKernels or None
-        # the C kernel's own copy of the weight, in panels (cpu_kernels.packed_linear)
-        self.panels = kernels.pack_weight(weight) if pack and not onednn_multiplies(weight.dtype, kernels) else None
+        self.gated = gated
+        # the C kernel's own copy of the weight, in panels (cpu_kernels.packed_linear, gated_linear)
+        self.panels = (kernels.pack_weight(weight, gated) if pack and not onednn_multiplies(weight.dtype, kernels)
+                       else None)
         # oneDNN's own copy of the weight, in its blocked layout (where the C kernel has none); bf16 on
         # a CPU without native bf16 products: oneDNN multiplies an fp32 copy instead ("widen")
         self.widen, self.packed = False, None
@@ -115,16 +129,21 @@ class Linear:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.weight.shape[0]
         if self.kernels is not None and x.shape[0] <= FEW_ROWS:
-            return self.kernels.few_rows_linear(x.contiguous(), self.weight)
-        if self.panels is not None:
-            return self.kernels.packed_linear(x.contiguous(), self.panels, self.weight.shape[0])
-        if self.packed is not None:
+            y = self.kernels.few_rows_linear(x.contiguous(), self.weight)
+        elif self.panels is not None and self.gated:
+            return self.kernels.gated_linear(x.contiguous(), self.panels, n)      # the activation taken
+        elif self.panels is not None:
+            y = self.kernels.packed_linear(x.contiguous(), self.panels, n)
+        elif self.packed is not None:
             rows = x.shape[0]
             padded = padded_rows(rows)
             if padded != rows:
                 x = F.pad(x, (0, 0, 0, padded - rows))
             y = torch.ops.mkldnn._linear_pointwise(x.float() if self.widen else x, self.packed, None,
                                                    "none", [], "")[:rows]
-            return y.to(self.weight.dtype) if self.widen else y
-        return F.linear(x, self.weight)
+            y = y.to(self.weight.dtype) if self.widen else y
+        else:
+            y = F.linear(x, self.weight)
+        return silu_times_up(y, self.kernels) if self.gated else y

@@ -1,8 +1,9 @@
 """Where a step's time goes: the model runner's parts timed one by one, for a few step shapes.
 
 A runner is profiled by wrapping, on that one runner object, each part of its forward in a
-timer: the linear layers (the GEMMs), the vocabulary head, attention, RoPE with the KV cache
-write, the norms (with their residual adds), the MLP's activation, and the step's index set-up.
+timer: the linear layers (the GEMMs, the MLP's activation with them: the gate/up product takes it
+as it stores its output), the vocabulary head, attention, RoPE with the KV cache write, the norms
+(with their residual adds), and the step's index set-up.
 Sampling is what `run` takes beyond the forward. Whatever the timers do not cover is Python and
 the framework: the loop over layers, dispatching each call, the embedding, the gaps between
 kernels (and the timers' own cost, about half a microsecond a call). CPU work is synchronous,
@@ -26,9 +27,9 @@ import torch
 from ..core.step_model import causal_pairs
 from .runner import ModelRunner, SeqInput
 
-PARTS = ("gemm", "lm_head", "attention", "rope_kv", "norms", "activation", "set_up", "sampling")
-LABELS = {"gemm": "GEMM (layers)", "lm_head": "LM head", "attention": "attention", "rope_kv": "RoPE+KV write",
-          "norms": "add+norm", "activation": "SiLU*up", "set_up": "step set-up", "sampling": "sampling",
+PARTS = ("gemm", "lm_head", "attention", "rope_kv", "norms", "set_up", "sampling")
+LABELS = {"gemm": "GEMM+SiLU*up", "lm_head": "LM head", "attention": "attention", "rope_kv": "RoPE+KV write",
+          "norms": "add+norm", "set_up": "step set-up", "sampling": "sampling",
           "other": "Python & gaps"}
 DECODE_BATCHES = (1, 8, 32, 64)
 DECODE_CONTEXT = 200            # tokens each decoding sequence already has (the bench's prompts average 136 + outputs)
@@ -65,7 +66,7 @@ def instrument(runner: ModelRunner) -> dict:
     runner.layer_weights = None          # the loop of single kernels, which the timers can split
     runner.graphs = None                 # and on a GPU, eager kernels rather than a replayed graph
     for method, part in (("_attention", "attention"), ("_rope_and_store", "rope_kv"), ("_add_norm", "norms"),
-                         ("_silu_mul", "activation"), ("_prepare", "set_up"), ("forward_logits", "forward")):
+                         ("_prepare", "set_up"), ("forward_logits", "forward")):
         setattr(runner, method, _timed(getattr(runner, method), part, spent, sync))
     return spent
 
