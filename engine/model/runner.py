@@ -52,8 +52,9 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     if graphs_on(device):
         paths.append("CUDA graphs: each decode step replayed with one launch")
     if kernels is not None:
-        paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, SiLU in the gate/up product, few-rows linear, "
-                     "linear layers on packed weights, greedy argmax, and every layer in one call for decode steps")
+        paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, few-rows linear, "
+                     "linear layers on packed weights (SiLU taken in the gate/up product), greedy argmax, "
+                     "and every layer in one call for decode steps")
     return paths
 
 
