@@ -201,7 +201,8 @@ def engines_running(context, url) -> int:
 def test_arrow_presses_on_a_slider_make_one_change_mark(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 1400})
-    page = open_playground(context, url, max_num_seqs="16")
+    # a run that outlasts the test: the change applies at a next step, which an ended run never takes
+    page = open_playground(context, url, max_num_seqs="16", num_requests="400")
     left.append((page, context))
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: chart_steps(page) >= 3, what="first steps")
