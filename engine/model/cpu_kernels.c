@@ -340,12 +340,11 @@ static inline void silu_times(float *g, const float *u, int n, int bf16) {
 }
 
 /* y[0:mr, 0:ncols] of one float32 panel, for mr (a constant once inlined) input rows. gated: the
- * panel's columns are VW gate columns and their VW up columns, and y gets silu(gate) * up, of an
- * fp32 model (1) or of a bf16 one multiplied in float32 (WIDENED_BF16) */
-#define WIDENED_BF16 2
+ * panel's columns are VW gate columns and their VW up columns, and y gets silu(gate) * up; bf16:
+ * the model is bf16, multiplied here in float32 (a CPU without bf16 products), its y rounded later */
 static inline __attribute__((always_inline))
 void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int ncols, const int mr,
-          const char *ahead, const char *ahead_end, int step, int gated) {
+          const char *ahead, const char *ahead_end, int step, int gated, int bf16) {
     vf acc[MR][2];
     for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = (vf){0};
     for (int k = 0; k < K; k++) {
@@ -365,9 +364,9 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
             memcpy(g + m * VW, &acc[m][0], sizeof acc[m][0]);
             memcpy(u + m * VW, &acc[m][1], sizeof acc[m][1]);
         }
-        if (gated == WIDENED_BF16)                    /* a bf16 model's gate and up, as rounded unfused */
+        if (bf16)                                     /* a bf16 model's gate and up, as rounded unfused */
             for (int j = 0; j < mr * VW; j++) g[j] = as_dtype(g[j], 1), u[j] = as_dtype(u[j], 1);
-        silu_times(g, u, mr * VW, gated == WIDENED_BF16);
+        silu_times(g, u, mr * VW, bf16);
         for (int m = 0; m < mr; m++) memcpy(y + m * ldy, g + m * VW, sizeof(float) * ncols);
         return;
     }
@@ -432,7 +431,6 @@ static inline int tile_rows(int left) { return left >= MR ? MR : left >= 4 ? 4 :
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
                        int N, int K, int bf16, int pairs, const char *next, int64_t bytes, int gated) {
     int64_t ldy = gated ? N / 2 : N;                             /* gated: N / 2 columns, VW a panel */
-    int widened = gated && !pairs && bf16 ? WIDENED_BF16 : gated;
     int tiles = 0;
     for (int m = m0; m < m1; tiles++) m += tile_rows(m1 - m);
     int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
@@ -448,7 +446,7 @@ static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, in
         if (pairs) WITH_ROWS(mr, PAIRS);
         else
 #endif
-#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, ldy, ncols, rows, ahead, end, step, widened)
+#define FLOATS(rows) tile((const float *)x + at_x, K, (const float *)panel, (float *)y + at_y, ldy, ncols, rows, ahead, end, step, gated, bf16)
         WITH_ROWS(mr, FLOATS);
         m += mr;
     }
@@ -827,11 +825,11 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
 #endif
     for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
         /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
-        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0;
+        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0, v0 = first * group / QVECS * QVECS;
 #if BF16_DOT
         if (bf16) {
-            pair_scores(qp, k_cache, table, t0, Lmax, first * group / QVECS * QVECS, Qpad, kv_heads, h, d,
-                        block_size, scale, (uint32_t *)kt, scores, Lpad);
+            pair_scores(qp, k_cache, table, t0, Lmax, v0, Qpad, kv_heads, h, d, block_size, scale,
+                        (uint32_t *)kt, scores, Lpad);
             continue;
         }
 #endif
@@ -841,7 +839,7 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
                 load_f32(k_cache, (slot_of(table, t, block_size) * kv_heads + h) * d, d, bf16, row);
             for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
         }
-        for (int v = first * group / QVECS * QVECS; v < Qpad; v += QVECS) {
+        for (int v = v0; v < Qpad; v += QVECS) {
             vf acc[QVECS][2] = {{0}};
             for (int c = 0; c < d; c++) {
                 vf k0, k1;
@@ -983,7 +981,7 @@ void layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int 
     int qkv_n = (heads + 2 * kv_heads) * d, attn_n = heads * d;
     char *h = malloc(elem * (size_t)T * hidden), *qkv = malloc(elem * (size_t)T * qkv_n);
     char *q = malloc(elem * (size_t)T * attn_n), *attn = malloc(elem * (size_t)T * attn_n);
-    char *proj = malloc(elem * (size_t)T * hidden), *gate_up = malloc(elem * (size_t)T * 2 * inter);
+    char *proj = malloc(elem * (size_t)T * hidden), *gate_up = NULL;   /* the unfused route's product */
     char *act = malloc(elem * (size_t)T * inter);
     for (int i = 0; i < n_layers; i++) {
         char *kc = (char *)k_cache + elem * i * layer_stride, *vc = (char *)v_cache + elem * i * layer_stride;
@@ -995,6 +993,7 @@ void layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int 
         product(attn, o_w[i], o_p[i], proj, T, hidden, attn_n, few, bf16);
         rms_norm(x, proj, norm2[i], h, T, hidden, eps, bf16);
         if (T <= few || !gate_up_p[i]) {                       /* as Linear: see gated_linear */
+            if (!gate_up) gate_up = malloc(elem * (size_t)T * 2 * inter);
             few_rows_linear(h, gate_up_w[i], gate_up, T, 2 * inter, hidden, bf16);
             silu_mul(gate_up, act, T, inter, bf16);
         } else {
