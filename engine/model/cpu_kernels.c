@@ -45,8 +45,8 @@ static inline float bf16_to_f32(uint16_t h) {
 
 static inline uint16_t f32_to_bf16(float f) {          /* round to nearest even, as torch does */
     union { float f; uint32_t u; } v = { f };
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);   /* NaN */
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+    uint32_t rounded = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16, quiet = (v.u >> 16) | 0x40;
+    return (uint16_t)((v.u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);   /* a NaN stays one, quiet */
 }
 
 /* Read `n` values starting at element `offset` of a float32 or bf16 array as float32. */
@@ -65,6 +65,7 @@ static inline void load_f32(const void *src, int64_t offset, int n, int bf16, fl
 static inline void store_f32(void *dst, int64_t offset, int n, int bf16, const float *src) {
     if (bf16) {
         uint16_t *d = (uint16_t *)dst + offset;
+        #pragma omp simd
         for (int i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
     } else {
         float *d = (float *)dst + offset;
@@ -544,10 +545,12 @@ void rope_store(const void *qkv, const void *cos, const void *sin, const int64_t
         load_f32(sin, positions[t] * d, d, bf16, sn);
         for (int h = 0; h < heads + kv_heads; h++) {        /* query heads, then key heads */
             load_f32(qkv, (int64_t)t * width + h * d, d, bf16, x);
-            for (int i = 0; i < d; i++) {
-                float rot = i < half ? -x[i + half] : x[i - half];
-                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(rot * sn[i], bf16), bf16);
-            }
+            #pragma omp simd
+            for (int i = 0; i < half; i++)                     /* rotate_half: (-x2, x1) */
+                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(-x[i + half] * sn[i], bf16), bf16);
+            #pragma omp simd
+            for (int i = half; i < d; i++)
+                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(x[i - half] * sn[i], bf16), bf16);
             if (h < heads) store_f32(q_out, ((int64_t)t * heads + h) * d, d, bf16, y);
             else store_f32(k_cache, (slots[t] * kv_heads + h - heads) * d, d, bf16, y);
         }
