@@ -419,13 +419,25 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 }
 #endif
 
-/* TILE(rows) with rows a constant, MR, 4, 3, 2 or 1 as `mr` says: each inlined copy of a tile keeps
+/* TILE(rows) with rows a constant from 1 to MR, as `mr` says: each inlined copy of a tile keeps
  * exactly its rows' sums in registers */
-#define WITH_ROWS(mr, TILE) \
-    ((mr) == MR ? TILE(MR) : (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
+#if MR == 8
+#define WITH_ROWS(mr, TILE)                                                                      \
+    ((mr) == 8 ? TILE(8) : (mr) == 7 ? TILE(7) : (mr) == 6 ? TILE(6) : (mr) == 5 ? TILE(5) :   \
+     (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
+#else
+#define WITH_ROWS(mr, TILE)                                                                      \
+    ((mr) == 6 ? TILE(6) : (mr) == 5 ? TILE(5) : (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) :   \
+     (mr) == 2 ? TILE(2) : TILE(1))
+#endif
 
-/* The rows of the next tile, with `left` rows to go: MR, then 4, 3, 2, 1 */
-static inline int tile_rows(int left) { return left >= MR ? MR : left >= 4 ? 4 : left; }
+/* The rows of the next tile, with `left` rows to go: the rows shared evenly between the fewest
+ * tiles that hold them (13 rows: 7 then 6, not 8, 4 and 1). A tile of few rows keeps few sums
+ * going, so its loop waits on each multiply-add's latency: it took nearly as long as a full one. */
+static inline int tile_rows(int left) {
+    int tiles = (left + MR - 1) / MR;
+    return (left + tiles - 1) / tiles;
+}
 
 /* One panel's share of y for input rows m0..m1, tile by tile. The tiles share out asking for
  * `next` (the panel after this one, `bytes` long, or NULL). */
