@@ -183,7 +183,7 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):
     """A step of up to ONE_CALL_ROWS rows runs every layer in one C call: the same kernels in the
-    same order as the runner's loop (the few-rows kernel up to FEW_ROWS rows, the panels above), so
+    same order as the runner's loop (the few-rows kernel up to Linear's few_rows, the panels above), so
     the logits and the KV written are exactly the loop's. Steps of 1 to 8, 12 and 16 rows: decodes,
     and a short prefill chunk beside them."""
     from engine.model.model import load_model
@@ -338,6 +338,26 @@ def test_gated_linear_is_the_product_then_silu_mul(kernels, dtype, rows, n):
     close(got, unfused, dtype)
     gate, up = F.linear(x.float(), w.float()).to(dtype).chunk(2, dim=-1)
     close(got, F.silu(gate) * up, dtype)
+
+
+@needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_takes_panels_from_two_rows_where_they_hold_the_weights_own_bytes(kernels, dtype):
+    """One row goes through the few-rows kernel. More go to the panels where they read no more
+    than the weight (fp32, bf16 pairs); where they hold a bf16 weight widened to fp32, twice its
+    bytes, the few-rows kernel keeps up to FEW_ROWS rows."""
+    from engine.model.linear import FEW_ROWS
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(960, 576, generator=g) * 0.05).to(dtype)
+    lin = Linear(w, kernels, pack=True)
+    if lin.panels is None:
+        pytest.skip("oneDNN multiplies this dtype here: no panels")
+    own_bytes = dtype == torch.float32 or kernels.bf16_dot
+    for rows in (1, 2, 3, 4, 5):
+        x = torch.randn(rows, 576, generator=g).to(dtype)
+        few = rows == 1 or (rows <= FEW_ROWS and not own_bytes)
+        want = kernels.few_rows_linear(x, w) if few else kernels.packed_linear(x, lin.panels, 960)
+        assert torch.equal(lin(x), want), f"{rows} rows: expected the {'few-rows kernel' if few else 'panels'}"
 
 
 @needs_gcc

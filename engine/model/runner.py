@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from . import cpu_kernels, host_memory
 from .decode_graphs import DecodeGraphs, graphs_on
-from .linear import FEW_ROWS, Linear, onednn_available, onednn_multiplies, stack_rows
+from .linear import Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
 
 # A step of up to this many tokens (a batch of decodes) runs every layer in one C call: 2.5-5.5 ms
@@ -158,9 +158,11 @@ class ModelRunner:
             [w["o"].weight for w in self.linears], [ly.post_attention_layernorm.weight for ly in self.layers],
             [w["gate_up"].weight for w in self.linears], [w["down"].weight for w in self.linears],
             *[[w[name].panels for w in self.linears] for name in products])
-        # past FEW_ROWS the one call needs every product's panels (it cannot call oneDNN)
+        # the one call takes the few-rows kernel up to the rows Linear does (the same for every
+        # product of a model), and past them needs every product's panels (it cannot call oneDNN)
+        self.few_rows = max(w[name].few_rows for w in self.linears for name in products)
         with_panels = all(w[name].panels is not None for w in self.linears for name in products)
-        self.one_call_rows = ONE_CALL_ROWS if with_panels else FEW_ROWS
+        self.one_call_rows = ONE_CALL_ROWS if with_panels else self.few_rows
         # on a GPU, decode steps replay CUDA graphs (BATCHING_LAB_CUDA_GRAPHS=0 turns them off)
         self.graphs = DecodeGraphs(self, record=True) if graphs_on(self.device) else None
 
@@ -321,7 +323,7 @@ class ModelRunner:
             delta = self.kernels.layers_in_one_call(x, self.layer_weights, self.inter, self.cos, self.sin,
                                                     step.positions, step.slots, self.k_cache, self.v_cache,
                                                     step.row_tables, step.row_lens, H, self.block_size,
-                                                    self.scale, self.eps, FEW_ROWS)
+                                                    self.scale, self.eps, self.few_rows)
         else:
             for i, layer in enumerate(self.layers):
                 w = self.linears[i]
