@@ -182,21 +182,20 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
 @needs_gcc
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):
-    """A step of up to ONE_CALL_ROWS rows runs every layer in one C call: the same kernels in the
-    same order as the runner's loop (the few-rows kernel up to Linear's few_rows, the panels above), so
-    the logits and the KV written are exactly the loop's. Steps of 1 to 8, 12 and 16 rows: decodes,
-    and a short prefill chunk beside them."""
+    """A step runs every layer in one C call: the same kernels in the same order as the runner's
+    loop (the few-rows kernel up to Linear's few_rows, the panels above), so the logits and the KV
+    written are exactly the loop's. A prefill step of 600 tokens, then steps of 1 to 8, 12 and 16
+    rows: decodes, and a short prefill chunk beside them."""
     from engine.model.model import load_model
     from engine.model.runner import ModelRunner, SeqInput
     lm = load_model("tiny", device="cpu", dtype=dtype)
     one_call, loop = ModelRunner(lm, 160, block_size=16), ModelRunner(lm, 160, block_size=16)
     loop.layer_weights = None
-    assert one_call.layer_weights is not None and one_call.takes_one_call(16) and not loop.takes_one_call(1)
+    assert one_call.layer_weights is not None and one_call.takes_one_call(600) and not loop.takes_one_call(1)
     prompts = [[5 + (i * 7 + j) % 200 for j in range(20 + 3 * i)] for i in range(16)]
     tables = [list(range(8 * i, 8 * i + 8)) for i in range(16)]
     first = [SeqInput(f"r{i}", p, 0, t, True) for i, (p, t) in enumerate(zip(prompts, tables))]
-    for runner in (one_call, loop):                        # 600 tokens: the loop, in both
-        runner.forward_logits(first)
+    assert torch.equal(one_call.forward_logits(first), loop.forward_logits(first)), "600 prompt tokens"
     for rows in [*range(1, 9), 12, 16]:
         step = [SeqInput(f"r{i}", [9 + rows], len(prompts[i]) + rows - 1, tables[i], True) for i in range(rows)]
         if rows <= 5:            # a 3-token prefill chunk of a new sequence beside the decodes
@@ -204,6 +203,21 @@ def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):
         got, want = one_call.forward_logits(step), loop.forward_logits(step)
         assert torch.equal(got, want), f"{rows} rows: max diff {(got - want).abs().max().item()}"
     assert torch.equal(one_call.k_cache, loop.k_cache) and torch.equal(one_call.v_cache, loop.v_cache)
+
+
+@needs_gcc
+def test_the_one_call_returns_an_error_where_its_buffers_cannot_be_had(kernels):
+    """A step's tokens have no cap of their own (the token budget allows a million): where the one
+    call's buffers cannot be allocated it says so (-1, a MemoryError in Python) before touching
+    anything. 2^30 rows ask for terabytes, which Linux refuses outright unless it promises all."""
+    import pathlib
+    policy = pathlib.Path("/proc/sys/vm/overcommit_memory")
+    if not policy.exists() or policy.read_text().strip() == "1":
+        pytest.skip("this system may promise any allocation (overcommit_memory 1, or not Linux)")
+    null = [None] * 10                                     # no layers: nothing is read from these
+    got = kernels.lib.layers_in_one_call(None, None, 2 ** 30, 576, 1536, 0, *null, 1, None, None, None, None,
+                                         None, None, 0, None, 0, None, 9, 3, 64, 16, 0.125, 1e-5, 1)
+    assert got == -1
 
 
 def test_without_a_compiler_load_says_why_and_returns_none(monkeypatch, tmp_path, caplog):

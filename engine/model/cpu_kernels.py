@@ -80,6 +80,7 @@ class CpuKernels:
                                            i32, vp, vp, i64p, i64p,
                                            vp, vp, ctypes.c_int64, i64p, i32, i64p, i32, i32, i32, i32,
                                            ctypes.c_float, ctypes.c_float, i32]
+        lib.layers_in_one_call.restype = i32                # 0, or -1: no memory for its buffers
 
     @staticmethod
     def _bf16(t: torch.Tensor) -> int:
@@ -203,21 +204,24 @@ class CpuKernels:
                            positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
                            heads: int, block_size: int, scale: float, eps: float, few: int) -> torch.Tensor:
-        """Every layer of a decode step in one call (x [T, hidden], the residual stream, is
-        updated in place); returns the last layer's MLP output [T, hidden]. `weights` from
-        layer_weights; above `few` rows a product with panels goes through packed_linear; the
-        caches [layers, slots, kv_heads, d]; the rest as rope_store and paged_attention take them."""
+        """Every layer of a step in one call (x [T, hidden], the residual stream, is updated in
+        place); returns the last layer's MLP output [T, hidden]. `weights` from layer_weights;
+        above `few` rows a product with panels goes through packed_linear; the caches [layers,
+        slots, kv_heads, d]; the rest as rope_store and paged_attention take them. MemoryError
+        where the call's buffers (about 19 KB a row in fp32) could not be allocated."""
         T, hidden = x.shape
         layers, _, kv_heads, d = k_cache.shape
         assert x.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
         assert x.dtype == k_cache.dtype == cos.dtype and len(weights) == 10 and len(weights[0]) == layers
         assert positions.dtype == slots.dtype == block_tables.dtype == context_lens.dtype == torch.int64
         delta = torch.empty_like(x)
-        self.lib.layers_in_one_call(
+        failed = self.lib.layers_in_one_call(
             x.data_ptr(), delta.data_ptr(), T, hidden, inter, layers, *weights, few, cos.data_ptr(), sin.data_ptr(),
             positions.data_ptr(), slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel(),
             block_tables.data_ptr(), block_tables.shape[1], context_lens.data_ptr(), heads, kv_heads, d,
             block_size, float(scale), float(eps), self._bf16(x))
+        if failed:
+            raise MemoryError(f"a step of {T} tokens: no memory for its layers' buffers")
         return delta
 
 

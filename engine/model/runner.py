@@ -19,13 +19,14 @@ each token reads its own sequence's keys and values in place through the block t
 its own position (so prefill is causal and decode sees the whole context): no gather, no
 padding, no loop over prefill chunks. Measured: decode attention 3-4x faster, prefill
 attention ~3x. Tests hold both to the plain PyTorch path, which the text above describes.
-A step of at most ONE_CALL_ROWS tokens (a decode step) runs all its layers in one C call, the
-same kernels in the same order: at one row the calls between kernels cost as much as the kernels,
-and at 64 rows they still cost about 3 ms a step.
+Where every product has the C kernel's panels, a step runs all its layers in one C call, the same
+kernels in the same order: at one row the calls between kernels cost as much as the kernels, at
+64 rows about 3 ms a step, and a prefill step of 2,048 tokens took 4% longer through the loop.
 On a GPU a step of decodes alone replays a CUDA graph of forward_decode_rows (decode_graphs.py).
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -38,11 +39,6 @@ from .decode_graphs import DecodeGraphs, graphs_on
 from .linear import Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
 
-# A step of up to this many tokens (a batch of decodes) runs every layer in one C call: 2.5-5.5 ms
-# a step faster than the loop at 8 to 64 rows, measured; prefill steps keep the loop.
-ONE_CALL_ROWS = 64
-
-
 def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     """In words, which faster routes a runner on this device and dtype takes (for the About page)."""
     paths = []
@@ -54,7 +50,7 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     if kernels is not None:
         paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, few-rows linear, "
                      "linear layers on packed weights (SiLU taken in the gate/up product), greedy argmax, "
-                     "and every layer in one call for decode steps")
+                     "and every layer of a step in one call")
     return paths
 
 
@@ -162,7 +158,7 @@ class ModelRunner:
         # product of a model), and past them needs every product's panels (it cannot call oneDNN)
         self.few_rows = max(w[name].few_rows for w in self.linears for name in products)
         with_panels = all(w[name].panels is not None for w in self.linears for name in products)
-        self.one_call_rows = ONE_CALL_ROWS if with_panels else self.few_rows
+        self.one_call_rows = math.inf if with_panels else self.few_rows
         # on a GPU, decode steps replay CUDA graphs (BATCHING_LAB_CUDA_GRAPHS=0 turns them off)
         self.graphs = DecodeGraphs(self, record=True) if graphs_on(self.device) else None
 
@@ -275,9 +271,10 @@ class ModelRunner:
         return out
 
     def takes_one_call(self, tokens: int) -> bool:
-        """Does a step of `tokens` run every layer in one C call? Up to a decode step's rows: the
-        loop of forward_logits, all of it in C (the same kernels, bit for bit), which saves the calls
-        between kernels. layer_weights = None turns it off."""
+        """Does a step of `tokens` run every layer in one C call? Any step where every product has
+        panels (else up to the few-rows kernel's rows): the loop of forward_step, all of it in C (the
+        same kernels, bit for bit), which saves the calls between kernels. layer_weights = None
+        turns it off."""
         return self.layer_weights is not None and tokens <= self.one_call_rows
 
     def graph_shape(self, seqs: list[SeqInput]) -> tuple[int, int] | None:

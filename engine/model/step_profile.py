@@ -10,10 +10,11 @@ kernels (and the timers' own cost, about half a microsecond a call). CPU work is
 so a timer around a call is the call's time; on a GPU the timers would only see launches, so
 `profile_shapes` synchronises after every part there (which removes the overlap it measures).
 
-A decode step runs all its layers in one C call on the CPU (cpu_kernels.layers_in_one_call),
-which no timer can split: the profiled runner takes the loop of single kernels instead, the
-same kernels, and the table's "engine ms" column is the step as the engine runs it, timed on a
-second runner without timers (for the other steps it is the profiled step: the same path).
+A step runs all its layers in one C call on the CPU (cpu_kernels.layers_in_one_call, where every
+product has the kernel's panels), which no timer can split: the profiled runner takes the loop of
+single kernels instead, the same kernels, and the table's "engine ms" column is the step as the
+engine runs it, timed on a second runner without timers (where the engine takes the loop too, it
+is the profiled step: the same path).
 On a GPU a decode step replays a CUDA graph (decode_graphs.py), which no timer can split either:
 the profiled runner runs it eagerly, and "engine ms" is the replayed step.
 """
