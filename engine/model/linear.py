@@ -15,12 +15,13 @@ speed. On CPU there are three routes, chosen per call:
   (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile itself uses for a CPU linear
   layer) on its own copy of the weight, re-laid out once ("packed") into its blocked format.
 
-`tools/bench_linear_rows.py` measures the routes side by side on this machine. On a 2-core AVX-512
-EPYC, fp32, GFLOP/s at 12 / 32 / 64 / 2,048 rows (the model's four weight shapes): packed_linear
-400-480 / 425-500 / 480-525 / 440-510, oneDNN 240-415 / 340-460 / 415-500 / 490-510: the same at
-prefill sizes, up to half as fast again at decode sizes, where oneDNN's blocked kernel is tuned for
-bigger matrices than a 576-wide model's; in bf16 (bf16 pairs against oneDNN's native bf16) 640-770
-/ 860-965 / 940-1,005 / 935-1,030 against 340-650 / 550-800 / 700-920 / 990-1,000.
+`tools/bench_linear_rows.py` measures the routes side by side on this machine, each call on its
+own copy of the weight from memory, as in a step. On a 2-core AVX-512 EPYC, fp32, GFLOP/s at 12 /
+32 / 64 / 2,048 rows (the model's four weight shapes): packed_linear 245-295 / 360-410 / 405-445 /
+490-505, oneDNN 160-230 / 260-350 / 310-420 / 495-515: the same at prefill sizes, up to half as
+fast again at decode sizes, where oneDNN's blocked kernel is tuned for bigger matrices than a
+576-wide model's; in bf16 (bf16 pairs against oneDNN's native bf16) 415-570 / 675-780 / 770-860 /
+960-995 against 245-405 / 440-635 / 525-800 / 985-1,005.
 Elsewhere (CUDA, or a torch without oneDNN) it is plain F.linear. The model's own weight
 tensors are used as they are; the packed copies are the kernels' own.
 

@@ -39,6 +39,7 @@ from .decode_graphs import DecodeGraphs, graphs_on
 from .linear import Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
 
+
 def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     """In words, which faster routes a runner on this device and dtype takes (for the About page)."""
     paths = []
