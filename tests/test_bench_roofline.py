@@ -45,3 +45,18 @@ def test_the_roofline_counts_each_token_at_its_own_position(monkeypatch):
     assert seen == [(4, 1, 1 + 2 + 3 + 4, 4),
                     (5, 1, (5 + 6) + (17 + 18 + 19), 6 + 19),     # a at 4.., b after 16 cached tokens
                     (2, 2, 7 + 20, 7 + 20)]
+
+
+def test_each_decode_step_at_batch_1_is_compared_with_a_copy_made_a_step_before_it(monkeypatch):
+    """Right after a copy a step first writes back the copy's lines: the step after it is the one
+    compared. Here the copies report 1, 2, 3, ... GB/s in turn (the first is the warm-up)."""
+    from engine.model.model import load_model
+    rates = iter(range(1, 100))
+    monkeypatch.setattr(bench, "copy_rate", lambda device: lambda: next(rates) * 1e9)
+    lm = load_model("tiny", device="cpu", dtype="fp32")
+    costs = bench.model_costs(lm)
+    got = bench.b1_against_copies(lm, costs, pairs=3)
+    assert got["copies"] == [2e9, 3e9, 4e9], "one copy every other step, after the warm-up"
+    assert len(got["steps_ms"]) == 3
+    for ms, bw, ratio in zip(got["steps_ms"], got["copies"], got["ratios"]):
+        assert ratio == pytest.approx(ms / (costs["weight_bytes"] / bw * 1000))

@@ -50,9 +50,11 @@ def measure_step_times(model, batch_sizes=BATCH_SIZES, decode_steps: int = DECOD
 
 
 def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, steps: int = 4,
-                          progress=None) -> list[dict]:
+                          progress=None, before_each=None) -> list[dict]:
     """Decode-step time against batch size on the real model: `batch` sequences of `context` tokens,
-    each generating one token per step. The heart of "why batch"."""
+    each generating one token per step. The heart of "why batch". `before_each`, if given, is
+    called (untimed) just before each timed step, and what it returns is kept beside the step's
+    time (the bench compares a step with a copy made a step before it)."""
     rows = []
     block_size = EngineConfig().block_size
     pool_tokens = max(batch_sizes) * blocks_for(context + steps + 1, block_size) * block_size
@@ -68,9 +70,11 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
         for r in reqs:
             r.num_computed_tokens = context
             r.output_token_ids.append(1)
-        times = []
+        times, before = [], []
         for _ in range(steps):
             plan = StepPlan([ScheduledChunk(r, r.num_computed_tokens, 1, "decode") for r in reqs])
+            if before_each is not None:
+                before.append(before_each())
             t0 = time.perf_counter()
             toks = executor.execute(plan)
             times.append(time.perf_counter() - t0)
@@ -81,7 +85,8 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
             pool.free(r)
         step_s = sorted(times)[len(times) // 2]
         rows.append({"batch": b, "step_ms": step_s * 1000, "tokens_per_s": b / step_s,
-                     "ms_per_token": step_s * 1000 / b, "best_ms": min(times) * 1000})
+                     "ms_per_token": step_s * 1000 / b, "best_ms": min(times) * 1000,
+                     "times_ms": [t * 1000 for t in times], "before_each": before})
         if progress is not None:
             progress((i + 1) / len(batch_sizes), f"batch {b}: {step_s * 1000:.1f} ms a step")
     return rows
