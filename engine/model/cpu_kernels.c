@@ -267,7 +267,8 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
  * products to a float32 accumulator (tile_pairs), twice the work of an fp32 multiply-add. */
 #define NR (2 * VW)                 /* weight rows per panel: two vector registers */
 #if VW == 16
-#define MR 8                        /* input rows per tile: MR x 2 accumulators of 32 registers */
+#define MR 12                       /* input rows per tile: 24 accumulators of 32 registers, with the
+                                       panel's two vectors (14 rows: no faster; 16 spilled in bf16) */
 #else
 #define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
 #endif
@@ -421,9 +422,10 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 
 /* TILE(rows) with rows a constant from 1 to MR, as `mr` says: each inlined copy of a tile keeps
  * exactly its rows' sums in registers */
-#if MR == 8
+#if MR == 12
 #define WITH_ROWS(mr, TILE)                                                                      \
-    ((mr) == 8 ? TILE(8) : (mr) == 7 ? TILE(7) : (mr) == 6 ? TILE(6) : (mr) == 5 ? TILE(5) :   \
+    ((mr) == 12 ? TILE(12) : (mr) == 11 ? TILE(11) : (mr) == 10 ? TILE(10) : (mr) == 9 ? TILE(9) : \
+     (mr) == 8 ? TILE(8) : (mr) == 7 ? TILE(7) : (mr) == 6 ? TILE(6) : (mr) == 5 ? TILE(5) :      \
      (mr) == 4 ? TILE(4) : (mr) == 3 ? TILE(3) : (mr) == 2 ? TILE(2) : TILE(1))
 #else
 #define WITH_ROWS(mr, TILE)                                                                      \
@@ -432,7 +434,7 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
 #endif
 
 /* The rows of the next tile, with `left` rows to go: the rows shared evenly between the fewest
- * tiles that hold them (13 rows: 7 then 6, not 8, 4 and 1). A tile of few rows keeps few sums
+ * tiles that hold them (25 rows: 9, 8 and 8, not 12, 12 and 1). A tile of few rows keeps few sums
  * going, so its loop waits on each multiply-add's latency: it took nearly as long as a full one. */
 static inline int tile_rows(int left) {
     int tiles = (left + MR - 1) / MR;
