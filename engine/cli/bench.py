@@ -9,6 +9,7 @@ machines are shared and noisy.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 
@@ -101,13 +102,10 @@ def copy_rate(device):
 def b1_against_copies(model, costs, pairs: int = B1_PAIRS) -> dict:
     """Decode steps at batch 1, each with the memory floor of a copy made a step before it: the
     steps' ms, the copies' bytes per second, and each step's time over its floor."""
-    copy_once, calls = copy_rate(model.device), [0]
+    copy_once = copy_rate(model.device)
     copy_once()                                        # its pages touched once, not in a pair
-
-    def copy_every_other():
-        calls[0] += 1
-        return copy_once() if calls[0] % 2 else None
-    row = measure_batch_scaling(model, [1], context=100, steps=2 * pairs, before_each=copy_every_other)[0]
+    turns = itertools.cycle((copy_once, lambda: None))   # a copy before every other step
+    row = measure_batch_scaling(model, [1], context=100, steps=2 * pairs, before_each=lambda: next(turns)())[0]
     copies, steps_ms = row["before_each"][0::2], row["times_ms"][1::2]
     return {"copies": copies, "steps_ms": steps_ms,
             "ratios": [ms / (costs["weight_bytes"] / bw * 1000) for ms, bw in zip(steps_ms, copies)]}

@@ -446,8 +446,7 @@ static inline int tile_rows(int left) {
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
                        int N, int K, int bf16, int pairs, const char *next, int64_t bytes, int gated) {
     int64_t ldy = gated ? N / 2 : N;                             /* gated: N / 2 columns, VW a panel */
-    int tiles = 0;
-    for (int m = m0; m < m1; tiles++) m += tile_rows(m1 - m);
+    int tiles = (m1 - m0 + MR - 1) / MR;                         /* as tile_rows shares them out */
     int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
     int64_t share = next ? (bytes + tiles - 1) / tiles : 0;
     int step = share > (int64_t)turns * 64 ? 128 : 64;
@@ -964,11 +963,14 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     free(jobs);
 }
 
-/* One of layers_in_one_call's products, by the route Linear takes: the few-rows kernel up to `few`
- * rows, else the weight's panels (where it has them) */
+/* The route Linear takes for a product in layers_in_one_call: the few-rows kernel up to `few`
+ * rows or where the weight has no panels, else its panels */
+static inline int by_few_rows(int T, int few, const uint32_t *panels) { return T <= few || !panels; }
+
+/* One of layers_in_one_call's products, by that route */
 static void product(const void *x, const void *w, const uint32_t *panels, void *y, int T, int N, int K,
                     int few, int bf16) {
-    if (T <= few || !panels) few_rows_linear(x, w, y, T, N, K, bf16);
+    if (by_few_rows(T, few, panels)) few_rows_linear(x, w, y, T, N, K, bf16);
     else packed_linear(x, panels, y, T, N, K, bf16);
 }
 
@@ -1003,7 +1005,7 @@ int layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int n
     char *proj = malloc(elem * (size_t)T * hidden), *gate_up = NULL;   /* the unfused route's product */
     char *act = malloc(elem * (size_t)T * inter);
     int unfused = 0;                                       /* a gate/up product not gated_linear's */
-    for (int i = 0; i < n_layers; i++) unfused |= T <= few || !gate_up_p[i];
+    for (int i = 0; i < n_layers; i++) unfused |= by_few_rows(T, few, gate_up_p[i]);
     if (unfused) gate_up = malloc(elem * (size_t)T * 2 * inter);
     if (!h || !qkv || !q || !attn || !proj || !act || (unfused && !gate_up)) {
         free(h); free(qkv); free(q); free(attn); free(proj); free(gate_up); free(act);
@@ -1018,7 +1020,7 @@ int layers_in_one_call(void *x, void *delta, int T, int hidden, int inter, int n
                         block_size, scale, attn, bf16);
         product(attn, o_w[i], o_p[i], proj, T, hidden, attn_n, few, bf16);
         rms_norm(x, proj, norm2[i], h, T, hidden, eps, bf16);
-        if (T <= few || !gate_up_p[i]) {                       /* as Linear: see gated_linear */
+        if (by_few_rows(T, few, gate_up_p[i])) {               /* as Linear: see gated_linear */
             few_rows_linear(h, gate_up_w[i], gate_up, T, 2 * inter, hidden, bf16);
             silu_mul(gate_up, act, T, inter, bf16);
         } else {
