@@ -434,11 +434,14 @@ void tile_pairs(const uint16_t *x, int K, const uint32_t *panel, uint16_t *y, in
      (mr) == 2 ? TILE(2) : TILE(1))
 #endif
 
+/* The fewest tiles (of at most MR rows) that hold `rows` rows */
+static inline int tiles_for(int rows) { return (rows + MR - 1) / MR; }
+
 /* The rows of the next tile, with `left` rows to go: the rows shared evenly between the fewest
  * tiles that hold them (25 rows: 9, 8 and 8, not 12, 12 and 1). A tile of few rows keeps few sums
  * going, so its loop waits on each multiply-add's latency: it took nearly as long as a full one. */
 static inline int tile_rows(int left) {
-    int tiles = (left + MR - 1) / MR;
+    int tiles = tiles_for(left);
     return (left + tiles - 1) / tiles;
 }
 
@@ -447,7 +450,7 @@ static inline int tile_rows(int left) {
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
                        int N, int K, int bf16, int pairs, const char *next, int64_t bytes, int gated) {
     int64_t ldy = gated ? N / 2 : N;                             /* gated: N / 2 columns, VW a panel */
-    int tiles = (m1 - m0 + MR - 1) / MR;                         /* as tile_rows shares them out */
+    int tiles = tiles_for(m1 - m0);
     int turns = pairs ? K / 2 : K;                              /* turns of one tile's loop */
     int64_t share = next ? (bytes + tiles - 1) / tiles : 0;
     int step = share > (int64_t)turns * 64 ? 128 : 64;
@@ -482,6 +485,7 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
     }
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
     int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
+    int streamed = chunks == 1;                  /* each panel met once, from memory (decode steps) */
     #pragma omp parallel
     {
         int asked = -1;                          /* the panel this thread asked for while it worked */
@@ -491,11 +495,11 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
                 int end = (c + 1) * MC < M ? (c + 1) * MC : M;
                 int ncols = cols - p * width < width ? cols - p * width : width;
                 const char *here = (const char *)(packed + p * panel_size);
-                const char *next = chunks == 1 && p + 1 < P ? here + panel_size * 4 : NULL;
+                const char *next = streamed && p + 1 < P ? here + panel_size * 4 : NULL;
                 /* A thread's first panel of a decode product: nobody asked for it, and its first
                  * tile, reading a line at a time from memory, took as long as several whole panels.
                  * Asked for all at once, it arrives in the time memory takes to stream it. */
-                if (chunks == 1 && p != asked)
+                if (streamed && p != asked)
                     for (int64_t b = 0; b < panel_size * 4; b += 64) __builtin_prefetch(here + b, 0, 3);
                 panel_rows(xin, (const uint32_t *)here, yout, c * MC, end, p * width, ncols, N, K, bf16, pairs,
                            next, panel_size * 4, gated);
