@@ -629,24 +629,30 @@ static inline float max_of(const float *s, int64_t n) {
     return mx;
 }
 
-/* Softmax of each of the `group` rows of scores[group][L], in place. The max and the sum are
- * taken a vector at a time by hand: where this is inlined into attend_tile the compiler made
- * both scalar loops, each add waiting on the one before (a third of prefill attention). */
+/* s[t] = exp(s[t] - the largest s), in place; returns their sum: a softmax before its division.
+ * The max and the sum are taken a vector at a time by hand: where this is inlined into
+ * attend_tile the compiler made both scalar loops, each add waiting on the one before (a third
+ * of prefill attention). */
+static float exp_shifted(float *s, int64_t L) {
+    float mx = max_of(s, L), sum = 0.f;
+    int64_t whole = L / VW * VW, t;
+    vf acc = {0};
+    #pragma omp simd
+    for (t = 0; t < L; t++) s[t] = expf(s[t] - mx);
+    for (t = 0; t < whole; t += VW) {
+        vf x;
+        memcpy(&x, s + t, sizeof x);
+        acc += x;
+    }
+    sum = hsum(acc);
+    for (; t < L; t++) sum += s[t];
+    return sum;
+}
+
+/* Softmax of each of the `group` rows of scores[group][L], in place */
 static void softmax_rows(float *scores, int group, int64_t L) {
     for (int g = 0; g < group; g++) {
-        float *s = scores + g * L, mx = max_of(s, L), sum = 0.f;
-        int64_t whole = L / VW * VW, t;
-        vf acc = {0};
-        #pragma omp simd
-        for (t = 0; t < L; t++) s[t] = expf(s[t] - mx);
-        for (t = 0; t < whole; t += VW) {
-            vf x;
-            memcpy(&x, s + t, sizeof x);
-            acc += x;
-        }
-        sum = hsum(acc);
-        for (; t < L; t++) sum += s[t];
-        float inv = 1.f / sum;
+        float *s = scores + g * L, inv = 1.f / exp_shifted(s, L);
         #pragma omp simd
         for (int64_t t = 0; t < L; t++) s[t] *= inv;
     }
@@ -830,6 +836,62 @@ static void pair_scores(const uint32_t *qp, const void *k_cache, const int64_t *
         }
     }
 }
+
+/* attend_tile's weighted values for bf16 values, with the CPU's bf16 dot products: one
+ * instruction multiplies two keys' weights by those two keys' values and adds both, half the
+ * instructions of float32's. The weights are each query vector's exponentials (exp_shifted),
+ * rounded to bf16, and the sum is divided out at the end, as PyTorch's flash attention for the
+ * CPU does (what a model's bf16 attention runs there). The value rows are laid out once for
+ * every query vector: vp[t / 2][c] holds slot t's dimension c in its low half and slot t + 1's
+ * in its high half (zero past the last key). scores [Qpad][Lpad] (zero where a vector sees no
+ * key) are rounded in place, each row's bf16 values packed at its start; sums [Qpad] their
+ * divisors. */
+static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, int Qpad, int64_t L0,
+                        int64_t Lmax, int group, const void *v_cache, const int64_t *table, int kv_heads,
+                        int h, int d, int block_size, uint32_t *vp, float *outf) {
+    const int64_t half = (Lmax + 1) / 2;                     /* slot pairs the last row reads */
+    /* lo and hi interleave two rows' 16-bit values: (a[0], b[0], a[1], b[1], ...) */
+    __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                  39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t tp = 0; tp < half; tp++) {
+        int64_t t = 2 * tp;
+        const uint16_t *values = v_cache;
+        const uint16_t *a = values + (slot_of(table, t, block_size) * kv_heads + h) * d;
+        const uint16_t *b = t + 1 < Lmax ? values + (slot_of(table, t + 1, block_size) * kv_heads + h) * d : NULL;
+        for (int c = 0; c < d; c += 2 * VW) {
+            __m512i ra = _mm512_loadu_si512(a + c), rb = b ? _mm512_loadu_si512(b + c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(vp + tp * d + c, _mm512_permutex2var_epi16(ra, lo, rb));
+            _mm512_storeu_si512(vp + tp * d + c + VW, _mm512_permutex2var_epi16(ra, hi, rb));
+        }
+    }
+    for (int v = 0; v < Qpad; v++)                            /* probabilities to bf16, in place */
+        for (int64_t t = 0; t < Lpad; t += 2 * VW) {
+            float *row = scores + v * Lpad;
+            __m512bh pairs = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + t + VW), _mm512_loadu_ps(row + t));
+            _mm512_storeu_si512((uint16_t *)row + t, (__m512i)pairs);
+        }
+    for (int c0 = 0; c0 < d; c0 += 2 * VW)
+        for (int v = 0; v < Qpad; v += QVECS) {
+            __m512 acc[QVECS][2];
+            for (int u = 0; u < QVECS; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+            int64_t L = L0 + (v + QVECS - 1 < Q ? v + QVECS - 1 : Q - 1) / group;   /* the last vector's keys */
+            for (int64_t tp = 0; tp < (L + 1) / 2; tp++) {
+                __m512bh v0 = (__m512bh)_mm512_loadu_si512(vp + tp * d + c0);
+                __m512bh v1 = (__m512bh)_mm512_loadu_si512(vp + tp * d + c0 + VW);
+                for (int u = 0; u < QVECS; u++) {
+                    __m512bh p = (__m512bh)_mm512_set1_epi32(((const int32_t *)(scores + (v + u) * Lpad))[tp]);
+                    acc[u][0] = _mm512_dpbf16_ps(acc[u][0], p, v0);
+                    acc[u][1] = _mm512_dpbf16_ps(acc[u][1], p, v1);
+                }
+            }
+            for (int u = 0; u < QVECS; u++) {
+                __m512 sum = _mm512_set1_ps(sums[v + u]);
+                _mm512_storeu_ps(outf + (int64_t)(v + u) * d + c0, _mm512_div_ps(acc[u][0], sum));
+                _mm512_storeu_ps(outf + (int64_t)(v + u) * d + c0 + VW, _mm512_div_ps(acc[u][1], sum));
+            }
+        }
+}
 #endif
 
 /* R consecutive query rows of one sequence (row i sees L0 + i keys) against one KV head, for
@@ -845,7 +907,7 @@ static void pair_scores(const uint32_t *qp, const void *k_cache, const int64_t *
  * [R * group][Lpad], each with room for a QVECS group's padding vectors (zeros, never stored). */
 static void attend_tile(float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
                         int64_t L0, int R, int kv_heads, int h, int group, int d, int block_size, float scale,
-                        float *kt, float *row, float *scores, int64_t Lpad, float *outf, int bf16) {
+                        float *kt, float *row, uint32_t *vp, float *scores, int64_t Lpad, float *outf, int bf16) {
     const int Q = R * group, Qpad = (Q + QVECS - 1) / QVECS * QVECS;   /* whole QVECS groups: no tests in loops */
     const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
     memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
@@ -890,11 +952,22 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
             }
         }
     }
+    const int paired = BF16_DOT && bf16;                      /* the values pass of pair_values */
+    float sums[Qpad];                                         /* its softmax divisors */
     for (int v = 0; v < Qpad; v++) {                          /* each row over its own keys */
         int64_t L = v < Q ? L0 + v / group : 0;               /* (the padding vectors: none) */
-        if (L) softmax_rows(scores + v * Lpad, 1, L);
+        sums[v] = 1.f;
+        if (L && paired) sums[v] = exp_shifted(scores + v * Lpad, L);
+        else if (L) softmax_rows(scores + v * Lpad, 1, L);
         for (int64_t t = L; t < Lpad; t++) scores[v * Lpad + t] = 0.f;   /* keys it does not see */
     }
+#if BF16_DOT
+    if (paired) {
+        pair_values(scores, sums, Lpad, Q, Qpad, L0, Lmax, group, v_cache, table, kv_heads, h, d,
+                    block_size, vp, outf);
+        return;
+    }
+#endif
     for (int c0 = 0; c0 < d; c0 += 2 * VW)
         for (int v = 0; v < Qpad; v += QVECS) {
             vf acc[QVECS][2] = {{0}};
@@ -952,6 +1025,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         float *outf = malloc(sizeof(float) * vectors * d);
         float *row = malloc(sizeof(float) * (size_t)d);
         float *kt = malloc(sizeof(float) * (size_t)d * 2 * VW);
+        uint32_t *vp = bf16 && BF16_DOT ? malloc(sizeof(uint32_t) * (size_t)(Lpad / 2) * d) : NULL;   /* pair_values */
         #pragma omp for schedule(dynamic)
         for (int j = 0; j < n_jobs; j++) {
             int b = jobs[j].b, R = jobs[j].rows, h = jobs[j].h, n = jobs[j].heads * group * d;  /* n: a row's floats */
@@ -960,7 +1034,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                 load_f32(q, ((int64_t)(b + i) * kv_heads + h) * group * d, n, bf16, qf + i * n);
             if (R > 1)
                 attend_tile(qf, k_cache, v_cache, table, context_lens[b], R, kv_heads, h, group, d, block_size,
-                            scale, kt, row, scores, Lpad, outf, bf16);
+                            scale, kt, row, vp, scores, Lpad, outf, bf16);
             else if (fast)
                 attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, jobs[j].heads, group, d,
                             block_size, scale, scores, outf, bf16);
@@ -975,6 +1049,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         free(outf);
         free(row);
         free(kt);
+        free(vp);
     }
     free(jobs);
 }
