@@ -49,8 +49,10 @@ def main() -> int:
     if kernels is None:
         print("no hand-written kernels here (no gcc, or BATCHING_LAB_KERNELS=0): nothing to compare")
         return 0
-    print(f"Linear sends {FEW_ROWS_BESIDE_PANELS} row to the few-rows kernel where the weight has panels of its own "
-          f"bytes, else up to {FEW_ROWS}; each call reads its own copy of the weight, from memory")
+    beside = FEW_ROWS_BESIDE_PANELS
+    print(f"Where a weight has panels of its own bytes Linear sends up to {beside[torch.float32]} row(s) to the "
+          f"few-rows kernel in float32 and {beside[torch.bfloat16]} in bfloat16, else up to {FEW_ROWS}; each call "
+          f"reads its own copy of the weight, from memory")
     print(f"{'dtype':<9}{'weight':<9}{'rows':>5}{'few-rows us':>13}{'packed us':>11}{'oneDNN us':>11}"
           f"{'fastest':>10}{'max diff':>10}")
     for dtype in (torch.float32, torch.bfloat16):

@@ -3,8 +3,8 @@
 Nearly all of a step's arithmetic is in these products, so how they run sets the engine's
 speed. On CPU there are three routes, chosen per call:
 
-- A row (decode at batch 1), or up to FEW_ROWS rows where the other route reads more bytes than
-  the weight: cpu_kernels.few_rows_linear. With few rows the time is reading the weight from
+- A row in fp32 (decode at batch 1), or up to FEW_ROWS rows where the other route reads more
+  bytes than the weight: cpu_kernels.few_rows_linear. With few rows the time is reading the weight from
   memory; the kernel reads it once, in plain streams, and for more than two rows goes over each
   small block of it again from the cache.
 - More rows: cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
@@ -90,9 +90,12 @@ def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
 # Up to how many rows the few-rows kernel multiplies, by the route that takes more. Panels that
 # hold the weight's own bytes (fp32, or bf16 pairs) read no more than it does, and their tiles
 # keep more sums going: from 2 rows they are faster (whole decode steps of 2, 3 and 4 rows took
-# 0.74, 0.64 and 0.51 of the time in bf16, 0.88, 0.80 and 0.77 in fp32). oneDNN, or panels widened
-# to fp32 (a bf16 weight's bytes twice over), take over from FEW_ROWS + 1.
-FEW_ROWS_BESIDE_PANELS = 1
+# 0.74, 0.64 and 0.51 of the time in bf16, 0.88, 0.80 and 0.77 in fp32). At one row bf16 pairs
+# are faster too, read as one stream a thread with each next panel asked for (whole decode steps
+# at batch 1: 0.94-0.97x in runs where memory was busy, 0.84x where quiet, 1.04x in one run), and
+# fp32's panels slower (1.04-1.08x). oneDNN, or panels widened to fp32 (a bf16 weight's bytes twice
+# over), take over from FEW_ROWS + 1.
+FEW_ROWS_BESIDE_PANELS = {torch.float32: 1, torch.bfloat16: 0}
 FEW_ROWS = 4
 EXACT_ROWS = 16          # up to this many rows (decode batches) are multiplied as they are
 SIZES_PER_DOUBLING = 8
@@ -135,7 +138,7 @@ class Linear:
             self.widen = weight.dtype == torch.bfloat16 and not native_bf16()
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
         own_bytes = self.panels is not None and (weight.dtype != torch.bfloat16 or kernels.bf16_dot)
-        self.few_rows = FEW_ROWS_BESIDE_PANELS if own_bytes else FEW_ROWS    # the few-rows kernel's rows
+        self.few_rows = FEW_ROWS_BESIDE_PANELS[weight.dtype] if own_bytes else FEW_ROWS   # the few-rows kernel's rows
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = self.weight.shape[0]
