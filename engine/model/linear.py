@@ -4,9 +4,9 @@ Nearly all of a step's arithmetic is in these products, so how they run sets the
 speed. On CPU there are three routes, chosen per call:
 
 - A row in fp32 (decode at batch 1), or up to FEW_ROWS rows where the other route reads more
-  bytes than the weight: cpu_kernels.few_rows_linear. With few rows the time is reading the weight from
-  memory; the kernel reads it once, in plain streams, and for more than two rows goes over each
-  small block of it again from the cache.
+  bytes than the weight: cpu_kernels.few_rows_linear. With few rows the time is reading the
+  weight from memory; the kernel reads it once, in plain streams, and for more than two rows
+  goes over each small block of it again from the cache.
 - More rows: cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
   file), in float32 (an fp32 model, or bf16 on a CPU without bf16 products) or in bf16 pairs
   where the CPU has AVX512-BF16 dot products. These products are bound by arithmetic; the kernel
