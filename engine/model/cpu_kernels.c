@@ -627,7 +627,7 @@ static inline vf vmax(vf a, vf b) {
 #endif
 }
 
-/* The largest of s[0..n), n >= 1, a vector at a time (by hand: see softmax_rows) */
+/* The largest of s[0..n), n >= 1, a vector at a time (by hand: see exp_shifted) */
 static inline float max_of(const float *s, int64_t n) {
     float mx = s[0];
     int64_t t = 0;
@@ -662,13 +662,21 @@ static float exp_shifted(float *s, int64_t L) {
     return sum;
 }
 
-/* Softmax of each of the `group` rows of scores[group][L], in place */
-static void softmax_rows(float *scores, int group, int64_t L) {
-    for (int g = 0; g < group; g++) {
-        float *s = scores + g * L, inv = 1.f / exp_shifted(s, L);
+/* The weights a query's values are summed with, from its scores s[0..L), in place. float32: the
+ * softmax, and returns 1. bf16: each max-shifted exponential rounded to bf16, and returns their
+ * sum (of the unrounded ones), to be divided out after the values are summed: what PyTorch's
+ * flash attention for the CPU does, the kernel a bf16 model's attention runs there. */
+static float value_weights(float *s, int64_t L, int bf16) {
+    float sum = exp_shifted(s, L);
+    if (bf16) {
         #pragma omp simd
-        for (int64_t t = 0; t < L; t++) s[t] *= inv;
+        for (int64_t t = 0; t < L; t++) s[t] = as_dtype(s[t], 1);
+        return sum;
     }
+    float inv = 1.f / sum;
+    #pragma omp simd
+    for (int64_t t = 0; t < L; t++) s[t] *= inv;
+    return 1.f;
 }
 
 /* Greedy sampling: out[r] = the index of row r's largest value, the first if several, as
@@ -738,7 +746,8 @@ void attend_row(const float *qf, const void *k_cache, const void *v_cache, const
             for (int g = 0; g < group; g++) scores[(h * group + g) * L + t] = hsum(acc[g]) * scale;
         }
     }
-    softmax_rows(scores, heads * group, L);
+    float sums[MAX_HEADS * MAX_GROUP];                        /* divided out at the end */
+    for (int i = 0; i < heads * group; i++) sums[i] = value_weights(scores + i * L, L, bf16);
     for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
         vf acc[MAX_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};  /* a fixed size: sized by `heads`, slower */
         FOR_EACH_SLOT(table, L, block_size, t, slot)
@@ -748,23 +757,29 @@ void attend_row(const float *qf, const void *k_cache, const void *v_cache, const
                     for (int g = 0; g < group; g++) acc[h][g][c] += scores[(h * group + g) * L + t] * v;
                 }
         for (int h = 0; h < heads; h++)
-            for (int g = 0; g < group; g++)
+            for (int g = 0; g < group; g++) {
+                for (int c = 0; c < STRIP / VW; c++) acc[h][g][c] /= sums[h * group + g];
                 memcpy(outf + (h * group + g) * d + c0, acc[h][g], sizeof acc[h][g]);
+            }
     }
 }
 
-/* attend_row with the group size a constant, so the compiler keeps exactly the group's sums in
- * registers (with a variable group it kept all MAX_GROUP, and spilled them around each test). */
+/* attend_row with the group size and the dtype constants, so the compiler keeps exactly the
+ * group's sums in registers (with a variable group it kept all MAX_GROUP, and spilled them around
+ * each test), and float32's copy has no division by its weights' sum (1): as one loop for both
+ * dtypes, that division or a test for it made float32's decode attention 1-5% slower. */
 static void attend_fast(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
                         int64_t L, int kv_heads, int h0, int heads, int group, int d, int block_size,
                         float scale, float *scores, float *outf, int bf16) {
-#define ROW(g) attend_row(qf, k_cache, v_cache, table, L, kv_heads, h0, heads, g, d, block_size, scale, scores, outf, bf16)
+#define ROW(g, b) attend_row(qf, k_cache, v_cache, table, L, kv_heads, h0, heads, g, d, block_size, scale, scores, outf, b)
+#define EITHER(g) (bf16 ? ROW(g, 1) : ROW(g, 0))
     switch (group) {
-    case 1: ROW(1); break;
-    case 2: ROW(2); break;
-    case 3: ROW(3); break;
-    default: ROW(4);
+    case 1: EITHER(1); break;
+    case 2: EITHER(2); break;
+    case 3: EITHER(3); break;
+    default: EITHER(4);
     }
+#undef EITHER
 #undef ROW
 }
 
@@ -776,7 +791,8 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
         load_f32(k_cache, (slot * kv_heads + h) * d, d, bf16, row);
         for (int g = 0; g < group; g++) scores[g * L + t] = dot(qf + g * d, row, d) * scale;
     }
-    softmax_rows(scores, group, L);
+    float sums[group];
+    for (int g = 0; g < group; g++) sums[g] = value_weights(scores + g * L, L, bf16);
     for (int i = 0; i < group * d; i++) outf[i] = 0.f;
     FOR_EACH_SLOT(table, L, block_size, t, slot) {
         load_f32(v_cache, (slot * kv_heads + h) * d, d, bf16, row);
@@ -786,6 +802,8 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
             for (int j = 0; j < d; j++) o[j] += p * row[j];
         }
     }
+    for (int g = 0; g < group; g++)
+        for (int j = 0; j < d; j++) outf[g * d + j] /= sums[g];
 }
 
 #define QTILE 64        /* query rows of one prefill chunk per job: they share every key and value row read */
@@ -853,12 +871,12 @@ static void pair_scores(const uint32_t *qp, const void *k_cache, const int64_t *
 /* attend_tile's weighted values for bf16 values, with the CPU's bf16 dot products: one
  * instruction multiplies two keys' weights by those two keys' values and adds both, half the
  * instructions of float32's. The weights are each query vector's exponentials (exp_shifted),
- * rounded to bf16, and the sum is divided out at the end, as PyTorch's flash attention for the
- * CPU does (what a model's bf16 attention runs there). The value rows are laid out once for
- * every query vector: vp[t / 2][c] holds slot t's dimension c in its low half and slot t + 1's
- * in its high half (zero past the last key). scores [Qpad][Lpad] (zero where a vector sees no
- * key) are rounded in place, each row's bf16 values packed at its start; sums [Qpad] their
- * divisors. */
+ * rounded to bf16 here as they are packed, and the sum is divided out at the end: the weights of
+ * value_weights, as PyTorch's flash attention for the CPU takes them. The value rows are laid
+ * out once for every query vector: vp[t / 2][c] holds slot t's dimension c in its low half and
+ * slot t + 1's in its high half (zero past the last key). scores [Qpad][Lpad] (zero where a
+ * vector sees no key) are rounded in place, each row's bf16 values packed at its start; sums
+ * [Qpad] their divisors. */
 static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, int Qpad, int64_t L0,
                         int64_t Lmax, int group, const void *v_cache, const int64_t *table, int kv_heads,
                         int h, int d, int block_size, uint32_t *vp, float *outf) {
@@ -878,7 +896,7 @@ static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, i
             _mm512_storeu_si512(vp + tp * d + c + VW, _mm512_permutex2var_epi16(ra, hi, rb));
         }
     }
-    for (int v = 0; v < Qpad; v++)                            /* probabilities to bf16, in place */
+    for (int v = 0; v < Qpad; v++)                            /* the weights as bf16, packed in place */
         for (int64_t t = 0; t < Lpad; t += 2 * VW) {
             float *row = scores + v * Lpad;
             __m512bh pairs = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + t + VW), _mm512_loadu_ps(row + t));
@@ -966,12 +984,11 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
         }
     }
     const int paired = BF16_DOT && bf16;                      /* the values pass of pair_values */
-    float sums[Qpad];                                         /* its softmax divisors */
+    float sums[Qpad];                                         /* divided out at the end */
     for (int v = 0; v < Qpad; v++) {                          /* each row over its own keys */
         int64_t L = v < Q ? L0 + v / group : 0;               /* (the padding vectors: none) */
-        sums[v] = 1.f;
-        if (L && paired) sums[v] = exp_shifted(scores + v * Lpad, L);
-        else if (L) softmax_rows(scores + v * Lpad, 1, L);
+        float *s = scores + v * Lpad;                         /* (pair_values rounds as it packs) */
+        sums[v] = !L ? 1.f : paired ? exp_shifted(s, L) : value_weights(s, L, bf16);
         for (int64_t t = L; t < Lpad; t++) scores[v * Lpad + t] = 0.f;   /* keys it does not see */
     }
 #if BF16_DOT
@@ -994,8 +1011,11 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
                     acc[u][1] += p * v1;
                 }
             }
-            for (int u = 0; u < QVECS; u++)
+            for (int u = 0; u < QVECS; u++) {
+                acc[u][0] /= sums[v + u];
+                acc[u][1] /= sums[v + u];
                 memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
+            }
         }
 }
 
