@@ -69,6 +69,14 @@ def test_packed_linear_matches_torch(kernels, dtype, rows, n, width):
         close(got, F.linear(x.float(), w.float()).to(dtype), dtype)
 
 
+def sequence_kv(k_cache, v_cache, table, n, block_size, group):
+    """The first n keys and values of the sequence whose block table is `table`, gathered out of
+    the paged cache and repeated for each query head of a group: k, v [kv_heads * group, n, d]."""
+    t = torch.arange(n)
+    where = table[t // block_size] * block_size + t % block_size
+    return (c[where].transpose(0, 1).repeat_interleave(group, 0) for c in (k_cache, v_cache))
+
+
 def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0, runs=None):
     """Random q and a paged cache whose blocks are shuffled; returns inputs and the SDPA answer.
     `runs`: rows per sequence, in order (default one each); the rows of a sequence share its blocks,
@@ -92,12 +100,9 @@ def paged_case(dtype, B, kv_heads, group, d, lengths, block_size=16, seed=0, run
     q = torch.randn(B, kv_heads * group, d, generator=g).to(dtype)
     want = torch.empty_like(q)
     for b in range(B):                                            # one sequence at a time, plainly
-        t = torch.arange(int(lengths[b]))
-        where = tables[b, t // block_size] * block_size + t % block_size
-        k, v = k_cache[where].transpose(0, 1), v_cache[where].transpose(0, 1)    # [kv_heads, L, d]
-        o = F.scaled_dot_product_attention(q[b].view(kv_heads * group, 1, d).float(),
-                                           k.repeat_interleave(group, 0).float(),
-                                           v.repeat_interleave(group, 0).float(), scale=d ** -0.5)
+        k, v = sequence_kv(k_cache, v_cache, tables[b], int(lengths[b]), block_size, group)
+        o = F.scaled_dot_product_attention(q[b].view(kv_heads * group, 1, d).float(), k.float(), v.float(),
+                                           scale=d ** -0.5)
         want[b] = o[:, 0].to(dtype)
     return (q, k_cache, v_cache, tables, lengths, block_size, d ** -0.5), want
 
@@ -150,9 +155,7 @@ def test_bf16_decode_attention_weighs_values_as_torch_does(kernels):
     got = kernels.paged_attention(*args).float()
     diffs = []
     for b, n in enumerate(lengths):
-        t = torch.arange(n)
-        where = tables[b, t // block_size] * block_size + t % block_size
-        k, v = (c[where].transpose(0, 1).repeat_interleave(group, 0) for c in (k_cache, v_cache))
+        k, v = sequence_kv(k_cache, v_cache, tables[b], n, block_size, group)
         want = F.scaled_dot_product_attention(q[b].view(kv_heads * group, 1, d)[None], k[None], v[None],
                                               scale=scale)[0, :, 0]
         diffs.append((got[b] - want.float()).abs().mean())
@@ -171,9 +174,7 @@ def test_bf16_prefill_attention_rounds_as_torch_does(kernels):
     n, kv_heads, group, d = 200, 3, 3, 64
     args, _ = paged_case(torch.bfloat16, n, kv_heads, group, d, list(range(1, n + 1)), runs=[n])
     q, k_cache, v_cache, tables, _, block_size, scale = args
-    t = torch.arange(n)
-    where = tables[0, t // block_size] * block_size + t % block_size
-    k, v = (c[where].transpose(0, 1).repeat_interleave(group, 0) for c in (k_cache, v_cache))
+    k, v = sequence_kv(k_cache, v_cache, tables[0], n, block_size, group)
     # [batch, heads, tokens, d], as a model calls it: PyTorch's flash kernel (3-D inputs take its
     # math path, which keeps the weights in float32)
     want = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None], is_causal=True,

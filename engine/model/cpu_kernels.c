@@ -570,36 +570,36 @@ void rope_store(const void *qkv, const void *cos, const void *sin, const int64_t
     int64_t slot_bytes = (int64_t)kv_heads * d << (2 - bf16);  /* one slot's keys (or values), all heads */
     #pragma omp parallel if (T > 16)
     {
-    /* The new slots' lines, asked for (to be written) before any is written: they are in no
-     * cache, and written one after another each waited for memory in turn, longer than the
-     * arithmetic. The same static share of rows as the loop below: a thread asks for its own. */
-    #pragma omp for schedule(static) nowait
-    for (int t = 0; t < T; t++)
-        for (int64_t b = 0; b < slot_bytes; b += 64) {
-            __builtin_prefetch((char *)k_cache + slots[t] * slot_bytes + b, 1, 3);
-            __builtin_prefetch((char *)v_cache + slots[t] * slot_bytes + b, 1, 3);
+        /* The new slots' lines, asked for (to be written) before any is written: they are in no
+         * cache, and written one after another each waited for memory in turn, longer than the
+         * arithmetic. The same static share of rows as the loop below: a thread asks for its own. */
+        #pragma omp for schedule(static) nowait
+        for (int t = 0; t < T; t++)
+            for (int64_t b = 0; b < slot_bytes; b += 64) {
+                __builtin_prefetch((char *)k_cache + slots[t] * slot_bytes + b, 1, 3);
+                __builtin_prefetch((char *)v_cache + slots[t] * slot_bytes + b, 1, 3);
+            }
+        #pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) {
+            float c[d], sn[d], x[d], y[d];
+            load_f32(cos, positions[t] * d, d, bf16, c);
+            load_f32(sin, positions[t] * d, d, bf16, sn);
+            for (int h = 0; h < heads + kv_heads; h++) {        /* query heads, then key heads */
+                load_f32(qkv, (int64_t)t * width + h * d, d, bf16, x);
+                #pragma omp simd
+                for (int i = 0; i < half; i++)                     /* rotate_half: (-x2, x1) */
+                    y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(-x[i + half] * sn[i], bf16), bf16);
+                #pragma omp simd
+                for (int i = half; i < d; i++)
+                    y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(x[i - half] * sn[i], bf16), bf16);
+                if (h < heads) store_f32(q_out, ((int64_t)t * heads + h) * d, d, bf16, y);
+                else store_f32(k_cache, (slots[t] * kv_heads + h - heads) * d, d, bf16, y);
+            }
+            for (int h = 0; h < kv_heads; h++) {                 /* values as they are */
+                load_f32(qkv, (int64_t)t * width + (heads + kv_heads + h) * d, d, bf16, x);
+                store_f32(v_cache, (slots[t] * kv_heads + h) * d, d, bf16, x);
+            }
         }
-    #pragma omp for schedule(static)
-    for (int t = 0; t < T; t++) {
-        float c[d], sn[d], x[d], y[d];
-        load_f32(cos, positions[t] * d, d, bf16, c);
-        load_f32(sin, positions[t] * d, d, bf16, sn);
-        for (int h = 0; h < heads + kv_heads; h++) {        /* query heads, then key heads */
-            load_f32(qkv, (int64_t)t * width + h * d, d, bf16, x);
-            #pragma omp simd
-            for (int i = 0; i < half; i++)                     /* rotate_half: (-x2, x1) */
-                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(-x[i + half] * sn[i], bf16), bf16);
-            #pragma omp simd
-            for (int i = half; i < d; i++)
-                y[i] = as_dtype(as_dtype(x[i] * c[i], bf16) + as_dtype(x[i - half] * sn[i], bf16), bf16);
-            if (h < heads) store_f32(q_out, ((int64_t)t * heads + h) * d, d, bf16, y);
-            else store_f32(k_cache, (slots[t] * kv_heads + h - heads) * d, d, bf16, y);
-        }
-        for (int h = 0; h < kv_heads; h++) {                 /* values as they are */
-            load_f32(qkv, (int64_t)t * width + (heads + kv_heads + h) * d, d, bf16, x);
-            store_f32(v_cache, (slots[t] * kv_heads + h) * d, d, bf16, x);
-        }
-    }
     }
 }
 
@@ -885,9 +885,9 @@ static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, i
     __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                   39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    const uint16_t *values = v_cache;
     for (int64_t tp = 0; tp < half; tp++) {
         int64_t t = 2 * tp;
-        const uint16_t *values = v_cache;
         const uint16_t *a = values + (slot_of(table, t, block_size) * kv_heads + h) * d;
         const uint16_t *b = t + 1 < Lmax ? values + (slot_of(table, t + 1, block_size) * kv_heads + h) * d : NULL;
         for (int c = 0; c < d; c += 2 * VW) {
@@ -896,12 +896,13 @@ static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, i
             _mm512_storeu_si512(vp + tp * d + c + VW, _mm512_permutex2var_epi16(ra, hi, rb));
         }
     }
-    for (int v = 0; v < Qpad; v++)                            /* the weights as bf16, packed in place */
+    for (int v = 0; v < Qpad; v++) {                          /* the weights as bf16, packed in place */
+        float *row = scores + v * Lpad;
         for (int64_t t = 0; t < Lpad; t += 2 * VW) {
-            float *row = scores + v * Lpad;
             __m512bh pairs = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + t + VW), _mm512_loadu_ps(row + t));
             _mm512_storeu_si512((uint16_t *)row + t, (__m512i)pairs);
         }
+    }
     for (int c0 = 0; c0 < d; c0 += 2 * VW)
         for (int v = 0; v < Qpad; v += QVECS) {
             __m512 acc[QVECS][2];
@@ -989,7 +990,7 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
         int64_t L = v < Q ? L0 + v / group : 0;               /* (the padding vectors: none) */
         float *s = scores + v * Lpad;                         /* (pair_values rounds as it packs) */
         sums[v] = !L ? 1.f : paired ? exp_shifted(s, L) : value_weights(s, L, bf16);
-        for (int64_t t = L; t < Lpad; t++) scores[v * Lpad + t] = 0.f;   /* keys it does not see */
+        for (int64_t t = L; t < Lpad; t++) s[t] = 0.f;        /* keys it does not see */
     }
 #if BF16_DOT
     if (paired) {
