@@ -944,10 +944,8 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
     const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
     memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
 #if BF16_DOT
-    uint32_t qp[bf16 ? Qpad * d / 2 : 1];                     /* the queries as bf16 pairs (exact) */
-    if (bf16)
-        for (int64_t i = 0; i < (int64_t)Qpad * d; i += 2)
-            qp[i / 2] = f32_to_bf16(qf[i]) | (uint32_t)f32_to_bf16(qf[i + 1]) << 16;
+    uint32_t qp[bf16 ? Qpad * d / 2 : 1];                     /* the queries as bf16 pairs (exact): */
+    if (bf16) store_f32(qp, 0, Qpad * d, 1, qf);              /* in order, two at a time make a pair */
 #endif
     for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
         /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
