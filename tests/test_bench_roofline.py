@@ -34,7 +34,7 @@ def test_the_roofline_counts_each_token_at_its_own_position(monkeypatch):
     sees every key before it: each request's position is followed through the steps."""
     from types import SimpleNamespace as Step
     seen = []
-    monkeypatch.setattr(bench, "step_roofline_s", lambda costs, roof, tokens, samples, pairs, kv_rows:
+    monkeypatch.setattr(bench, "step_roofline_s", lambda costs, roof, tokens, samples, pairs, kv_rows, in_turn:
                         seen.append((tokens, samples, pairs, kv_rows)) or 1.0)
     steps = [Step(members=(("a", "prefill", 4),), prefix_hits=(), prefill_tokens=4, decode_tokens=0, duration_s=1),
              Step(members=(("a", "prefill", 2), ("b", "prefill", 3)), prefix_hits=(("b", 16),),
@@ -45,6 +45,39 @@ def test_the_roofline_counts_each_token_at_its_own_position(monkeypatch):
     assert seen == [(4, 1, 1 + 2 + 3 + 4, 4),
                     (5, 1, (5 + 6) + (17 + 18 + 19), 6 + 19),     # a at 4.., b after 16 cached tokens
                     (2, 2, 7 + 20, 7 + 20)]
+
+
+COSTS = {"body_params": 100, "head_params": 10, "weight_bytes": 1000, "kv_bytes_per_token": 10,
+         "attn_flops_per_pair": 4}
+ROOF = {"gemm_flops": 1000.0, "mem_bw": 1000.0}
+
+
+def test_the_roofline_in_turn_gives_products_and_attention_each_their_own_roof():
+    """A decode step at a batch whose products are bound by their arithmetic and whose attention is
+    bound by its K/V reads: the plain roofline lets the reads hide under the arithmetic, the
+    roofline in turn adds them (as engine/sim/roofline.py models a step)."""
+    # 8 rows: products 2*100*8 + 2*10*8 = 1,760 FLOPs (1.76 s) against 1,000 weight bytes (1 s);
+    # attention: 800 (query, key) pairs, 3,200 FLOPs (3.2 s), against 800 K/V rows, 8,000 bytes (8 s)
+    plain = bench.step_roofline_s(COSTS, ROOF, tokens=8, samples=8, pairs=800, kv_rows=800)
+    in_turn = bench.step_roofline_s(COSTS, ROOF, tokens=8, samples=8, pairs=800, kv_rows=800, in_turn=True)
+    assert plain == pytest.approx(max(1.76 + 3.2, 1 + 8))
+    assert in_turn == pytest.approx(max(1.76, 1) + max(3.2, 8))
+    assert in_turn > plain
+    # where both phases hit the same roof, taking turns costs nothing
+    same = dict(tokens=8, samples=8, pairs=800, kv_rows=10)       # both bound by their arithmetic
+    assert bench.step_roofline_s(COSTS, ROOF, **same, in_turn=True) == pytest.approx(
+        bench.step_roofline_s(COSTS, ROOF, **same))
+
+
+def test_the_share_in_turn_is_never_below_the_plain_share():
+    """The roofline in turn is never shorter than the plain one, so an engine's share of it is never lower."""
+    import random
+    rng = random.Random(3)
+    for _ in range(500):
+        shape = dict(tokens=rng.randint(1, 4096), samples=rng.randint(1, 64), pairs=rng.randint(0, 10**6),
+                     kv_rows=rng.randint(0, 10**5))
+        plain = bench.step_roofline_s(COSTS, ROOF, **shape)
+        assert bench.step_roofline_s(COSTS, ROOF, **shape, in_turn=True) >= plain * (1 - 1e-12)   # (equal: rounding)
 
 
 def test_each_decode_step_at_batch_1_is_compared_with_a_copy_made_a_step_before_it(monkeypatch):

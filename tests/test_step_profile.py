@@ -17,3 +17,5 @@ def test_every_part_is_timed_and_the_parts_add_up_to_the_step():
     assert rows[0]["tokens"] == 1 and rows[3]["tokens"] == 64 and rows[5]["tokens"] == 2048
     table = format_table(rows, lambda r: 1.0)
     assert len(table.splitlines()) == 1 + len(rows) and "Python & gaps" in table
+    in_turn = format_table(rows, lambda r: 1.0, lambda r: r["engine_ms"] / 2)
+    assert in_turn.splitlines()[0].endswith("in turn") and all(line.endswith(" 50%") for line in in_turn.splitlines()[1:])

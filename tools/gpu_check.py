@@ -101,7 +101,8 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
     row = {"engine tok/s": f"{total / t_eng:.0f}",
            "vs generate (static 16)": f"{t_st / t_eng:.2f}x",
            "greedy-identical vs static": f"{agreement(ours, theirs)[0]:.0%}",
-           "roofline share": f"{roofline_share(eng, costs, roof):.0%}"}
+           "roofline share": f"{roofline_share(eng, costs, roof):.0%} "
+                             f"({roofline_share(eng, costs, roof, in_turn=True):.0%} of it in turn)"}
     if not continuous:
         row["vs transformers continuous"] = "skipped (CPU stand-in)"
     else:
@@ -129,7 +130,8 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
             row["one eager decode step (b8)"] = kernels_of_a_step(model)
         except Exception as exc:                # the profiler's API moves between versions: report, go on
             row["one eager decode step (b8)"] = f"not profiled: {type(exc).__name__}: {exc}"[:120]
-    row["breakdown"] = format_table(profile_shapes(model, reps=3), shape_roofline_ms(costs, roof))
+    row["breakdown"] = format_table(profile_shapes(model, reps=3), shape_roofline_ms(costs, roof),
+                                    shape_roofline_ms(costs, roof, in_turn=True))
     return row
 
 

@@ -135,13 +135,16 @@ def profile_shapes(model, reps: int = 5, prefill_reps: int = 1) -> list[dict]:
     return rows
 
 
-def format_table(rows: list[dict], roofline_ms=None) -> str:
+def format_table(rows: list[dict], roofline_ms=None, in_turn_ms=None) -> str:
     """The breakdown as a text table, in ms and as shares of each step; `roofline_ms(row)` adds
-    the roofline time of the shape and the step's share of it."""
+    the roofline time of the shape and the step's share of it, and `in_turn_ms(row)` the share of
+    the roofline with the products and the attention in turn (engine/cli/bench.step_roofline_s)."""
     cols = [*PARTS, "other"]
     head = f"{'step':<16}{'ms':>9}" + "".join(f"{LABELS[c]:>15}" for c in cols) + f"{'engine ms':>11}"
     if roofline_ms:
         head += f"{'roofline ms':>13}{'share':>7}"
+    if in_turn_ms:
+        head += f"{'in turn':>9}"
     lines = [head]
     for r in rows:
         line = f"{r['shape']:<16}{r['step_ms']:>9.1f}" + "".join(
@@ -149,5 +152,7 @@ def format_table(rows: list[dict], roofline_ms=None) -> str:
         if roofline_ms:
             roof = roofline_ms(r)
             line += f"{roof:>13.1f}{roof / r['engine_ms'] * 100:>6.0f}%"
+        if in_turn_ms:
+            line += f"{in_turn_ms(r) / r['engine_ms'] * 100:>8.0f}%"
         lines.append(line)
     return "\n".join(lines)
