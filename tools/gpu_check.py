@@ -102,7 +102,7 @@ def check_bench(model_name: str, device: str, dtype: str, num_requests: int, con
            "vs generate (static 16)": f"{t_st / t_eng:.2f}x",
            "greedy-identical vs static": f"{agreement(ours, theirs)[0]:.0%}",
            "roofline share": f"{roofline_share(eng, costs, roof):.0%} "
-                             f"({roofline_share(eng, costs, roof, in_turn=True):.0%} of it in turn)"}
+                             f"({roofline_share(eng, costs, roof, in_turn=True):.0%} of the roofline in turn)"}
     if not continuous:
         row["vs transformers continuous"] = "skipped (CPU stand-in)"
     else:

@@ -159,7 +159,8 @@ def step_roofline_s(costs, roof, tokens: int, samples: int, pairs: int, kv_rows:
     in_turn: the weights' products and the attention one after the other, each at its own roof
     (the products' FLOPs or the weights' bytes, then attention's FLOPs or the K/V bytes), as
     engine/sim/roofline.py models a step. The plain roofline lets a step's K/V reads hide under its
-    products' arithmetic; an engine that runs them in turn (this one, and most) can reach this one."""
+    products' arithmetic; an engine that runs the two one after the other (this one) is bound by this
+    one, so the share of it says how close each part comes to its own roof."""
     gemm_flops = 2 * costs["body_params"] * tokens + 2 * costs["head_params"] * samples
     attn_flops = costs["attn_flops_per_pair"] * pairs
     kv_bytes = costs["kv_bytes_per_token"] * kv_rows
@@ -357,8 +358,8 @@ def bench_command(args) -> int:
             parts.append(f"{r['engine_tok_s'] / r['hf_static_tok_s']:.1f}x generate-static")
         if "hf_cb_tok_s" in r:
             parts.append(f"{r['engine_tok_s'] / r['hf_cb_tok_s']:.1f}x transformers-continuous")
-        parts.append(f"{r['roofline_fraction'] * 100:.0f}% of roofline ({r['in_turn_fraction'] * 100:.0f}% of it "
-                     f"in turn)")
+        parts.append(f"{r['roofline_fraction'] * 100:.0f}% of roofline ({r['in_turn_fraction'] * 100:.0f}% of the "
+                     f"roofline in turn)")
         parts.append(f"decode b1 {r['b1_floor_ratio']:.2f}x the memory floor (step by step, each against a copy "
                      f"a step before it)")
         if "static_agree" in r:
