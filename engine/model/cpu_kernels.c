@@ -1038,7 +1038,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     /* The jobs, found once, here: each is rows b.. of a run (a tile of up to QTILE rows of one
      * prefill chunk, or one row) and its KV heads h.. */
     struct job { int b, rows, h, heads; } *jobs = malloc(sizeof(struct job) * (size_t)B * kv_heads);
-    int n_jobs = 0;
+    int n_jobs = 0, tiles = 0;                           /* tiles: runs of a prefill chunk's rows */
     /* a decode row's heads per job: up to MAX_HEADS, or one where there are fewer rows than threads */
     int per_row = B < omp_get_max_threads() ? 1 : MAX_HEADS;
     for (int b = 0, rows; b < B; b += rows) {
@@ -1046,7 +1046,10 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         if (fast && rows == 1)
             for (int h = 0; h < kv_heads; h += per_row)
                 jobs[n_jobs++] = (struct job){b, 1, h, kv_heads - h < per_row ? kv_heads - h : per_row};
-        else for (int h = 0; h < kv_heads; h++) jobs[n_jobs++] = (struct job){b, rows, h, 1};
+        else {
+            for (int h = 0; h < kv_heads; h++) jobs[n_jobs++] = (struct job){b, rows, h, 1};
+            tiles += rows > 1;
+        }
     }
     int64_t Lpad = (longest + 2 * VW - 1) / (2 * VW) * (2 * VW);     /* whole key tiles (attend_tile) */
     #pragma omp parallel
@@ -1057,7 +1060,8 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         float *outf = malloc(sizeof(float) * vectors * d);
         float *row = malloc(sizeof(float) * (size_t)d);
         float *kt = malloc(sizeof(float) * (size_t)d * 2 * VW);
-        uint32_t *vp = bf16 && BF16_DOT ? malloc(sizeof(uint32_t) * (size_t)(Lpad / 2) * d) : NULL;   /* pair_values */
+        /* pair_values' value pairs, where there are tiles to attend */
+        uint32_t *vp = bf16 && BF16_DOT && tiles ? malloc(sizeof(uint32_t) * (size_t)(Lpad / 2) * d) : NULL;
         #pragma omp for schedule(dynamic)
         for (int j = 0; j < n_jobs; j++) {
             int b = jobs[j].b, R = jobs[j].rows, h = jobs[j].h, n = jobs[j].heads * group * d;  /* n: a row's floats */
