@@ -82,7 +82,7 @@ def own_cells(page) -> int:
 
 def seen_by(page, engine_url) -> str:
     """What a stuck wait could see: the server's requests by tenant and status, the dots and
-    traces on the page's batch chart, and the page's warnings and captions."""
+    traces on the page's batch chart, and the page's warnings, captions and exceptions."""
     with urllib.request.urlopen(engine_url + "/lab/requests?limit=500", timeout=10) as r:
         rows = json.load(r)["requests"]
     by = Counter(f"{row['tenant']}:{row['status']}" for row in rows)
@@ -90,7 +90,8 @@ def seen_by(page, engine_url) -> str:
         traces = chart(page, "(el._fullData || []).map(t => t.name)")
     except Exception as exc:
         traces = f"no chart ({type(exc).__name__})"
-    notes = [t[:160] for t in page.locator("[data-testid='stAlert'], [data-testid='stCaptionContainer']").all_inner_texts()]
+    notes = [t[:160] for t in page.locator("[data-testid='stAlert'], [data-testid='stCaptionContainer'], "
+                                           "[data-testid='stException']").all_inner_texts()]
     return f"server {dict(by)}; dots {own_cells(page)}; chart traces {traces}; page says {notes}"
 
 

@@ -1,6 +1,8 @@
 """The lessons' pictures (analysis/pictures.py, analysis/pictures_course.py) render from simulated
 runs, with alt text, and say what the run shows."""
+import os
 import re
+import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -114,3 +116,27 @@ def test_the_title_check_can_fail():
     too_long = go.Figure(layout=dict(title=dict(text="Waiting requests over time, capacity μ = 1.80 requests/s")))
     assert max(map(len, title_lines(too_long))) > PHONE_TITLE_CHARS
     assert max(map(len, title_lines(go.Figure(layout=dict(title=dict(text="Waiting<br>capacity")))))) <= PHONE_TITLE_CHARS
+
+
+def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monkeypatch):
+    """The warm-up thread shares the pages' process, so the pages wait on what it holds (a module's
+    import lock, Python's own lock): ranked below them by the OS, it once kept a classroom page's
+    first run waiting over 90 s on a busy machine. It keeps their priority and pauses after each
+    picture instead."""
+    from analysis import course
+    from ui import calculators
+    from ui import lesson_pictures as glue
+    seen, pauses = [], []
+
+    def record(*_args):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    monkeypatch.setattr(calculators, "warm", record)
+    monkeypatch.setattr(course, "load_example", record)
+    monkeypatch.setattr(glue, "picture", record)
+    monkeypatch.setattr(glue.time, "sleep", pauses.append)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=glue._draw_all)
+    thread.start()
+    thread.join(timeout=60)
+    assert seen == [base] * (2 + len(PICTURE_IDS))
+    assert len(pauses) == len(PICTURE_IDS) and all(p >= 0 for p in pauses)

@@ -3,11 +3,11 @@ draws one with its caption and, under it, its alt text (the picture told in word
 
 A picture is a simulated run, the same for everyone and every machine: each is drawn once and kept
 on disk beside the results cache, under a digest of the code that draws it (analysis/ and engine/),
-so a change to that code draws it afresh. `warm()` loads or draws them all on a background thread,
-at the OS's lowest priority, the first time the lesson pages are built, with the calculators'
-defaults, so that the first learner to open a lesson does not wait for its runs (about ten seconds
-for all of them on two cores) or for the step-time calculator's first read of this machine's step
-model (which imports torch: 20-30 s on a busy two-core machine).
+so a change to that code draws it afresh. `warm()` loads or draws them all on a background thread
+the first time the lesson pages are built, with the calculators' defaults, so that the first
+learner to open a lesson does not wait for its runs (about ten seconds for all of them on two
+cores) or for the step-time calculator's first read of this machine's step model (which imports
+torch: 20-30 s on a busy two-core machine).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import hashlib
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -22,7 +23,6 @@ import streamlit as st
 from analysis.pictures import Picture
 from analysis.pictures_course import PICTURES
 from engine.runs.results import cache_dir
-from engine.model.threads import lower_os_priority
 
 PICTURE_IDS = tuple(PICTURES)
 DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on
@@ -70,13 +70,20 @@ def warm() -> None:
 
 
 def _draw_all() -> None:
+    """At the pages' own priority, and busy at most half the time. This thread shares the pages'
+    process: while it imports a module, the pages wait for that module's lock, and while it runs
+    Python, for Python's one lock. Ranked below everything else by the OS, it could hold either for
+    minutes on a busy machine: a classroom page's first run once waited over 90 s on this thread's
+    import of torch. So it keeps the pages' priority, and pauses after each picture as long as the
+    picture took, leaving the pages at least half of the time."""
     from analysis import course
     from ui import calculators
-    lower_os_priority(19)                      # the pages' own work goes first
     calculators.warm()                         # this machine's step model (and the torch it imports)
     course.load_example(course.LOADS[-1])      # the queueing calculators' defaults
     for p in PICTURE_IDS:
+        start = time.perf_counter()
         picture(p)
+        time.sleep(time.perf_counter() - start)
 
 
 def show_picture(picture_id: str) -> None:
