@@ -123,19 +123,27 @@ def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monk
     import lock, Python's own lock): ranked below them by the OS, it once kept a classroom page's
     first run waiting over 90 s on a busy machine. It keeps their priority and pauses after each
     picture instead."""
+    import time
     from analysis import course
     from ui import calculators
     from ui import lesson_pictures as glue
     seen, pauses = [], []
-
-    def record(*_args):
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-    monkeypatch.setattr(calculators, "warm", record)
-    monkeypatch.setattr(course, "load_example", record)
-    monkeypatch.setattr(glue, "picture", record)
-    monkeypatch.setattr(glue.time, "sleep", pauses.append)
-    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     thread = threading.Thread(target=glue._draw_all)
+
+    def spy(owner, name):
+        real = getattr(owner, name)
+
+        def instead(*args):          # another warm-up (a lesson page's in this process) goes on as it was
+            if threading.current_thread() is not thread:
+                return real(*args)
+            if name == "sleep":
+                pauses.append(args[0])
+            else:
+                seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        monkeypatch.setattr(owner, name, instead)
+    for owner, name in ((calculators, "warm"), (course, "load_example"), (glue, "picture"), (time, "sleep")):
+        spy(owner, name)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     thread.start()
     thread.join(timeout=60)
     assert seen == [base] * (2 + len(PICTURE_IDS))
