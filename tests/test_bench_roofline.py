@@ -82,14 +82,19 @@ def test_the_share_in_turn_is_never_below_the_plain_share():
 
 def test_each_decode_step_at_batch_1_is_compared_with_a_copy_made_a_step_before_it(monkeypatch):
     """Right after a copy a step first writes back the copy's lines: the step after it is the one
-    compared. Here the copies report 1, 2, 3, ... GB/s in turn (the first is the warm-up)."""
+    compared. A read leaves nothing to write back: the step right after it is compared with it.
+    Here the copies report 1, 2, 3, ... GB/s in turn and the reads 101, 102, ... (the first of
+    each is the warm-up)."""
     from engine.model.model import load_model
-    rates = iter(range(1, 100))
-    monkeypatch.setattr(bench, "copy_rate", lambda device: lambda: next(rates) * 1e9)
+    copies, reads = iter(range(1, 100)), iter(range(101, 200))
+    monkeypatch.setattr(bench, "copy_rate", lambda device: lambda: next(copies) * 1e9)
+    monkeypatch.setattr(bench, "read_rate", lambda device: lambda: next(reads) * 1e9)
     lm = load_model("tiny", device="cpu", dtype="fp32")
     costs = bench.model_costs(lm)
     got = bench.b1_against_copies(lm, costs, pairs=3)
-    assert got["copies"] == [2e9, 3e9, 4e9], "one copy every other step, after the warm-up"
-    assert len(got["steps_ms"]) == 3
-    for ms, bw, ratio in zip(got["steps_ms"], got["copies"], got["ratios"]):
+    assert got["copies"] == [2e9, 3e9, 4e9], "a copy before every third step, after the warm-up"
+    assert got["reads"] == [102e9, 103e9, 104e9], "a read before every third step, after the warm-up"
+    assert len(got["steps_ms"]) == len(got["read_steps_ms"]) == 3
+    for ms, bw, ratio in [*zip(got["steps_ms"], got["copies"], got["ratios"]),
+                          *zip(got["read_steps_ms"], got["reads"], got["read_ratios"])]:
         assert ratio == pytest.approx(ms / (costs["weight_bytes"] / bw * 1000))

@@ -50,6 +50,10 @@ TRIALS = 10          # timed products and copies, after one warm-up each
 # Decode steps at batch 1, each compared with a copy made a step before it: right after a copy
 # the step first writes back the copy's lines left in the cache (9% slower here), so a step
 # between them is timed but not compared; the one after it takes what steps back to back take.
+# A third step follows a plain read of as many bytes (it leaves nothing to write back): a step
+# only reads its weights, and on this machine a read has run 5-15% faster than a copy where
+# memory was busy and 8-10% slower where it was quiet, so the floor at a copy alone can flatter
+# a step or wrong it.
 B1_PAIRS = 9
 SLOW_GEMM = 10e9     # FLOP/s under which a library's product is emulated here (not a peak): skipped
 
@@ -99,16 +103,32 @@ def copy_rate(device):
     return once
 
 
+def read_rate(device):
+    """A function that reads 256 MB once (a sum) and returns the bytes read per second: what a
+    step that only reads its weights could get from memory at that moment."""
+    import torch
+    src = torch.randn(64 * 2 ** 20, device=device)
+
+    def once() -> float:
+        t = time.perf_counter(); src.sum(); _sync(device)
+        return src.numel() * 4 / (time.perf_counter() - t)
+    return once
+
+
 def b1_against_copies(model, costs, pairs: int = B1_PAIRS) -> dict:
     """Decode steps at batch 1, each with the memory floor of a copy made a step before it: the
-    steps' ms, the copies' bytes per second, and each step's time over its floor."""
-    copy_once = copy_rate(model.device)
-    copy_once()                                        # its pages touched once, not in a pair
-    turns = itertools.cycle((copy_once, lambda: None))   # a copy before every other step
-    row = measure_batch_scaling(model, [1], context=100, steps=2 * pairs, before_each=lambda: next(turns)())[0]
-    copies, steps_ms = row["before_each"][0::2], row["times_ms"][1::2]
-    return {"copies": copies, "steps_ms": steps_ms,
-            "ratios": [ms / (costs["weight_bytes"] / bw * 1000) for ms, bw in zip(steps_ms, copies)]}
+    steps' ms, the copies' bytes per second, and each step's time over its floor; and the same
+    against a plain read made just before a step (`read_*`)."""
+    copy_once, read_once = copy_rate(model.device), read_rate(model.device)
+    copy_once(); read_once()                           # their pages touched once, not in a pair
+    turns = itertools.cycle((copy_once, lambda: None, read_once))
+    row = measure_batch_scaling(model, [1], context=100, steps=3 * pairs, before_each=lambda: next(turns)())[0]
+    copies, steps_ms = row["before_each"][0::3], row["times_ms"][1::3]
+    reads, read_steps_ms = row["before_each"][2::3], row["times_ms"][2::3]
+    floor = lambda ms, bw: ms / (costs["weight_bytes"] / bw * 1000)
+    return {"copies": copies, "steps_ms": steps_ms, "ratios": [floor(ms, bw) for ms, bw in zip(steps_ms, copies)],
+            "reads": reads, "read_steps_ms": read_steps_ms,
+            "read_ratios": [floor(ms, bw) for ms, bw in zip(read_steps_ms, reads)]}
 
 
 def better_roofline(a: dict, b: dict) -> dict:
@@ -297,7 +317,7 @@ def bench_command(args) -> int:
         before = measure_roofline(model.device, model.dtype)
         costs = model_costs(model)
         b1 = b1_against_copies(model, costs)
-        b1_copies, b1_steps, b1_ratios = b1["copies"], b1["steps_ms"], b1["ratios"]
+        b1_copies, b1_steps, b1_ratios, b1_read_ratios = b1["copies"], b1["steps_ms"], b1["ratios"], b1["read_ratios"]
         t_eng, ours, engine = run_engine(model, fresh(), args)
         roof = better_roofline(before, measure_roofline(model.device, model.dtype))
         print(f"\n== {model.name} on {model.device}, {str(model.dtype).replace('torch.', '')}: "
@@ -309,7 +329,9 @@ def bench_command(args) -> int:
         print(f"decode step at batch 1: {min(b1_steps):.1f} ms best, {statistics.median(b1_steps):.1f} median; "
               f"each of {len(b1_ratios)} steps against the memory floor at a copy made a step before it "
               f"({min(bws):.0f}-{max(bws):.0f} GB/s) -> {statistics.median(b1_ratios):.2f}x the floor "
-              f"(the median pair; {min(b1_ratios):.2f}-{max(b1_ratios):.2f}x)")
+              f"(the median pair; {min(b1_ratios):.2f}-{max(b1_ratios):.2f}x); against a plain read of as many bytes "
+              f"made just before it ({min(b1['reads']) / 1e9:.0f}-{max(b1['reads']) / 1e9:.0f} GB/s) -> "
+              f"{statistics.median(b1_read_ratios):.2f}x ({min(b1_read_ratios):.2f}-{max(b1_read_ratios):.2f}x)")
         if args.profile:
             from ..model.step_profile import format_table, profile_shapes
             print("where a step's time goes (ms and share of the step; median step of several):")
@@ -322,7 +344,7 @@ def bench_command(args) -> int:
                "engine_s": t_eng, "roofline_fraction": roofline_share(engine, costs, roof), "steps": len(engine.steps),
                "median_roofline_fraction": roofline_share(engine, costs, medians),
                "in_turn_fraction": roofline_share(engine, costs, roof, in_turn=True),
-               "b1_floor_ratio": statistics.median(b1_ratios)}
+               "b1_floor_ratio": statistics.median(b1_ratios), "b1_read_ratio": statistics.median(b1_read_ratios)}
         print(f"this engine: {t_eng:.1f} s, {eng_tps:.1f} output tok/s over {len(engine.steps)} steps; "
               f"{row['roofline_fraction'] * 100:.0f}% of the roofline for its step shapes "
               f"({row['median_roofline_fraction'] * 100:.0f}% of it at the median peaks; "
@@ -361,7 +383,7 @@ def bench_command(args) -> int:
         parts.append(f"{r['roofline_fraction'] * 100:.0f}% of roofline ({r['in_turn_fraction'] * 100:.0f}% of the "
                      f"roofline in turn)")
         parts.append(f"decode b1 {r['b1_floor_ratio']:.2f}x the memory floor (step by step, each against a copy "
-                     f"a step before it)")
+                     f"a step before it; {r['b1_read_ratio']:.2f}x against a read)")
         if "static_agree" in r:
             parts.append(f"greedy-identical {r['static_agree'] * 100:.0f}% of requests")
         print("  " + ", ".join(parts))
