@@ -50,9 +50,9 @@ TRIALS = 10          # timed products and copies, after one warm-up each
 # Decode steps at batch 1, each compared with a copy made a step before it: right after a copy
 # the step first writes back the copy's lines left in the cache (9% slower here), so a step
 # between them is timed but not compared; the one after it takes what steps back to back take.
-# A third step follows a plain read of as many bytes (it leaves nothing to write back): a step
-# only reads its weights, and on this machine a read has run 5-15% faster than a copy where
-# memory was busy and 8-10% slower where it was quiet, so the floor at a copy alone can flatter
+# A third step follows a plain read of 256 MB (it leaves nothing to write back): a step
+# only reads its weights, and on this machine a read has run 2-17% faster than a copy where
+# memory was busy and 3-10% slower where it was quiet, so the floor at a copy alone can flatter
 # a step or wrong it.
 B1_PAIRS = 9
 SLOW_GEMM = 10e9     # FLOP/s under which a library's product is emulated here (not a peak): skipped
@@ -329,7 +329,7 @@ def bench_command(args) -> int:
         print(f"decode step at batch 1: {min(b1_steps):.1f} ms best, {statistics.median(b1_steps):.1f} median; "
               f"each of {len(b1_ratios)} steps against the memory floor at a copy made a step before it "
               f"({min(bws):.0f}-{max(bws):.0f} GB/s) -> {statistics.median(b1_ratios):.2f}x the floor "
-              f"(the median pair; {min(b1_ratios):.2f}-{max(b1_ratios):.2f}x); against a plain read of as many bytes "
+              f"(the median pair; {min(b1_ratios):.2f}-{max(b1_ratios):.2f}x); against the floor at a plain read "
               f"made just before it ({min(b1['reads']) / 1e9:.0f}-{max(b1['reads']) / 1e9:.0f} GB/s) -> "
               f"{statistics.median(b1_read_ratios):.2f}x ({min(b1_read_ratios):.2f}-{max(b1_read_ratios):.2f}x)")
         if args.profile:
