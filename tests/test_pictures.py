@@ -120,9 +120,9 @@ def test_the_title_check_can_fail():
 
 def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monkeypatch):
     """The warm-up thread shares the pages' process, so the pages wait on what it holds (a module's
-    import lock, Python's own lock): ranked below them by the OS, it once kept a classroom page's
-    first run waiting over 90 s on a busy machine. It keeps their priority and pauses after each
-    picture instead."""
+    import lock, Python's own lock): ranked below them by the OS, it can keep a page's first run
+    waiting for minutes on a busy machine. It keeps their priority and pauses after each picture
+    instead."""
     import time
     from analysis import course
     from ui import calculators

@@ -73,9 +73,9 @@ def _draw_all() -> None:
     """At the pages' own priority, and busy at most half the time. This thread shares the pages'
     process: while it imports a module, the pages wait for that module's lock, and while it runs
     Python, for Python's one lock. Ranked below everything else by the OS, it could hold either for
-    minutes on a busy machine: a classroom page's first run once waited over 90 s on this thread's
-    import of torch. So it keeps the pages' priority, and pauses after each picture as long as the
-    picture took, leaving the pages at least half of the time."""
+    minutes on a busy machine (its import of torch, with a page's first run waiting behind it). So
+    it keeps the pages' priority, and pauses after each picture as long as the picture took,
+    leaving the pages at least half of the time."""
     from analysis import course
     from ui import calculators
     calculators.warm()                         # this machine's step model (and the torch it imports)
