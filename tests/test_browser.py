@@ -136,6 +136,16 @@ def status(page) -> dict:
     return {"state": m[1], "steps": int(m[2].replace(",", "")), "largest": largest, "slots": int(m[4])}
 
 
+def controls_seen(page) -> str:
+    """What a stuck wait on the Playground's controls could see: the status line, which buttons
+    are disabled, and the page's alerts, toasts and exceptions."""
+    disabled = {name: page.get_by_role("button", name=name, exact=True).is_disabled()
+                for name in ("Start", "Pause", "Resume")}
+    notes = page.locator("[data-testid='stAlert'], [data-testid='stToast'], "
+                         "[data-testid='stException']").all_inner_texts()
+    return f"status {status_el(page).inner_text()[:240]!r}; disabled {disabled}; page says {[n[:160] for n in notes]}"
+
+
 def chart_plot(page, key: str = "pg_batch"):
     """The plot of a live chart (ui/live_chart.py): it is drawn inside the component's frame."""
     return page.frame_locator(f".st-key-{key} iframe").locator(".js-plotly-plot")
@@ -421,7 +431,7 @@ def test_review_steps_the_views_and_the_headline(server, browser, left):
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: status(page)["steps"] >= 25, what="25 steps")
     page.get_by_role("button", name="Pause", exact=True).click()
-    wait_until(lambda: status(page)["state"] == "paused", what="the pause")
+    wait_until(lambda: status(page)["state"] == "paused", what="the pause", explain=lambda: controls_seen(page))
 
     thumb = page.locator(".st-key-pg_scrub input[type=range]")
     wait_until(lambda: thumb.is_enabled(), timeout=60, what="the scrubber")
