@@ -39,6 +39,22 @@ def test_gate_hides_the_result_until_the_learner_commits():
     assert any("✗" in m.value for m in at.markdown), "the verdict is said in text, not by colour alone"
 
 
+def playground_script():
+    from ui import predict
+    predict.playground(None, None, None)     # before a guess is in it reads none of them
+
+
+def test_the_control_says_whether_the_page_waits_for_the_guess():
+    """A lab holds its results until the commit and says so; the Playground runs either way, and its
+    control must not claim otherwise."""
+    held = AppTest.from_function(lab_script).run()
+    assert any("shows nothing until you commit" in c.value for c in held.caption)
+    free = AppTest.from_function(playground_script).run()
+    assert not free.exception
+    words = " ".join(c.value for c in free.caption)
+    assert "shows nothing" not in words and "Nothing here waits for your guess" in words
+
+
 def test_a_guess_locks_once_its_result_is_shown_and_a_new_run_asks_again():
     at = AppTest.from_function(lab_script).run()
     at.radio(key="predict_demo__guess").set_value("static").run()

@@ -158,8 +158,10 @@ def _locked_line(where, q: Question, guess) -> None:
                    "setting, or press Re-measure.")
 
 
-def ask(q: Question):
-    """Draw the prediction control; return the committed guess, or None until the learner commits."""
+def ask(q: Question, holds_results: bool = True):
+    """Draw the prediction control; return the committed guess, or None until the learner commits.
+    holds_results: the page shows its results only after the commit (a lab); False where they show
+    either way (the Playground runs whether or not a guess is in), and the control says which."""
     guess = committed(q)
     if guess is not None:
         if locked(q):
@@ -181,8 +183,9 @@ def ask(q: Question):
                             float(q.hi), float(q.default), key=f"{q.key}__guess", help=q.help or None)
         st.button("Commit my prediction", key=f"{q.key}__commit", type="primary", on_click=_commit, args=(q,),
                   help="Your guess is kept; then the lab runs (or shows what it measured before).")
-        st.caption("The lab shows nothing until you commit: a guess made before you look is what makes "
-                   "the result surprising, and the surprise is what you remember.")
+        why = "a guess made before you look is what makes the result surprising, and the surprise is what you remember."
+        st.caption(f"The lab shows nothing until you commit: {why}" if holds_results else
+                   f"Nothing here waits for your guess, so commit it before you watch: {why}")
     return None
 
 
@@ -286,7 +289,7 @@ def playground(step_model, policy, workload) -> None:
     q = question("playground")
     with st.expander(":material/psychology: Predict first: when does the queue stop emptying?",
                      expanded=committed(q) is None):
-        guess = ask(q)
+        guess = ask(q, holds_results=False)
         if guess is None:
             return
         entry = predictions()[q.lab]
