@@ -197,3 +197,14 @@ def test_judge_words_follow_the_outcome():
     v = claims.judge(c, 9.0, "yes", "no", "too few requests")
     assert v.outcome == UNDECIDED and v.words == "too few requests"
     assert claims.judge(c, float("nan"), "yes", "no").outcome == NOT_SHOWN
+
+
+def test_a_decision_beside_a_short_step_is_worded_by_its_size():
+    """The scheduling claim's sentence for a 0.2 ms step: a decision shorter than the step is a share
+    of it ("0 times the step" was printed for 0.07 ms), a longer one so many times the step."""
+    assert costs.share_of_step(0.07, 0.2) == "35% of the step"
+    assert costs.share_of_step(0.3, 0.2) == "1.5 times the step"
+    assert costs.share_of_step(4.0, 0.2) == "20 times the step"
+    numbers = {"scheduler_ms": 0.07, "running": 51, "waiting": 1000, "step_ms": 40.0, "share": 0.07 / 40}
+    words = costs.scheduling_verdict(numbers, "the step model").words
+    assert "would be 35% of the step" in words and "0 times" not in words

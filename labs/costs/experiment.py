@@ -277,6 +277,14 @@ def scheduling_step_ms(step_model) -> float:
     return step_model.decode_ms(scheduler_ms()[1], SCHED_CONTEXT)
 
 
+def share_of_step(ms: float, step_ms: float) -> str:
+    """`ms` beside a step of `step_ms`, in words: a percentage below the step's length, times above."""
+    r = ms / step_ms
+    if r < 0.995:
+        return f"{r:.0%} of the step"
+    return f"{r:.1f} times the step" if r < 9.95 else f"{r:.0f} times the step"
+
+
 def scheduling_verdict(n: dict, step_says: str) -> claims.Verdict:
     """The claim `scheduling_is_small` on scheduling_numbers; `step_says` where the step's time came from."""
     numbers = (f"Deciding a step of {n['running']} running requests with {n['waiting']:,} waiting took the scheduler "
@@ -284,6 +292,6 @@ def scheduling_verdict(n: dict, step_says: str) -> claims.Verdict:
                f"({step_says}), so the decision is {n['share']:.1%} of it.")
     return claims.judge("scheduling_is_small", n["share"],
                         numbers + f" On a {FAST_STEP_MS:g} ms step the same decision would be "
-                        f"{n['scheduler_ms'] / FAST_STEP_MS:.0f} times the step.",
+                        f"{share_of_step(n['scheduler_ms'], FAST_STEP_MS)}.",
                         numbers + " Here the decision is a visible share of the step: an engine with steps this "
                         "short decides the next step while the current one runs.")
