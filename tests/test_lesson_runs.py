@@ -54,6 +54,25 @@ def test_why_batch_knee_uses_the_rule_on_the_mean_of_the_passes():
     assert error_bars(why_batch.scaling_table(rows), "step_ms") is None, "one pass: no bars"
 
 
+def test_why_batch_knee_words_follow_where_the_knee_fell():
+    """The knee's sentence is read off the numbers: batches past the knee add what they add; a knee at
+    the largest batch tried says tokens/s was still climbing, with the fit's ceiling above it (the old
+    words promised 'larger batches add at most the last 10%' while the fit put the ceiling 25% higher)."""
+    rows = scaling_rows({b: 10 + b for b in (1, 2, 4, 8, 16, 32, 64)})      # best 864.9 at 64, the knee
+    table, fit = why_batch.scaling_table(rows), why_batch.linear_fit(rows)
+    at_edge = why_batch.knee_words(table, why_batch.knee(rows), fit, "measured")
+    assert "largest batch tried, **64**" in at_edge and "still climbing" in at_edge
+    assert "ceiling near 1,000 tokens/s, 16% above it" in at_edge and "at most" not in at_edge
+    flat = scaling_rows({1: 10.0, 2: 11.0, 4: 12.0, 8: 20.0, 16: 38.0})   # 400 tok/s at 8, best 421 at 16
+    t = why_batch.scaling_table(flat)
+    inside = why_batch.knee_words(t, why_batch.knee(flat), why_batch.linear_fit(flat), "predicted")
+    assert why_batch.knee(flat) == 8
+    assert "batch **8** already makes 95% of the best tokens/s predicted here (421, at batch 16)" in inside
+    assert "the larger batches tried add the last 5%" in inside
+    shown = why_batch.gains_shown(table["gain_per_doubling"])
+    assert shown.iloc[-1] == "—" and shown.iloc[0].startswith("×"), "no next size: no gain, and no 'None'"
+
+
 def test_bend_handles_uneven_steps_per_doubling():
     # 1 -> 4 is two doublings: a 3x gain is sqrt(3) = 1.73 per doubling
     rows = [{"batch": 1, "step_ms": 10, "tokens_per_s": 100, "ms_per_token": 10},

@@ -84,11 +84,37 @@ def scaling_table(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
+def gains_shown(gains: pd.Series) -> pd.Series:
+    """The gain-per-doubling column as the table shows it: "×1.71", and "—" for the largest batch
+    (there is no next size to gain towards; a blank number showed as "None")."""
+    return gains.map(lambda g: f"×{g:.2f}" if g == g else "—")
+
+
 def knee(rows: list[dict]) -> int | None:
     """The knee of tokens/s against batch size, by the labs' one rule (labs.knee_rule)."""
     df = scaling_table(rows)
     k = knee_rule.knee(df["batch"].tolist(), df["tokens_per_s"].tolist())
     return None if k is None else int(k)
+
+
+def knee_words(table: pd.DataFrame, knee_batch: int, fit: dict, shown_as: str) -> str:
+    """The knee's sentence, from the numbers shown: what the batches past the knee added, or, where the
+    knee is the largest batch tried, that tokens/s was still climbing where the sweep stopped (with the
+    straight-line fit's ceiling, where it lies above the best point)."""
+    tps = table.set_index("batch")["tokens_per_s"]
+    best, best_batch, largest = float(tps.max()), int(tps.idxmax()), int(tps.index.max())
+    if knee_batch < largest:
+        share = tps[knee_batch] / best
+        return (f"**The knee:** batch **{knee_batch}** already makes {share:.0%} of the best tokens/s {shown_as} "
+                f"here ({best:,.0f}, at batch {best_batch}); the larger batches tried add the last {1 - share:.0%}.")
+    words = (f"**The knee** is the largest batch tried, **{knee_batch}** ({best:,.0f} tokens/s {shown_as}): every "
+             f"smaller batch made less than {knee_rule.KNEE_SHARE:.0%} of that, so tokens/s was still climbing "
+             "where the sweep stopped, and the rule can only name a knee among the sizes tried.")
+    ceiling = fit.get("ceiling_tok_s", math.nan)
+    if math.isfinite(ceiling) and ceiling > best:
+        words += (f" The straight-line fit below puts the ceiling near {ceiling:,.0f} tokens/s, "
+                  f"{ceiling / best - 1:.0%} above it: add larger batch sizes to find the knee.")
+    return words
 
 
 def amortization_verdict(table: pd.DataFrame) -> claims.Verdict:
@@ -137,8 +163,7 @@ def linear_fit(rows: list[dict]) -> dict:
 FIGURE_TEXTS = {   # figure: (title, what good looks like, x axis, y axis)
     "amortization": ("Amortization: one decode step shared by the whole batch",
                      "Good: tokens/s climbs steeply while ms per token falls. From the knee (dashed) on, the "
-                     f"batch already gives {knee_rule.KNEE_SHARE:.0%} of the best tokens/s. Bars: the "
-                     "lowest and highest of the passes.",
+                     f"batch already gives {knee_rule.KNEE_SHARE:.0%} of the best tokens/s.",
                      "batch size (sequences in one decode step)", "tokens / s"),
     "step_time": ("Decode step time against batch size",
                   "Good (for batching): a flat start, where extra sequences ride almost free. "
@@ -151,7 +176,10 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
                  source: str = "measured") -> go.Figure:
     """Tokens/s (left axis) and ms per token (right axis) against batch size, the knee marked.
     `source`: "measured", or "predicted" (the step model's)."""
-    texts = FIGURE_TEXTS["amortization"]
+    title, good, *axes = FIGURE_TEXTS["amortization"]
+    if source == "measured":          # a prediction has no passes, so no bars
+        good += " Bars: the lowest and highest of the passes."
+    texts = (title, good, *axes)
     if is_empty(table, "batch", "tokens_per_s", "ms_per_token"):
         return go.Figure(empty_figure(*texts))
     b = table["batch"].to_numpy(float)

@@ -74,9 +74,7 @@ c[3].metric("the knee", f"batch {knee}" if knee else "—", help=knee_rule.RULE[
 shown_as = "measured" if measured else "predicted"
 widgets.plot(lab.amortization(table, knee, fit, shown_as))
 if knee:
-    st.markdown(f"**The knee:** batch **{knee}** already makes {knee_rule.KNEE_SHARE:.0%} of the best tokens/s "
-                f"{shown_as} here ({widgets.fmt(table.tokens_per_s.max(), digits=0)}); larger batches add at most "
-                f"the last {1 - knee_rule.KNEE_SHARE:.0%}. "
+    st.markdown(lab.knee_words(table, knee, fit, shown_as) + " "
                 + (f"Each point is the mean of {int(table.runs.min())} passes; the bars span the lowest and "
                    "highest pass." if measured else "Each point is the step model's prediction."))
 else:
@@ -97,7 +95,11 @@ columns = {"batch": "batch size", "step_ms": "step (ms)", "tokens_per_s": "token
            "gain_per_doubling": "gain per doubling", "step_ms_lo": "step, fastest pass (ms)",
            "step_ms_hi": "step, slowest pass (ms)", "runs": "passes",
            "predicted_ms": "step (ms), step model's prediction"}
-widgets.table(table[[c for c in columns if c in table]].rename(columns=columns).round(2), csv="why_batch")
+if not measured:                  # a prediction is one number a size: no passes to count or span
+    columns = {c: name for c, name in columns.items() if c not in ("step_ms_lo", "step_ms_hi", "runs")}
+shown = table[[c for c in columns if c in table]].round(2)
+shown["gain_per_doubling"] = lab.gains_shown(shown["gain_per_doubling"])
+widgets.table(shown.rename(columns=columns), csv="why_batch")
 widgets.definitions("Each batch size: `batch` sequences of `context` tokens are prefilled (not timed), then "
                     "every sequence decodes one token per step; a pass keeps the median of its timed steps, "
                     "and the table shows the mean over the passes, with the fastest and slowest pass. "
