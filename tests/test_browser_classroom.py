@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, wait_until
+from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, isolated_cache, wait_until
 
 TOKEN = "teacher-secret"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
@@ -37,11 +37,16 @@ def started(cmd, env, health, log_name):
 
 @pytest.fixture(scope="module")
 def classroom():
+    with isolated_cache() as cache:
+        yield from _classroom(cache)
+
+
+def _classroom(cache):
     OUT.mkdir(exist_ok=True)
     engine_port, app_port = free_port(), free_port()
     engine_url = f"http://127.0.0.1:{engine_port}"
     env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT), "BATCHING_LAB_CACHE": str(cache)}
     procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu",
                       "--trusted-client", "127.0.0.1"],
                      env, engine_url + "/health", "classroom-engine.log")]
