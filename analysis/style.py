@@ -50,7 +50,8 @@ GHOST_COLOR = "rgba(110, 110, 110, 0.45)"  # a previous or pinned run, drawn fai
 
 FONT_PX = 12             # the smallest text on any chart
 PRESENTER_FONT_PX = 16   # the smallest text in presenter mode
-SUBTITLE_WIDTH = 105     # characters per subtitle line at FONT_PX on a half-width chart
+SUBTITLE_WIDTH = 68      # characters per subtitle line at FONT_PX: a half-width chart at 1280 px, or a phone (~5 px each)
+TITLE_WIDTH = 48         # characters per title line at FONT_PX + 4 across a phone's chart (~6.7 px each)
 
 COLORS = {
     "waiting": "#d62728",
@@ -82,6 +83,11 @@ def font_px(presenter: bool = False) -> int:
     return PRESENTER_FONT_PX if presenter else FONT_PX
 
 
+def title_chars(presenter: bool = False) -> int:
+    """Characters per title line (the title's font, 4 px above the rest): a phone's chart."""
+    return TITLE_WIDTH * (FONT_PX + 4) // (font_px(presenter) + 4)
+
+
 def subtitle_chars(presenter: bool = False) -> int:
     """Characters per subtitle line on a half-width chart (plotly does not wrap text itself)."""
     return SUBTITLE_WIDTH * FONT_PX // font_px(presenter)
@@ -103,12 +109,13 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
         xaxis["range"] = [float(x_range[0]), float(x_range[1])]
     wrap = wrap or (subtitle_chars(presenter) if presenter else None)
     lines = textwrap.wrap(subtitle, wrap) if wrap else [subtitle]
+    heading = textwrap.wrap(title, title_chars(presenter)) or [title]     # a long title: two lines on every screen
     bigger = px - FONT_PX                   # larger text needs larger margins
     # the title is pinned to the top; below it go the subtitle's lines (about 1.4 px per px)
-    top = max(80, round(34 + 1.4 * (px + 4) + 1.4 * px * len(lines)))
+    top = max(80, round(34 + 1.4 * (px + 4) * len(heading) + 1.4 * px * len(lines)))
     layout = dict(
         font=dict(size=px),
-        title=dict(text=title, font=dict(size=px + 4), yref="container", y=1, yanchor="top",
+        title=dict(text="<br>".join(heading), font=dict(size=px + 4), yref="container", y=1, yanchor="top",
                    pad=dict(t=14), subtitle=dict(text="<br>".join(lines), font=text)),
         xaxis=xaxis,
         yaxis=dict(title=dict(text=ylabel, font=text), **(yaxis or {})),
@@ -121,7 +128,11 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
         hoverlabel=dict(font=text),
         hovermode="closest",
     )
-    layout.update(extra)
+    # a chart's own margins, but never less room on top than its title and subtitle lines take
+    # (a chart that set t=80 drew a three-line subtitle over its plot)
+    margin = {**layout["margin"], **extra.pop("margin", {})}
+    margin["t"] = max(margin["t"], top)
+    layout.update(extra, margin=margin)
     return layout
 
 

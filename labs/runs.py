@@ -15,6 +15,7 @@ the real thing.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -118,10 +119,14 @@ def simulated_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, label
 
 
 def simulated_name(step_model) -> str:
-    """A simulated curve's name in a chart's legend: "simulated (step model: <its label>)", the
-    label without its parenthesised advice (the hand-set guess's "run `python -m engine calibrate`")."""
-    label = (getattr(step_model, "label", "") or "unnamed").split(" (")[0]
-    return f"simulated (step model: {label})"
+    """A simulated curve's name in a chart's legend: "simulated (step model: <what it is>)", from its
+    label: up to the label's first comma and without its parenthesised advice (the hand-set guess's
+    "run `python -m engine calibrate`"), with its current error where it has one. The whole label
+    (the machine, the refit) is in the page's caption: in a legend it ran past the chart's edge."""
+    label = getattr(step_model, "label", "") or "unnamed"
+    error = re.search(r"current error \d+%", label)
+    kind = label.split(" (")[0].split(", ")[0]
+    return f"simulated (step model: {kind}{', ' + error.group(0) if error else ''})"
 
 
 def _learn_speed(model, policy: SchedulerPolicy, parts: list, result: RunResult) -> None:

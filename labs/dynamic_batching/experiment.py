@@ -148,25 +148,26 @@ def waiting_verdict(table: pd.DataFrame) -> claims.Verdict:
 def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
                         sim_name: str = "simulated") -> go.Figure:
     """p50 TTFT (left axis) and tokens per second of engine work (right axis) against max_wait_ms;
-    `sim`, a wait_table from the simulator, as dotted lines beside (or, alone, instead of) the real one."""
+    `sim`, a wait_table from the simulator, as dotted lines beside (or, alone, instead of) the real one,
+    `sim_name` (which step model) said once in the subtitle: in each legend entry it ran off the chart."""
     texts = ("Waiting to fill a batch: TTFT, work rate and delivered rate",
              "Each point is the mean of its runs (bars: lowest to highest run). Left axis: p50 TTFT. Right "
              "axis: tokens per second of engine work and tokens delivered per second. Good: the shortest wait "
-             "that gives the throughput you need.",
+             "that gives the throughput you need." + ("" if is_empty(sim) else f" Dotted: {sim_name}."),
              "max_wait_ms (how long the oldest request may wait for the batch to fill)", "p50 TTFT (s)")
     if is_empty(table) and is_empty(sim):
         return go.Figure(empty_figure(*texts))
     traces = []
     if not is_empty(sim):
         traces += [
-            go.Scatter(name=f"p50 TTFT, {sim_name}", x=sim["max_wait_ms"], y=sim["ttft_p50_s"], mode="lines",
+            go.Scatter(name="p50 TTFT, simulated", x=sim["max_wait_ms"], y=sim["ttft_p50_s"], mode="lines",
                        line=dict(color=COLORS["p95"], width=2, dash="dot"),
                        hovertemplate="wait %{x:g} ms: simulated p50 TTFT %{y:.2f} s<extra></extra>"),
-            go.Scatter(name=f"tokens per second of engine work, {sim_name}", x=sim["max_wait_ms"],
+            go.Scatter(name="tokens per second of engine work, simulated", x=sim["max_wait_ms"],
                        y=sim["busy_tok_s"], mode="lines", yaxis="y2",
                        line=dict(color=COLORS["tokens"], width=2, dash="dot"),
                        hovertemplate="wait %{x:g} ms: simulated %{y:.0f} tok/s while busy<extra></extra>"),
-            go.Scatter(name=f"tokens per second delivered, {sim_name}", x=sim["max_wait_ms"],
+            go.Scatter(name="tokens per second delivered, simulated", x=sim["max_wait_ms"],
                        y=sim["output_tok_s"], mode="lines", yaxis="y2",
                        line=dict(color=COLORS["goodput"], width=2, dash="dot"),
                        hovertemplate="wait %{x:g} ms: simulated %{y:.0f} tok/s delivered<extra></extra>"),
