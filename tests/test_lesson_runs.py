@@ -252,3 +252,12 @@ def knee_job():
     from engine.core.config import SchedulerPolicy
     from labs.part import Part
     return SchedulerPolicy(max_num_seqs=4), [Part(knee.SPEC)]
+
+
+def test_a_short_time_beside_a_long_one_keeps_its_digits():
+    """The queueing lab showed 'Queue time at 90% vs 30%: 0.24 vs 0.00 s' where the short one was
+    0.0038 s: times keep two significant digits, in ms below 0.1 s."""
+    from ui.widgets import seconds
+    assert [seconds(v) for v in (0.24, 0.0038, 0.045, 0.0996, 0.0, 1.5, 12.3)] == \
+        ["0.24 s", "3.8 ms", "45 ms", "100 ms", "0 s", "1.5 s", "12 s"]
+    assert seconds(float("nan")) == "—"

@@ -324,6 +324,15 @@ def fmt(value, unit: str = "", digits: int = 2, scale: float = 1.0) -> str:
     return f"{value * scale:,.{digits}f} {unit}".strip()
 
 
+def seconds(value: float) -> str:
+    """A time with two significant digits (whole ones from 10 up), in ms below 0.1 s, so a short
+    time beside a long one is not shown as 0.00: "0.24 s", "3.8 ms", "45 ms", "12 s"."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    number, unit = (value * 1000, "ms") if 0 < abs(value) < 0.1 else (value, "s")
+    return f"{number:.2g} {unit}" if abs(number) < 10 else f"{number:,.0f} {unit}"
+
+
 def plural(n, word: str) -> str:
     """"1 token", "2 tokens", "1,024 tokens": a count with its noun."""
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

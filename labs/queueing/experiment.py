@@ -231,7 +231,7 @@ def overload_verdict(points: pd.DataFrame) -> claims.Verdict:
     ref, top = ordered.iloc[-2], ordered.iloc[-1]
     share = top.waiting_growth / top.lambda_set if top.lambda_set > 0 else math.nan
     busy_gap = abs(top.busy_share - ref.busy_share)
-    busy = (f"The engine was busy {ref.busy_share:.0%} of the time at {ref.rho:.0%} and {top.busy_share:.0%} at "
+    busy = (f"The engine had a step running {ref.busy_share:.0%} of the time at {ref.rho:.0%} and {top.busy_share:.0%} at "
             f"{top.rho:.0%}")
     grow = (f"the waiting queue grew by {top.waiting_growth:.2f} requests a second at {top.rho:.0%} "
             f"({share:.0%} of the arrivals)")

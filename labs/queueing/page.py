@@ -76,8 +76,8 @@ cols[0].metric(f"Capacity μ ({source})", widgets.fmt(mu, "req/s"),
                help="Finished requests per second while the queue is never empty: the middle half of a run where "
                     "every request arrives at once.")
 cols[1].metric(f"Queue time at {last.rho:.0%} vs {first.rho:.0%}",
-               f"{last.queue_mean_s:.2f} vs {first.queue_mean_s:.2f} s")
-cols[2].metric(f"W at {last.rho:.0%} vs {first.rho:.0%}", f"{last.W_s:.2f} vs {first.W_s:.2f} s",
+               f"{widgets.seconds(last.queue_mean_s)} vs {widgets.seconds(first.queue_mean_s)}")
+cols[2].metric(f"W at {last.rho:.0%} vs {first.rho:.0%}", f"{widgets.seconds(last.W_s)} vs {widgets.seconds(first.W_s)}",
                help="W, the time in system, is queue time plus the request's own service (prefill and decode).")
 widgets.plot(lab.time_in_system(points, mu, source))
 show = points[["rho", "finished", "lambda_set", "lambda_arrivals", "W_s", "W_mm1_s", "queue_mean_s",
