@@ -147,3 +147,13 @@ def test_the_waiting_chart_names_its_step_model_once_in_its_subtitle():
     assert all(len(t.name) <= 45 and t.name.endswith("simulated") for t in fig.data), [t.name for t in fig.data]
     subtitle = fig.layout.title.subtitle.text.replace("<br>", " ")
     assert "Dotted: simulated (step model: quick estimate, current error 9%)." in subtitle
+
+
+def test_the_labs_arrival_rates_are_the_numbers_their_pages_show():
+    """'arriving at 16.493 per second', '6.636, 13.271, 19.907': the rates a lab runs at are cut to three
+    significant digits where they are made, so the page shows the rate the runs use, briefly."""
+    from labs.dynamic_batching import experiment as dynamic
+    from labs.scheduler_orders import experiment as orders
+    from labs.tail import experiment as tail
+    rates = [*slo.rates_for(CPU), dynamic.rate_for(CPU, dynamic.LOAD), orders.rate_for(CPU), tail.rate_for(CPU)]
+    assert all(r > 0 and float(f"{r:.3g}") == r for r in rates), rates

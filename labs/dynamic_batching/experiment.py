@@ -40,8 +40,9 @@ def capacity(step_model, slots: int = SLOTS) -> float:
 
 
 def rate_for(step_model, load: float = LOAD, slots: int = SLOTS) -> float:
-    """The lab's arrival rate: `load` × capacity, rounded (runs are stored under it)."""
-    return round(load * capacity(step_model, slots), 3)
+    """The lab's arrival rate: `load` × capacity, to three significant digits (runs are stored under
+    it, and the page shows it as it is: "16.5", not "16.493")."""
+    return float(f"{load * capacity(step_model, slots):.3g}")
 
 
 def wait_policy(wait_ms: float, slots: int = SLOTS) -> SchedulerPolicy:

@@ -48,7 +48,8 @@ def capacity(step_model) -> float:
 
 
 def rate_for(step_model, load: float = LOAD) -> float:
-    return round(load * capacity(step_model), 3)
+    """`load` × the predicted capacity, to three significant digits, as the page shows it."""
+    return float(f"{load * capacity(step_model):.3g}")
 
 
 def order_parts(rate: float, seed: int = 0, requests: int = REQUESTS) -> list[Part]:

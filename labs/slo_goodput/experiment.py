@@ -45,9 +45,10 @@ def capacity(step_model) -> float:
 
 
 def rates_for(step_model, loads=LOADS) -> list[float]:
-    """The arrival rates: each load × the predicted capacity, rounded (runs are stored under them)."""
+    """The arrival rates: each load × the predicted capacity, to three significant digits (runs are
+    stored under them, and the page shows them as they are: "13.3", not "13.271")."""
     mu = capacity(step_model)
-    return [round(load * mu, 3) for load in loads]
+    return [float(f"{load * mu:.3g}") for load in loads]
 
 
 def rate_runs(model, rates, progress=None, refresh: bool = False,

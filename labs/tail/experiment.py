@@ -37,7 +37,8 @@ def capacity(step_model, long_share: float = 0.1) -> float:
 
 
 def rate_for(step_model, long_share: float = 0.1, load: float = LOAD) -> float:
-    return round(load * capacity(step_model, long_share), 3)
+    """`load` × the predicted capacity, to three significant digits, as the page shows it."""
+    return float(f"{load * capacity(step_model, long_share):.3g}")
 
 
 def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0, rate: float = 5.0,
