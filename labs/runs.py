@@ -118,6 +118,12 @@ def simulated_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, label
     return simulated_mix_run(step_model, policy, [Part(spec)], label)
 
 
+def arrival_rate(load: float, capacity: float) -> float:
+    """A lab's arrival rate: `load` x the predicted capacity, to three significant digits, so the
+    runs use (and are stored under) the rate the page shows: "16.5", not "16.493"."""
+    return float(f"{load * capacity:.3g}")
+
+
 def simulated_name(step_model) -> str:
     """A simulated curve's name in a chart's legend: "simulated (step model: <what it is>)", from its
     label: up to the label's first comma and without its parenthesised advice (the hand-set guess's

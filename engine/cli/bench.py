@@ -97,10 +97,7 @@ def copy_rate(device):
     src = torch.randn(64 * 2 ** 20, device=device)
     dst = torch.empty_like(src)
 
-    def once() -> float:
-        t = time.perf_counter(); dst.copy_(src); _sync(device)
-        return 2 * src.numel() * 4 / (time.perf_counter() - t)
-    return once
+    return lambda: _rate(lambda: dst.copy_(src), 2 * src.numel() * 4, device)
 
 
 def read_rate(device):
@@ -109,10 +106,7 @@ def read_rate(device):
     import torch
     src = torch.randn(64 * 2 ** 20, device=device)
 
-    def once() -> float:
-        t = time.perf_counter(); src.sum(); _sync(device)
-        return src.numel() * 4 / (time.perf_counter() - t)
-    return once
+    return lambda: _rate(src.sum, src.numel() * 4, device)
 
 
 def b1_against_copies(model, costs, pairs: int = B1_PAIRS) -> dict:
@@ -141,13 +135,15 @@ def better_roofline(a: dict, b: dict) -> dict:
             "mem_bw": mem["mem_bw"], "mem_median": mem["mem_median"]}
 
 
+def _rate(work, amount: float, device) -> float:
+    """`amount` (FLOPs, bytes) per second of one call of `work`."""
+    t = time.perf_counter(); work(); _sync(device)
+    return amount / (time.perf_counter() - t)
+
+
 def _rates(work, amount: float, device, trials: int) -> list[float]:
-    """`amount` (FLOPs, bytes) per second of each of `trials` calls of `work`, after one warm-up."""
-    rates = []
-    for _ in range(trials + 1):
-        t = time.perf_counter(); work(); _sync(device)
-        rates.append(amount / (time.perf_counter() - t))
-    return rates[1:]
+    """_rate of each of `trials` calls of `work`, after one warm-up."""
+    return [_rate(work, amount, device) for _ in range(trials + 1)][1:]
 
 
 def _sync(device):

@@ -18,7 +18,7 @@ from engine.runs.workload import WorkloadSpec
 from labs import claims, timing
 from labs.repeats import error_bars, spread
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, simulated_run, single_run
+from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run
 
 WAITS_MS = [0, 500, 2000]
 SLOTS = 8
@@ -40,9 +40,8 @@ def capacity(step_model, slots: int = SLOTS) -> float:
 
 
 def rate_for(step_model, load: float = LOAD, slots: int = SLOTS) -> float:
-    """The lab's arrival rate: `load` × capacity, to three significant digits (runs are stored under
-    it, and the page shows it as it is: "16.5", not "16.493")."""
-    return float(f"{load * capacity(step_model, slots):.3g}")
+    """The lab's arrival rate: `load` × capacity (labs.runs.arrival_rate)."""
+    return arrival_rate(load, capacity(step_model, slots))
 
 
 def wait_policy(wait_ms: float, slots: int = SLOTS) -> SchedulerPolicy:

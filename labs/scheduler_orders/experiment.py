@@ -19,7 +19,7 @@ from engine.runs.results import RunResult
 from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
-from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run
+from labs.runs import arrival_rate, estimate, frames, mix_run, run_each, simulated_mix_run
 from labs.queueing.experiment import waiting_growth
 from labs.tail.experiment import percentile_table, prompt_bucket
 
@@ -48,8 +48,7 @@ def capacity(step_model) -> float:
 
 
 def rate_for(step_model, load: float = LOAD) -> float:
-    """`load` × the predicted capacity, to three significant digits, as the page shows it."""
-    return float(f"{load * capacity(step_model):.3g}")
+    return arrival_rate(load, capacity(step_model))
 
 
 def order_parts(rate: float, seed: int = 0, requests: int = REQUESTS) -> list[Part]:

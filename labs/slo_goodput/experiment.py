@@ -26,7 +26,7 @@ from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
 from labs import claims
 from labs.part import Part
-from labs.runs import estimate, frames, run_each, simulated_run, single_run
+from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run
 
 LOADS = [0.5, 1.0, 1.5, 2.0]      # the real runs' arrival rates, as shares of the predicted capacity
 SIM_LOADS = [round(float(x), 3) for x in np.linspace(0.25, 2.0, 24)]   # the simulated sweep
@@ -45,10 +45,9 @@ def capacity(step_model) -> float:
 
 
 def rates_for(step_model, loads=LOADS) -> list[float]:
-    """The arrival rates: each load × the predicted capacity, to three significant digits (runs are
-    stored under them, and the page shows them as they are: "13.3", not "13.271")."""
+    """The arrival rates: each load × the predicted capacity (labs.runs.arrival_rate)."""
     mu = capacity(step_model)
-    return [float(f"{load * mu:.3g}") for load in loads]
+    return [arrival_rate(load, mu) for load in loads]
 
 
 def rate_runs(model, rates, progress=None, refresh: bool = False,

@@ -14,7 +14,7 @@ from engine.core.metrics import PERCENTILES, percentile
 from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
-from labs.runs import estimate, mix_run, simulated_mix_run
+from labs.runs import arrival_rate, estimate, mix_run, simulated_mix_run
 
 REQUESTS = 120
 SIM_REQUESTS = 600
@@ -37,8 +37,7 @@ def capacity(step_model, long_share: float = 0.1) -> float:
 
 
 def rate_for(step_model, long_share: float = 0.1, load: float = LOAD) -> float:
-    """`load` × the predicted capacity, to three significant digits, as the page shows it."""
-    return float(f"{load * capacity(step_model, long_share):.3g}")
+    return arrival_rate(load, capacity(step_model, long_share))
 
 
 def tail_parts(long_share: float = 0.1, bursty: bool = True, seed: int = 0, rate: float = 5.0,
