@@ -6,16 +6,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.style import COLORS, REQUEST_COLORS, empty_figure, wrapped_layout
+from analysis.style import COLORS, REQUEST_COLORS, empty_figure, layout
 from cluster.result import ClusterResult
 from cluster.traffic import rate_at
 
 
 
 def _grid_layout(title: str, subtitle: str, xlabel: str, ylabel: str, **kw) -> dict:
-    """wrapped_layout for a figure of subplots: their titles are annotations, and their axes are
+    """layout for a figure of subplots: their titles are annotations, and their axes are
     set up already, so this leaves both alone."""
-    out = wrapped_layout(title, subtitle, xlabel, ylabel, **kw)
+    out = layout(title, subtitle, xlabel, ylabel, **kw)
     for key in ("annotations", "shapes", "xaxis", "yaxis"):
         out.pop(key)
     return out
@@ -58,7 +58,7 @@ def router_choices(res: ClusterResult, groups: dict[str, int], title: str) -> go
                            marker=dict(size=4, color=REQUEST_COLORS[k % len(REQUEST_COLORS)]),
                            hovertemplate="%{x:.1f} s → replica %{customdata}<extra></extra>", customdata=rep[g == k])
               for k in sorted(set(g.tolist()))]
-    return go.Figure(traces, wrapped_layout(title, "A dot per request on the replica chosen; colour = its system "
+    return go.Figure(traces, layout(title, "A dot per request on the replica chosen; colour = its system "
                                             "prompt. Good for the cache: each colour on few replicas.",
                                             "time (s)", "replica", yaxis=dict(dtick=1), height=420))
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import (EMPTY_COLOR, REQUEST_COLORS, empty_figure, figure, font_px, ink_on, is_empty, layout,
-                            mark_legend, mark_lines, num, subtitle_chars)
+                            mark_legend, mark_lines, num)
 
 MAX_GRID_STEPS = 600  # most step columns the batch-membership heatmap draws
 SLOT_WARMUP_STEPS = 500  # history replayed before the shown window to place requests in rows
@@ -209,10 +209,9 @@ OTHER_HUE = len(REQUEST_COLORS) - 1      # requests of no one named: the palette
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
                      max_steps: int = MAX_GRID_STEPS, presenter: bool = False,
-                     owners: dict | None = None, owner_hue: dict | None = None, half_width: bool = False) -> dict:
+                     owners: dict | None = None, owner_hue: dict | None = None) -> dict:
     """Who shares each engine step: x = step, y = batch slot, one colour per request.
 
-    half_width: drawn in half a page's width (two side by side): its subtitle wrapped to fit.
     owners (request id -> owner, e.g. a student's name) and owner_hue (owner -> palette index):
     one colour per owner instead, cells labelled with the owner's name, and a legend that names
     every owner drawn (a classroom).
@@ -326,7 +325,6 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     out = layout(
         title, note, xlabel, ylabel, plot_bgcolor="white", shapes=shapes, annotations=notes,
         presenter=presenter, x_range=(x_first - 0.5, x_first + columns - 0.5),
-        wrap=subtitle_chars(presenter) if half_width else None,
         xaxis=dict(showgrid=False, zeroline=False),
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.pictures import Picture
-from analysis.style import wrapped_layout
+from analysis.style import layout
 from cluster.simulated import SimCluster
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
@@ -58,13 +58,13 @@ def router_cache() -> Picture:
                                  y=[f"prompt {k + 1}" for k in range(counts.shape[0])], zmin=0, zmax=top,
                                  colorscale="Blues", showscale=False, text=counts, texttemplate="%{text}",
                                  hovertemplate="%{y} → %{x}: %{z} requests<extra></extra>"), row=1, col=col)
-    layout = wrapped_layout("Where each system prompt's requests went",
-                            f"{len(requests)} chat requests, {SPEC.system_prompts} system prompts of "
-                            f"{SPEC.system_prompt_tokens} tokens, {REPLICAS} replicas at {LOAD:.0%} load. "
-                            "A number is requests sent there.", "", "", height=340)
+    look = layout("Where each system prompt's requests went",
+                  f"{len(requests)} chat requests, {SPEC.system_prompts} system prompts of "
+                  f"{SPEC.system_prompt_tokens} tokens, {REPLICAS} replicas at {LOAD:.0%} load. "
+                  "A number is requests sent there.", "", "", height=340)
     for key in ("annotations", "xaxis", "yaxis"):
-        layout.pop(key, None)
-    fig.update_layout(layout)
+        look.pop(key, None)
+    fig.update_layout(look)
     fig.update_yaxes(autorange="reversed")
     held = {n: float(np.mean((spreads[n] > 0).sum(axis=0))) * SPEC.system_prompt_tokens for n in ROUTERS}
     spread_over = {n: float(np.mean((spreads[n] > 0).sum(axis=1))) for n in ROUTERS}

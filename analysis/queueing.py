@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import COLORS, MODEL_COLOR, empty_figure, num, vline, wrapped_layout
+from analysis.style import COLORS, MODEL_COLOR, empty_figure, num, vline, layout
 
 
 def mm1_time_in_system(lam, mu):
@@ -87,7 +87,7 @@ def mm1_p99_chart(lam: float, mu: float) -> go.Figure:
         shapes, notes = [shape], [note]
     # the curve runs off to infinity at 100%: show it up to 90% busy, or up to the marked point
     top = 1.15 * mm1_time_in_system_quantile(min(max(now, 0.9), 0.98) * mu, mu)
-    return go.Figure(data=traces, layout=wrapped_layout(
+    return go.Figure(data=traces, layout=layout(
         *texts, xaxis=dict(range=[0, 1.02], tickformat=".0%"), yaxis=dict(range=[0, top]),
         shapes=shapes, annotations=notes))
 

@@ -98,7 +98,8 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
            x_range=None, wrap: int | None = None, **extra) -> dict:
     """A chart's layout. Every text size is set here (none below font_px(presenter)).
     x_range: (lo, hi) to hold the x-axis still across refreshes instead of fitting the data.
-    wrap: characters per subtitle line (presenter mode wraps at subtitle_chars by default)."""
+    wrap: characters per subtitle line (by default subtitle_chars: a phone's or a half-width chart's
+    line; a live chart rewraps it to the width it is drawn at, ui/live_chart)."""
     # Everything goes in at construction: no plotly template (validating one costs ~8 ms
     # per figure, and Streamlit applies its own theme anyway) and no fig.update_*/add_*
     # calls afterwards (each one re-walks the figure and costs milliseconds).
@@ -107,8 +108,7 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
     xaxis = dict(title=dict(text=xlabel, font=text), **(xaxis or {}))
     if x_range is not None:
         xaxis["range"] = [float(x_range[0]), float(x_range[1])]
-    wrap = wrap or (subtitle_chars(presenter) if presenter else None)
-    lines = textwrap.wrap(subtitle, wrap) if wrap else [subtitle]
+    lines = textwrap.wrap(subtitle, wrap or subtitle_chars(presenter)) or [subtitle]
     heading = textwrap.wrap(title, title_chars(presenter)) or [title]     # a long title: two lines on every screen
     bigger = px - FONT_PX                   # larger text needs larger margins
     # the title is pinned to the top; below it go the subtitle's lines (about 1.4 px per px)
@@ -279,11 +279,6 @@ def slo_line(value: float, label: str, vertical: bool = False,
 
 MODEL_COLOR = "#555555"  # a model's prediction, drawn beside the measurements
 PAIR_COLORS = (COLORS["bad"], COLORS["goodput"])   # two runs compared (chunked prefill off / on): red, green
-def wrapped_layout(title: str, subtitle: str, *args, **kw) -> dict:
-    """layout(), with the subtitle wrapped onto lines that fit a half-width chart."""
-    return layout(title, subtitle, *args, wrap=subtitle_chars(kw.get("presenter", False)), **kw)
-
-
 def vline(x: float, text: str, color: str = "#444", dash: str = "dash",
           presenter: bool = False) -> tuple[dict, dict]:
     """A labelled vertical line at x (shape, annotation)."""

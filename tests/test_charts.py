@@ -587,25 +587,26 @@ def test_the_batch_chart_draws_each_steps_own_slots():
 def test_a_chart_s_own_margins_leave_room_for_its_subtitle():
     """A chart may set its margins, but its top one never below what its title and subtitle lines
     take: the dynamic batching chart set t=80 and drew a three-line subtitle over its plot."""
-    from analysis.style import layout, subtitle_chars, wrapped_layout
+    from analysis.style import layout, subtitle_chars
     own = dict(l=60, r=60, t=80, b=50)
-    lo = wrapped_layout("A title", "word " * 60, "x", "y", margin=own)
+    lo = layout("A title", "word " * 60, "x", "y", margin=own)
     assert lo["title"]["subtitle"]["text"].count("<br>") >= 2, "three lines or more"
     assert lo["margin"]["t"] == layout("A title", "word " * 60, "x", "y", wrap=subtitle_chars())["margin"]["t"] > 80
     assert (lo["margin"]["l"], lo["margin"]["r"], lo["margin"]["b"]) == (60, 60, 50), "the rest as the chart set it"
-    short = wrapped_layout("A title", "one line", "x", "y", margin=dict(t=120))
+    short = layout("A title", "one line", "x", "y", margin=dict(t=120))
     assert short["margin"]["t"] == 120, "more room than needed stays"
 
 
-def test_a_half_width_membership_chart_wraps_its_subtitle():
-    """Two membership charts side by side (the static-vs-continuous replay) cut their one-line subtitle
-    off at the chart's edge ("grey = empty s"): at half width it is wrapped to fit."""
+def test_every_chart_wraps_its_subtitle_to_a_phone_s_line():
+    """Subtitles ran off their charts where a page drew them side by side (the static-vs-continuous
+    replay: "grey = empty s") or on a phone (the costs lab's KV chart, 581 px in a 358-px chart): every
+    chart's subtitle is wrapped to subtitle_chars (a live chart rewraps it to its own width)."""
+    from analysis import queue_charts
     from analysis.style import subtitle_chars
-    whole = drawn(membership.batch_membership(make_steps(MEMBERS), 3)).layout.title.subtitle.text
-    half = drawn(membership.batch_membership(make_steps(MEMBERS), 3, half_width=True)).layout.title.subtitle.text
-    assert "<br>" not in whole and len(whole) > subtitle_chars()
-    lines = half.split("<br>")
-    assert len(lines) >= 2 and max(map(len, lines)) <= subtitle_chars() and " ".join(lines) == whole
+    steps = make_steps(MEMBERS)
+    for fig in (drawn(membership.batch_membership(steps, 3)), drawn(queue_charts.queue_over_time(steps))):
+        lines = fig.layout.title.subtitle.text.split("<br>")
+        assert len(lines) >= 2 and max(map(len, lines)) <= subtitle_chars(), lines
 
 
 def test_a_long_chart_title_is_wrapped_to_fit_a_phone():

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import PAIR_COLORS, empty_figure, is_empty, vline, wrapped_layout
+from analysis.style import PAIR_COLORS, empty_figure, is_empty, vline, layout
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
@@ -201,7 +201,7 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
         return go.Figure(empty_figure(*texts))
     marks = [vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
              for k, t in enumerate(arrivals or [])]
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, shapes=[s for s, _ in marks],
+    return go.Figure(data=traces, layout=layout(*texts, shapes=[s for s, _ in marks],
                                                         annotations=[n for _, n in marks],
                                                         yaxis=dict(rangemode="tozero")))
 

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.membership import member_counts
-from analysis.style import COLORS, empty_figure, is_empty, wrapped_layout
+from analysis.style import COLORS, empty_figure, is_empty, layout
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
 from labs import claims, timing
@@ -188,7 +188,7 @@ def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
                        error_y=error_bars(table, "output_tok_s"),
                        hovertemplate="wait %{x:g} ms: %{y:.0f} tok/s delivered<extra></extra>"),
         ]
-    return go.Figure(data=traces, layout=wrapped_layout(
+    return go.Figure(data=traces, layout=layout(
         *texts, yaxis=dict(rangemode="tozero"),
         yaxis2=dict(title=dict(text="output tokens / s"), overlaying="y", side="right",
                     rangemode="tozero", showgrid=False),

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.style import COLORS, empty_figure, is_empty, slo_line, wrapped_layout
+from analysis.style import COLORS, empty_figure, is_empty, slo_line, layout
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
 from labs import claims, knee_rule
@@ -183,6 +183,6 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
         traces.append(go.Scatter(name=f"knee: max_num_seqs {knee_value}", x=k[x], y=k["output_tok_s"],
                                  mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     marks = [slo_line(slo, f"SLO {slo:g} {unit}", vertical=True)] if slo is not None else []
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, shapes=[s for s, _ in marks],
+    return go.Figure(data=traces, layout=layout(*texts, shapes=[s for s, _ in marks],
                                                         annotations=[n for _, n in marks],
                                                         xaxis=dict(rangemode="tozero"), yaxis=dict(rangemode="tozero")))

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from analysis.frame_metrics import finished
 from analysis.queueing import TOLERANCE as LITTLE_TOLERANCE
 from analysis.queueing import littles_law_window, middle_window, mm1_time_in_system
-from analysis.style import COLORS, MODEL_COLOR, empty_figure, is_empty, wrapped_layout
+from analysis.style import COLORS, MODEL_COLOR, empty_figure, is_empty, layout
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
 from engine.core.validation import SMOLLM2_KV_BYTES_PER_TOKEN, kv_bytes_per_token as _kv_bytes
@@ -297,6 +297,6 @@ def time_in_system(points: pd.DataFrame, mu: float, source: str = "measured") ->
                    mode="lines+markers", line=dict(color=COLORS["waiting"], width=1.5, dash="dot"),
                    hovertemplate=source + ": ρ %{x:.0%}, queue %{y:.2f} s<extra></extra>"),
     ]
-    return go.Figure(data=traces, layout=wrapped_layout(
+    return go.Figure(data=traces, layout=layout(
         *texts, xaxis=dict(range=[0, max(1.0, float(points["rho"].max()) + 0.05)], tickformat=".0%"),
         yaxis=dict(range=[0, max(3 * measured_max, 4 / mu)])))

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import empty_figure, is_empty, wrapped_layout
+from analysis.style import empty_figure, is_empty, layout
 from engine.core.config import ORDERS, SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
@@ -250,7 +250,7 @@ def tenant_bars(table: pd.DataFrame, metric: str = "ttft_p95_s") -> go.Figure:
     traces = [go.Bar(name=str(tenant), x=g["order"], y=g[metric],
                      hovertemplate=f"{tenant} under %{{x}}: %{{y:.2f}} s<extra></extra>")
               for tenant, g in table.groupby("tenant", sort=True)]
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, barmode="group",
+    return go.Figure(data=traces, layout=layout(*texts, barmode="group",
                                                         xaxis=dict(type="category")))
 
 
@@ -264,4 +264,4 @@ def oldest_waiting(series: dict[str, pd.DataFrame]) -> go.Figure:
               for name, df in series.items() if df is not None and len(df)]
     if not traces:
         return go.Figure(empty_figure(*texts))
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, yaxis=dict(rangemode="tozero")))
+    return go.Figure(data=traces, layout=layout(*texts, yaxis=dict(rangemode="tozero")))

@@ -19,7 +19,7 @@ from analysis.style import (
     is_empty,
     slo_line,
     vline,
-    wrapped_layout,
+    layout,
 )
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
@@ -42,6 +42,13 @@ def capacity(step_model) -> float:
     step model predicts it (four full batches arriving at once)."""
     res = simulated_run(step_model, POLICY, replace(SPEC, num_requests=4 * POLICY.max_num_seqs, rate=0))
     return float(res.summary["request_throughput_req_s"])
+
+
+def most_missed(missed_ttft: int, missed_tpot: int) -> str:
+    """Which target more requests missed: "TTFT", "TPOT", or "as many of each" (a tie, 0 and 0 too)."""
+    if missed_ttft == missed_tpot:
+        return "as many of each"
+    return "TTFT" if missed_ttft > missed_tpot else "TPOT"
 
 
 def rates_for(step_model, loads=LOADS) -> list[float]:
@@ -165,7 +172,7 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None, simulate
                               **real)
                    for col, name, color in lines]
     marks = [vline(selected, "shown below", color="#999", dash="dot")] if selected is not None else []
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, yaxis=dict(rangemode="tozero"),
+    return go.Figure(data=traces, layout=layout(*texts, yaxis=dict(rangemode="tozero"),
                                                         shapes=[s for s, _ in marks],
                                                         annotations=[n for _, n in marks]))
 
@@ -190,6 +197,6 @@ def slo_scatter(verdicts: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: fl
         marks.append(slo_line(ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", vertical=True))
     if tpot_slo_s is not None:
         marks.append(slo_line(tpot_slo_s * 1000, f"TPOT SLO {tpot_slo_s * 1000:g} ms"))
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, shapes=[s for s, _ in marks],
+    return go.Figure(data=traces, layout=layout(*texts, shapes=[s for s, _ in marks],
                                                         annotations=[n for _, n in marks],
                                                         xaxis=dict(rangemode="tozero"), yaxis=dict(rangemode="tozero")))

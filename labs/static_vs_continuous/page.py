@@ -144,8 +144,7 @@ def replay():
                 st.caption(f"t = {now:.2f} s · not started")
             if done_steps >= len(steps):
                 st.caption(f"finished after {len(steps)} steps")
-            fig = membership.batch_membership(steps, slots, upto_step=int(upto["step"].iloc[-1]) if len(upto) else -1,
-                                              half_width=True)
+            fig = membership.batch_membership(steps, slots, upto_step=int(upto["step"].iloc[-1]) if len(upto) else -1)
             fig.setdefault("layout", {}).setdefault("xaxis", {})["range"] = [-0.5, n_steps - 0.5]
             widgets.plot(fig)
 

@@ -16,7 +16,7 @@ from analysis.style import (
     empty_figure,
     is_empty,
     vline,
-    wrapped_layout,
+    layout,
 )
 from engine.runs.results import cache_path
 from engine.sim.step_times import measure_batch_scaling
@@ -206,7 +206,7 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
         side = "right" if knee_batch >= b.max() else "left"      # the label stays inside the plot
         marks = [(line, {**label, "x": math.log10(knee_batch), "xanchor": side})]
     pad = 0.08 * max(math.log10(b.max() / b.min()), 1.0)
-    return go.Figure(data=traces, layout=wrapped_layout(
+    return go.Figure(data=traces, layout=layout(
         *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b],
                            range=[math.log10(b.min()) - pad, math.log10(b.max()) + pad]),
         yaxis=dict(rangemode="tozero"),
@@ -229,4 +229,4 @@ def step_time(table: pd.DataFrame, fit: dict | None = None, source: str = "measu
         traces.append(go.Scatter(name=f"model: {fit['t0_ms']:.1f} + {fit['c_ms']:.2f}·B ms", x=b,
                                  y=fit["t0_ms"] + fit["c_ms"] * b, mode="lines",
                                  line=dict(color=MODEL_COLOR, width=1.5, dash="dot")))
-    return go.Figure(data=traces, layout=wrapped_layout(*texts, yaxis=dict(rangemode="tozero")))
+    return go.Figure(data=traces, layout=layout(*texts, yaxis=dict(rangemode="tozero")))
