@@ -261,3 +261,12 @@ def test_a_short_time_beside_a_long_one_keeps_its_digits():
     assert [seconds(v) for v in (0.24, 0.0038, 0.045, 0.0996, 0.0, 1.5, 12.3)] == \
         ["0.24 s", "3.8 ms", "45 ms", "100 ms", "0 s", "1.5 s", "12 s"]
     assert seconds(float("nan")) == "—"
+
+
+def test_a_tie_in_missed_targets_is_a_tie():
+    """0 TTFT misses against 0 TPOT misses was scored as 'TTFT' (a guess of TTFT marked right): which
+    target more requests missed has a third answer."""
+    assert slo.most_missed(3, 1) == "TTFT" and slo.most_missed(1, 3) == "TPOT"
+    assert slo.most_missed(0, 0) == slo.most_missed(2, 2) == "as many of each"
+    from ui.questions import ASKS
+    assert "as many of each" in ASKS["slo_first_miss"].choices

@@ -54,7 +54,8 @@ ASKS = _asks(
         "As the arrival rate rises, at which rate (requests/s) will goodput (requests/s that meet both "
         "SLOs) be highest, with the SLOs you set?"),
     Ask("slo_first_miss", "slo_goodput", "latency-metrics",
-        "At the highest arrival rate, which target will more requests miss?", choices=("TTFT", "TPOT")),
+        "At the highest arrival rate, which target will more requests miss?",
+        choices=("TTFT", "TPOT", "as many of each")),
     Ask("queueing", "queueing", "queueing",
         "The mean time a request waits in the queue at ρ = {lo} is some number of seconds. How many times "
         "that will it be at ρ = {hi}?", unit="×", lo=0.1, hi=10000.0, default=1.0,
