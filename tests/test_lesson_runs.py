@@ -270,3 +270,16 @@ def test_a_tie_in_missed_targets_is_a_tie():
     assert slo.most_missed(0, 0) == slo.most_missed(2, 2) == "as many of each"
     from ui.questions import ASKS
     assert "as many of each" in ASKS["slo_first_miss"].choices
+
+
+def test_a_peak_at_the_last_rate_is_not_compared_with_itself():
+    """Where goodput was highest at the highest rate, the SLO verdict read 'throughput goes 679 → 679
+    tok/s' and '(100% of the peak)': the peak is named once, and the verdict says it has not fallen."""
+    table = pd.DataFrame({"rate": [2.0, 4.0], "goodput_req_s": [1.9, 3.8], "output_tok_s": [340.0, 679.0],
+                          "met_share": [1.0, 0.95]})
+    v = slo.falls_verdict(table, 2.0, 0.1)
+    assert "→" not in v.words and "of the peak" not in v.words
+    assert "highest at the highest rate tried, 4 requests/s" in v.words and "679 tok/s" in v.words
+    assert "within the targets" in v.words
+    fell = slo.falls_verdict(table.assign(goodput_req_s=[1.9, 0.5]), 2.0, 0.1)
+    assert "340 → 679 tok/s" in fell.words and "26% of the peak" in fell.words

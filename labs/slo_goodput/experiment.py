@@ -97,9 +97,13 @@ def falls_verdict(table: pd.DataFrame, ttft_slo_s: float | None, tpot_slo_s: flo
     best, top = t.loc[t["goodput_req_s"].idxmax()], t.iloc[-1]
     share = claims.ratio(top.goodput_req_s, best.goodput_req_s)
     targets = f"TTFT ≤ {ttft_slo_s * 1000:g} ms and TPOT ≤ {tpot_slo_s * 1000:g} ms"
-    numbers = (f"With {targets}, goodput peaks at {best.rate:g} requests/s ({best.goodput_req_s:.2f} req/s within "
-               f"both) and is {top.goodput_req_s:.2f} at {top.rate:g} requests/s ({share:.0%} of the peak), while "
-               f"throughput goes {best.output_tok_s:.0f} → {top.output_tok_s:.0f} tok/s.")
+    if best.rate == top.rate:                     # the peak is the last rate: nothing to compare it with
+        numbers = (f"With {targets}, goodput is highest at the highest rate tried, {top.rate:g} requests/s "
+                   f"({top.goodput_req_s:.2f} req/s within both, throughput {top.output_tok_s:.0f} tok/s).")
+    else:
+        numbers = (f"With {targets}, goodput peaks at {best.rate:g} requests/s ({best.goodput_req_s:.2f} req/s "
+                   f"within both) and is {top.goodput_req_s:.2f} at {top.rate:g} requests/s ({share:.0%} of the "
+                   f"peak), while throughput goes {best.output_tok_s:.0f} → {top.output_tok_s:.0f} tok/s.")
     if not math.isfinite(share):
         return claims.judge("goodput_falls", math.nan, "", "", f"no request met {targets} at any rate: loosen them.")
     if share > FALL:
