@@ -283,3 +283,16 @@ def test_a_peak_at_the_last_rate_is_not_compared_with_itself():
     assert "within the targets" in v.words
     fell = slo.falls_verdict(table.assign(goodput_req_s=[1.9, 0.5]), 2.0, 0.1)
     assert "340 → 679 tok/s" in fell.words and "26% of the peak" in fell.words
+
+
+def test_the_fit_sentence_shows_the_slope_its_arithmetic_uses():
+    """'1000 / 0.31 ≈ 3,268' divided by a slope rounded to two decimals (0.306): the slope keeps
+    three significant digits, so the division shown gives the ceiling shown."""
+    import re
+    for c in (0.30598, 0.0812, 1.234, 12.5):
+        fit = why_batch.linear_fit([{"batch": 1, "step_ms": 8 + c}, {"batch": 65, "step_ms": 8 + 65 * c}])
+        words = why_batch.fit_words(fit, "measured")
+        shown_c, shown_ceiling = re.search(r"1000 / ([\d.]+) ≈ ([\d,]+) tokens/s", words).groups()
+        assert abs(1000 / float(shown_c) - float(shown_ceiling.replace(",", ""))) <= 0.006 * 1000 / float(shown_c)
+    assert "no positive slope" in why_batch.fit_words(why_batch.linear_fit(
+        [{"batch": 1, "step_ms": 9.0}, {"batch": 8, "step_ms": 9.0}]), "measured")

@@ -117,6 +117,19 @@ def knee_words(table: pd.DataFrame, knee_batch: int, fit: dict, shown_as: str) -
     return words
 
 
+def fit_words(fit: dict, shown_as: str) -> str:
+    """The straight-line fit in words, each number shown with the digits the arithmetic beside it
+    needs: the slope to three significant digits, so 1000 / slope is the ceiling it names."""
+    if not fit["c_ms"] > 0:
+        return (f"The step times {shown_as} here do not rise with the batch, so a straight line through them has "
+                "no positive slope: measure again, or add larger batch sizes.")
+    c = f"{fit['c_ms']:.3g}"
+    return (f"A straight line through the {shown_as} step times (a model fitted to them) gives "
+            f"t(B) ≈ {fit['t0_ms']:.1f} ms + {c} ms × B: the fixed part is shared, the slope is paid per sequence. "
+            f"Throughput B / t(B) then tends to 1000 / {c} ≈ {fit['ceiling_tok_s']:,.0f} tokens/s and reaches "
+            f"half of that near B = t0 / c ≈ {fit['half_batch']:,.0f}.")
+
+
 def amortization_verdict(table: pd.DataFrame) -> claims.Verdict:
     """The claim `batching_amortizes`: a step of CLAIM_BATCH sequences against a step of one."""
     have = set(table["batch"].astype(int))
@@ -153,6 +166,8 @@ def linear_fit(rows: list[dict]) -> dict:
     if len(df) < 2:
         return {"t0_ms": math.nan, "c_ms": math.nan, "ceiling_tok_s": math.nan, "half_batch": math.nan}
     c, t0 = np.polyfit(df["batch"].to_numpy(float), df["step_ms"].to_numpy(float), 1)
+    if abs(c) < 1e-9 * max(abs(t0), 1.0):        # flat step times leave a slope of rounding error
+        c = 0.0
     return {"t0_ms": float(t0), "c_ms": float(c),
             "ceiling_tok_s": 1000 / c if c > 0 else math.inf,
             "half_batch": t0 / c if c > 0 else math.inf}

@@ -80,15 +80,7 @@ if knee:
 else:
     st.markdown("**No knee:** measure at least two batch sizes.")
 widgets.plot(lab.step_time(table, fit, shown_as))
-if fit["c_ms"] > 0:
-    st.markdown(
-        f"A straight line through the {shown_as} step times (a model fitted to them) gives "
-        f"t(B) ≈ {fit['t0_ms']:.1f} ms + {fit['c_ms']:.2f} ms × B: the fixed part is shared, the slope is paid per "
-        f"sequence. Throughput B / t(B) then tends to 1000 / {fit['c_ms']:.2f} ≈ {widgets.fmt(fit['ceiling_tok_s'], digits=0)} "
-        f"tokens/s and reaches half of that near B = t0 / c ≈ {widgets.fmt(fit['half_batch'], digits=0)}.")
-else:
-    st.markdown(f"The step times {shown_as} here do not rise with the batch, so a straight line through them has no "
-                "positive slope: measure again, or add larger batch sizes.")
+st.markdown(lab.fit_words(fit, shown_as))
 if measured:
     table = table.assign(predicted_ms=[r["step_ms"] for r in predicted])
 columns = {"batch": "batch size", "step_ms": "step (ms)", "tokens_per_s": "tokens/s", "ms_per_token": "ms per token",
