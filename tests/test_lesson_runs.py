@@ -296,3 +296,11 @@ def test_the_fit_sentence_shows_the_slope_its_arithmetic_uses():
         assert abs(1000 / float(shown_c) - float(shown_ceiling.replace(",", ""))) <= 0.006 * 1000 / float(shown_c)
     assert "no positive slope" in why_batch.fit_words(why_batch.linear_fit(
         [{"batch": 1, "step_ms": 9.0}, {"batch": 8, "step_ms": 9.0}]), "measured")
+
+
+def test_the_scheduling_sentence_says_why_its_step_has_that_many_requests():
+    """'Deciding a step of 51 running requests' left a learner asking why 51 of the 64 slots: the
+    sentence says what filled the step."""
+    from engine.sim.step_times import TIMED_BUDGET
+    words = costs.scheduling_verdict(costs.scheduling_numbers(5.0), "a test").words
+    assert f"their prompts fill its {TIMED_BUDGET:,}-token budget" in words

@@ -92,14 +92,17 @@ def measure_batch_scaling(model, batch_sizes: list[int], context: int = 128, ste
     return rows
 
 
+TIMED_BUDGET = 2048     # time_scheduling's token budget: its step runs the requests whose prompts fill it
+
+
 def time_scheduling(n_waiting: int = 1000, order: str = "fcfs", reps: int = 30) -> tuple[float, int]:
     """The median time of one Scheduler.schedule() with `n_waiting` requests waiting (no model:
     the scheduler alone), after a first step admitted what its slots and token budget allow; and how
-    many requests ran in the step timed."""
+    many requests ran in the step timed (as many as TIMED_BUDGET tokens of their prompts hold)."""
     times, running = [], 0
     for rep in range(reps):
         pool = BlockPool(4096, 16)
-        s = Scheduler(SchedulerPolicy(order=order, max_num_seqs=64, max_num_batched_tokens=2048), pool)
+        s = Scheduler(SchedulerPolicy(order=order, max_num_seqs=64, max_num_batched_tokens=TIMED_BUDGET), pool)
         def add(i: int) -> None:
             s.add(Request(f"r{i}", [1] * (16 + i % 200), 8 + i % 100, arrival_s=i * 1e-3, tenant=f"t{i % 4}",
                           priority=i % 3))

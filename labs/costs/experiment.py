@@ -15,7 +15,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
-from engine.sim.step_times import time_scheduling
+from engine.sim.step_times import TIMED_BUDGET, time_scheduling
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run
@@ -287,7 +287,8 @@ def share_of_step(ms: float, step_ms: float) -> str:
 
 def scheduling_verdict(n: dict, step_says: str) -> claims.Verdict:
     """The claim `scheduling_is_small` on scheduling_numbers; `step_says` where the step's time came from."""
-    numbers = (f"Deciding a step of {n['running']} running requests with {n['waiting']:,} waiting took the scheduler "
+    numbers = (f"Deciding a step of {n['running']} running requests (their prompts fill its {TIMED_BUDGET:,}-token "
+               f"budget) with {n['waiting']:,} waiting took the scheduler "
                f"{n['scheduler_ms']:.2f} ms on this machine's CPU; the step it decides takes {n['step_ms']:.1f} ms "
                f"({step_says}), so the decision is {n['share']:.1%} of it.")
     return claims.judge("scheduling_is_small", n["share"],
