@@ -304,3 +304,12 @@ def test_the_scheduling_sentence_says_why_its_step_has_that_many_requests():
     from engine.sim.step_times import TIMED_BUDGET
     words = costs.scheduling_verdict(costs.scheduling_numbers(5.0), "a test").words
     assert f"their prompts fill its {TIMED_BUDGET:,}-token budget" in words
+
+
+def test_table_columns_show_the_digits_their_values_need():
+    """Tables showed '224.526 tok/s' (every float rounded to three decimals): a column's decimals
+    follow its values, three significant digits of its largest and two of its smallest."""
+    from ui.widgets import decimals
+    assert decimals([224.526, 900.1]) == 0 and decimals([8.52, 224.5]) == 1
+    assert decimals([0.3, 0.5, 1.2]) == 2 and decimals([0.0038, 0.24]) == 3
+    assert decimals([64.0, 1.0]) == 0 and decimals([0.0, float("nan")]) == 0
