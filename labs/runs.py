@@ -126,13 +126,13 @@ def arrival_rate(load: float, capacity: float) -> float:
 
 def simulated_name(step_model) -> str:
     """A simulated curve's name in a chart's legend: "simulated (step model: <what it is>)", from its
-    label: up to the label's first comma and without its parenthesised advice (the hand-set guess's
-    "run `python -m engine calibrate`"), with its current error where it has one. The whole label
-    (the machine, the refit) is in the page's caption: in a legend it ran past the chart's edge."""
+    label up to the first comma and without its parenthesised advice (the hand-set guess's "run
+    `python -m engine calibrate`"), with its current error where it has one. The whole label (the
+    machine, the refit) is in the page's caption: in a legend it ran past the chart's edge."""
     label = getattr(step_model, "label", "") or "unnamed"
-    error = re.search(r"current error \d+%", label)
+    error = getattr(step_model, "error", None)
     kind = label.split(" (")[0].split(", ")[0]
-    return f"simulated (step model: {kind}{', ' + error.group(0) if error else ''})"
+    return f"simulated (step model: {kind}{'' if error is None else f', current error {100 * error:.0f}%'})"
 
 
 def _learn_speed(model, policy: SchedulerPolicy, parts: list, result: RunResult) -> None:

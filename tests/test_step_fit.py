@@ -41,6 +41,8 @@ def test_a_slower_app_is_learned_and_its_error_falls():
     assert model.predict(shape) == pytest.approx(25 + 2.3 * PROFILE.predict(shape), rel=0.05)
     assert "refit on 520 of this app's real steps" in model.label
     assert f"current error {100 * fit.error:.0f}% (median over the last 200 steps)" in model.label
+    assert model.error == fit.error, "the error as a number, for a legend to name without reading the label"
+    assert StepFit(PROFILE).current().error is None, "no real step yet: no error"
 
 
 def test_interrupted_steps_do_not_bend_the_fit_and_one_shape_fits_a_scale():

@@ -119,7 +119,8 @@ class StepFit:
 
     def _build(self) -> StepModel:
         scaled = self.base.scaled(self.scale, "")
-        return replace(scaled, fixed_ms=scaled.fixed_ms + self.offset_ms, label=self.describe())
+        return replace(scaled, fixed_ms=scaled.fixed_ms + self.offset_ms, label=self.describe(),
+                       error=self.error if self.steps else None)
 
     def current(self) -> StepModel:
         """The model in use, its label saying its current error."""

@@ -87,6 +87,7 @@ class StepModel:
     prefill_pair_ms: float           # ms per 1000 (query, key) pairs of prefill attention
     label: str = ""                  # where the numbers come from, in words
     prefill_step_ms: float = 0.0     # ms more for a step with a prefill chunk (0 in profiles made before it)
+    error: float | None = None       # its current error against real steps (a share), where it was checked
 
     def __post_init__(self):
         if len(self.token_ms) != len(self.knots) + 1:
