@@ -105,7 +105,8 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
     # calls afterwards (each one re-walks the figure and costs milliseconds).
     px = font_px(presenter)
     text = dict(size=px)   # tick labels take font's size
-    xaxis = dict(title=dict(text=xlabel, font=text), **(xaxis or {}))
+    xlines = textwrap.wrap(xlabel, subtitle_chars(presenter)) or [xlabel]   # the axis title's lines, as the subtitle's
+    xaxis = dict(title=dict(text="<br>".join(xlines), font=text), **(xaxis or {}))
     if x_range is not None:
         xaxis["range"] = [float(x_range[0]), float(x_range[1])]
     lines = textwrap.wrap(subtitle, wrap or subtitle_chars(presenter)) or [subtitle]
@@ -113,6 +114,7 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
     bigger = px - FONT_PX                   # larger text needs larger margins
     # the title is pinned to the top; below it go the subtitle's lines (about 1.4 px per px)
     top = max(80, round(34 + 1.4 * (px + 4) * len(heading) + 1.4 * px * len(lines)))
+    bottom = 90 + 4 * bigger + round(1.4 * px * (len(xlines) - 1))   # tick labels, axis title, legend
     layout = dict(
         font=dict(size=px),
         title=dict(text="<br>".join(heading), font=dict(size=px + 4), yref="container", y=1, yanchor="top",
@@ -121,8 +123,8 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
         yaxis=dict(title=dict(text=ylabel, font=text), **(yaxis or {})),
         shapes=list(shapes),
         annotations=list(annotations),
-        margin=dict(l=60 + 3 * bigger, r=20, t=top, b=90 + 4 * bigger),
-        height=300 + top + 6 * bigger,
+        margin=dict(l=60 + 3 * bigger, r=20, t=top, b=bottom),
+        height=300 + top + bottom - 90 + 2 * bigger,
         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0,
                     xanchor="left", x=0.0, font=text),
         hoverlabel=dict(font=text),
@@ -132,6 +134,8 @@ def layout(title: str, subtitle: str, xlabel: str, ylabel: str, xaxis: dict | No
     # (a chart that set t=80 drew a three-line subtitle over its plot)
     margin = {**layout["margin"], **extra.pop("margin", {})}
     margin["t"] = max(margin["t"], top)
+    if len(xlines) > 1:                     # and below, room for a wrapped axis title's second line
+        margin["b"] = max(margin["b"], bottom)
     layout.update(extra, margin=margin)
     return layout
 

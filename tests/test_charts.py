@@ -619,3 +619,16 @@ def test_a_long_chart_title_is_wrapped_to_fit_a_phone():
     assert len(lines) == 2 and max(map(len, lines)) <= title_chars() and " ".join(lines) == long
     assert short["title"]["text"] == "Batch membership by step"
     assert lo["margin"]["t"] > short["margin"]["t"], "room for the second line"
+
+
+def test_a_long_axis_title_is_wrapped_with_room_below_it():
+    """The dynamic batching chart's x-axis title ('max_wait_ms (how long the oldest request may wait for
+    the batch to fill)', 362 px) ran past a 358-px phone chart: an axis title longer than a subtitle's
+    line takes two, and the bottom margin grows with it, even where a chart set its own."""
+    from analysis.style import layout, subtitle_chars
+    long = "max_wait_ms (how long the oldest request may wait for the batch to fill, in milliseconds)"
+    lo, short = layout("t", "s", long, "y", margin=dict(b=50)), layout("t", "s", "max_wait_ms", "y")
+    lines = lo["xaxis"]["title"]["text"].split("<br>")
+    assert len(lines) == 2 and max(map(len, lines)) <= subtitle_chars() and " ".join(lines) == long
+    assert short["xaxis"]["title"]["text"] == "max_wait_ms" and short["margin"]["b"] == 90
+    assert lo["margin"]["b"] > short["margin"]["b"] and lo["height"] > short["height"]

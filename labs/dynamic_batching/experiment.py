@@ -154,7 +154,7 @@ def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
              "Each point is the mean of its runs (bars: lowest to highest run). Left axis: p50 TTFT. Right "
              "axis: tokens per second of engine work and tokens delivered per second. Good: the shortest wait "
              "that gives the throughput you need." + ("" if is_empty(sim) else f" Dotted: {sim_name}."),
-             "max_wait_ms (how long the oldest request may wait for the batch to fill)", "p50 TTFT (s)")
+             "max_wait_ms (how long the oldest request may wait)", "p50 TTFT (s)")
     if is_empty(table) and is_empty(sim):
         return go.Figure(empty_figure(*texts))
     traces = []
