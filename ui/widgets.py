@@ -343,6 +343,11 @@ def plot(fig) -> None:
     st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch")
 
 
+# A request table's columns as its headers say them (the tables of finished requests on the labs)
+REQUEST_COLUMNS = {"arrival_s": "arrival (s)", "prompt_tokens": "prompt tokens", "output_tokens": "output tokens",
+                   "ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E (s)", "queue_s": "queue (s)"}
+
+
 def decimals(values) -> int:
     """How many decimals a column of numbers is shown with: whole numbers none, else enough for three
     significant digits of its largest value and two of its smallest (at most three), so 224.526
@@ -358,7 +363,9 @@ def decimals(values) -> int:
 
 def table(df: pd.DataFrame, csv: str | None = None, **kw) -> None:
     """A table, each float column shown with decimals() (the CSV keeps every digit); with `csv` (a file
-    name without extension) also a button that downloads it as CSV."""
+    name without extension) also a button that downloads it as CSV. Pass the values unrounded: a
+    value rounded before its column's decimals round it again can differ from a sentence's (3.14452
+    rounded to 3.145 showed as 3.15 beside a verdict's 3.14)."""
     formats = {c: st.column_config.NumberColumn(format=f"%.{decimals(df[c])}f")
                for c in df.columns if pd.api.types.is_float_dtype(df[c]) and df[c].notna().any()}
     st.dataframe(df, hide_index=True, width="stretch", column_config=formats | kw.pop("column_config", {}), **kw)

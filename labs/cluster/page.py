@@ -87,7 +87,7 @@ predict.reveal(question, guess, best,
                          "the saved prefill does not remove (compare the p50 column).",
                          "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."))
 widgets.plot(charts.routing_bars(runs))
-widgets.table(pd.DataFrame(lab.routing_table(runs)).round(3), csv="cluster-routing")
+widgets.table(pd.DataFrame(lab.routing_table(runs)), csv="cluster-routing")
 groups = charts.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
 left, right = st.columns(2)
 with left:
@@ -148,7 +148,7 @@ predict.reveal(q2, guess2, lab.AUTOSCALER_NAMES[cheaper],
                          "in replicas it kept when the traffic fell.",
                          "Both met the SLO about equally often.", tol=0.01))
 widgets.plot(charts.replicas_over_time(scaled, phases, lab.AUTOSCALER_NAMES))
-widgets.table(pd.DataFrame(lab.autoscale_table(scaled)).round(3), csv="cluster-autoscaling")
+widgets.table(pd.DataFrame(lab.autoscale_table(scaled)), csv="cluster-autoscaling")
 left, right = st.columns(2)
 with left:
     widgets.plot(charts.replica_strips(scaled["busy"], title="Replicas under the busy-fraction autoscaler"))

@@ -125,7 +125,8 @@ if kv_guess is not None:
                 f"**{widgets.fmt(k['e2e_others_s'], 's')}**.")
     with st.expander("Requests"):
         widgets.table(finished(reqs)[["id", "prompt_tokens", "output_tokens", "preemptions", "ttft_s", "e2e_s"]]
-                      .sort_values("preemptions", ascending=False).round(3))
+                      .sort_values("preemptions", ascending=False)
+                      .rename(columns=widgets.REQUEST_COLUMNS))
 # ----- 3. scheduling work on every step
 st.header("3. Scheduling work on every step")
 if kv_guess is not None:     # like every result on this page, after the learner's guesses

@@ -80,7 +80,7 @@ if not measured:
 columns = {"max_wait_ms": "max_wait_ms", "ttft_p50_s": "p50 TTFT (s)", "ttft_p95_s": "p95 TTFT (s)",
            "mean_batch": "mean batch", "busy_tok_s": "tok/s of engine work", "output_tok_s": "tok/s delivered",
            "runs": "runs"}
-widgets.table(table[list(columns)].rename(columns=columns).round(3), csv="dynamic_batching")
+widgets.table(table[list(columns)].rename(columns=columns), csv="dynamic_batching")
 widgets.definitions("\n- **Tokens per second of engine work** = output tokens / the seconds the engine spent "
                     "in steps (idle time waiting for arrivals or for a batch to fill is left out)."
                     "\n- **Tokens delivered per second** = output tokens / the run's duration, first arrival to "

@@ -100,6 +100,6 @@ columns = {"max_num_seqs": "max_num_seqs", "output_tok_s": "output tok/s", "tpot
            "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)", "ttft_p50_s": "p50 TTFT (s)",
            "goodput_req_s": "goodput (req/s)", "met_share": "share within SLO", "fill": "batch filled",
            "runs": "runs"}
-widgets.table(table[[c for c in columns if c in table]].rename(columns=columns).round(3), csv="knee")
+widgets.table(table[[c for c in columns if c in table]].rename(columns=columns), csv="knee")
 widgets.definitions(f"\n- **Knee**: {knee_rule.RULE}.\n- Each row is the mean of the setting's runs.\n- **Batch filled**: the largest batch the run "
                     "held ÷ max_num_seqs (1 = it filled).")

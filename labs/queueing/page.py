@@ -86,7 +86,7 @@ show = points[["rho", "finished", "lambda_set", "lambda_arrivals", "W_s", "W_mm1
              "lambda_arrivals": "λ drawn (req/s)", "W_s": f"W {source} (s)", "W_mm1_s": "W M/M/1 model (s)",
              "queue_mean_s": "mean queue time (s)", "service_mean_s": "mean service time (s)",
              "waiting_max": "most waiting"})
-widgets.table(show.round(3), csv="queueing")
+widgets.table(show, csv="queueing")
 
 st.subheader("Past capacity: what tells you to add a replica")
 past = [(rho, res, c) for rho, res, c in runs if rho >= 1]
@@ -104,7 +104,7 @@ st.markdown("The same workload just below capacity and past it: how busy the eng
 predict.show_verdict(lab.overload_verdict(over), over_source)
 widgets.table(over[["rho", "busy_share", "waiting_growth", "waiting_max", "queue_mean_s"]].rename(
     columns={"rho": "utilization ρ", "busy_share": "share of time busy", "waiting_growth": "waiting queue growth (req/s)",
-             "waiting_max": "most waiting", "queue_mean_s": "mean queue time (s)"}).round(3))
+             "waiting_max": "most waiting", "queue_mean_s": "mean queue time (s)"}))
 
 st.subheader("Little's Law on a window cut from each run")
 st.markdown("L = λ·W: the average number of requests inside equals the arrival rate times the mean time each "
@@ -119,7 +119,7 @@ little = little.assign(holds=little["holds"].map({True: "✓ holds", False: "✗
 widgets.table(little.rename(columns={"rho": "utilization ρ", "window_arrivals": "arrivals in window",
                                      "L_steps": "L (engine counters)", "lambda": "λ (req/s)", "W_window_s": "W (s)",
                                      "lambda_W": "λ·W", "edge": "edge", "gap": "gap (share of L)",
-                                     "holds": "Little's Law"}).round(3), csv="littles_law")
+                                     "holds": "Little's Law"}), csv="littles_law")
 
 st.subheader("What Little's Law asks of the KV cache")
 st.markdown("Every request inside holds its KV cache until it finishes. So if requests arrive at λ per second "

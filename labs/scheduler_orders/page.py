@@ -88,11 +88,10 @@ widgets.plot(lab.tenant_bars(table, "ttft_p50_s"))
 widgets.table(table.rename(columns={"order": "order", "tenant": "tenant", "n": "requests",
                                     "ttft_p50_s": "p50 TTFT (s)", "ttft_p95_s": "p95 TTFT (s)",
                                     "ttft_p99_s": "p99 TTFT (s)", "met_own_ttft": "share within own TTFT target",
-                                    "output_tok_s": "run output tok/s"}).round(3), csv="scheduler_orders")
+                                    "output_tok_s": "run output tok/s"}), csv="scheduler_orders")
 with st.expander("By prompt length: who pays for short-first orders"):
     widgets.table(lab.bucket_table(got).rename(columns={"order": "order", "n": "requests",
-                                                        "ttft_p50_s": "p50 TTFT (s)", "ttft_p99_s": "p99 TTFT (s)"})
-                  .round(3))
+                                                        "ttft_p50_s": "p50 TTFT (s)", "ttft_p99_s": "p99 TTFT (s)"}))
 widgets.plot(lab.oldest_waiting(lab.waiting_ages(got)))
 widgets.definitions("\n- **Wins / loses**: against fcfs, the tenant whose p95 TTFT fell "
                     f"the most wins and the one whose p95 TTFT rose the most loses.\n- **Long prompts**: over "

@@ -99,13 +99,12 @@ with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]
     show = show.assign(met_slo=show["met_slo"].map({True: "✓ met", False: "✗ missed"}),
                        tpot_s=show["tpot_s"] * 1000)
-    widgets.table(show.rename(columns={"arrival_s": "arrival (s)", "prompt_tokens": "prompt tokens",
-                                       "output_tokens": "output tokens", "ttft_s": "TTFT (s)", "tpot_s": "TPOT (ms)",
-                                       "met_slo": "met both", "missed": "missed"}).round(3), csv="slo_requests")
+    widgets.table(show.rename(columns={**widgets.REQUEST_COLUMNS, "tpot_s": "TPOT (ms)", "met_slo": "met both"}),
+                  csv="slo_requests")
 widgets.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
                                     "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
                                     "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
-                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}).round(3),
+                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}),
               csv="slo_goodput")
 widgets.definitions("\n- **Useful tokens/s** = output tokens of requests that met every "
                     "SLO / duration. A request with a single output token has no TPOT and passes that check."

@@ -172,7 +172,7 @@ st.markdown(f"{'' if measured else 'Simulated: '}Continuous batching made **{c['
 with st.expander("Requests, both runs"):
     both = pd.concat([tables[m][0].assign(mode=m) for m in ("static", "continuous")])
     widgets.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
-                        "queue_s"]].round(3))
+                        "queue_s"]].rename(columns=widgets.REQUEST_COLUMNS))
 widgets.definitions("\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
                     "capacity that work was queueing for."
                     "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "

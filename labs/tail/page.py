@@ -101,10 +101,10 @@ if by is not None and len(table) > 2:
                 f"and {widgets.fmt(best.p50, unit)}.")
 table = table.assign(p99_from=[lab.tail_trust(int(n)) for n in table["n"]])
 widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group", "n": "requests",
-                                   "p99_from": "how far p99 can be trusted"}).round(3), csv="tail")
+                                   "p99_from": "how far p99 can be trusted"}), csv="tail")
 with st.expander("Requests"):
     widgets.table(finished(reqs)[["id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
-                                  "tpot_s", "e2e_s", "queue_s"]].round(3))
+                                  "tpot_s", "e2e_s", "queue_s"]].rename(columns=widgets.REQUEST_COLUMNS))
 widgets.definitions("\n- **Prompt-length buckets**: " + ", ".join(name for _, _, name in lab.PROMPT_BUCKETS)
                     + " (prompt tokens including the chat template)."
                     "\n- A **CDF** point (x, y) says: a share y of the group's requests took x or less.")

@@ -119,11 +119,16 @@ def knee_words(table: pd.DataFrame, knee_batch: int, fit: dict, shown_as: str) -
 
 def fit_words(fit: dict, shown_as: str) -> str:
     """The straight-line fit in words, each number shown with the digits the arithmetic beside it
-    needs: the slope to three significant digits, so 1000 / slope is the ceiling it names."""
+    needs: the slope with as many significant digits (three or more) as make 1000 / slope, worked
+    out by hand, the ceiling it names (1000 / 1.76 is 568, not the 569 of a slope of 1.7575)."""
     if not fit["c_ms"] > 0:
         return (f"The step times {shown_as} here do not rise with the batch, so a straight line through them has "
                 "no positive slope: measure again, or add larger batch sizes.")
-    c = f"{fit['c_ms']:.3g}"
+    ceiling = round(fit["ceiling_tok_s"])
+    for digits in range(3, 10):
+        c = f"{fit['c_ms']:.{digits}g}"
+        if round(1000 / float(c)) == ceiling:
+            break
     return (f"A straight line through the {shown_as} step times (a model fitted to them) gives "
             f"t(B) ≈ {fit['t0_ms']:.1f} ms + {c} ms × B: the fixed part is shared, the slope is paid per sequence. "
             f"Throughput B / t(B) then tends to 1000 / {c} ≈ {fit['ceiling_tok_s']:,.0f} tokens/s and reaches "
