@@ -329,3 +329,11 @@ def test_no_lab_rounds_a_table_before_its_columns_do():
                             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
                             and inner.func.attr == "round"]
     assert not rounded, rounded
+
+
+def test_a_metric_s_delta_is_the_difference_of_the_values_shown():
+    """The costs lab showed TTFT 1.23 s off, 1.40 s on and '+0.18 s vs off' (1.404 - 1.226): a delta is
+    the subtraction of the numbers on the screen."""
+    from ui.widgets import difference
+    assert difference(1.404, 1.226, 2, "s vs off") == "+0.17 s vs off"
+    assert difference(1221.4, 366.6, 0, "ms") == "+854 ms" and difference(0.5, 0.75, 2, "s") == "-0.25 s"

@@ -324,6 +324,13 @@ def fmt(value, unit: str = "", digits: int = 2, scale: float = 1.0) -> str:
     return f"{value * scale:,.{digits}f} {unit}".strip()
 
 
+def difference(new: float, old: float, digits: int, unit: str) -> str:
+    """A metric's delta, "+0.17 s": the difference of the two values as they are shown (with
+    `digits` decimals), so it is the subtraction a reader does (1.40 - 1.23, not 1.404 - 1.226)."""
+    d = float(f"{new:.{digits}f}") - float(f"{old:.{digits}f}")
+    return f"{d:+.{digits}f} {unit}".strip()
+
+
 def seconds(value: float) -> str:
     """A time with two significant digits (whole ones from 10 up), in ms below 0.1 s, so a short
     time beside a long one is not shown as 0.00: "0.24 s", "3.8 ms", "45 ms", "12 s"."""

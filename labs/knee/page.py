@@ -85,8 +85,9 @@ cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0)
                delta=f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best", delta_color="off")
 cols[2].metric("p95 TPOT at the knee", widgets.fmt(k.tpot_p95_ms, "ms", 0),
                delta=f"{top.tpot_p95_ms:.0f} ms at {int(top.max_num_seqs)}", delta_color="off")
-cols[3].metric("Best goodput at max_num_seqs", int(best_good.max_num_seqs) if best_good.goodput_req_s > 0 else "none",
-               help=f"{best_good.goodput_req_s:.2f} requests/s within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s")
+cols[3].metric("Best for goodput", int(best_good.max_num_seqs) if best_good.goodput_req_s > 0 else "none",
+               help=f"The max_num_seqs with the most goodput: {best_good.goodput_req_s:.2f} requests/s within "
+                    f"TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s")
 
 shown_table = table if measured else pd.DataFrame()
 left, right = st.columns(2)

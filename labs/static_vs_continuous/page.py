@@ -85,9 +85,9 @@ cols[1].metric("Wasted slot-steps (continuous)", c["wasted_slot_steps"],
                     f"{c['idle_while_waiting']} (continuous) and {s['idle_while_waiting']} (static) were empty "
                     "while requests waited in the queue.")
 cols[2].metric("p95 TTFT (continuous)", widgets.fmt(c["ttft_p95_s"], "s"),
-               delta=f"{c['ttft_p95_s'] - s['ttft_p95_s']:+.2f} s vs static", delta_color="inverse")
+               delta=widgets.difference(c["ttft_p95_s"], s["ttft_p95_s"], 2, "s vs static"), delta_color="inverse")
 cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"], "s"),
-               delta=f"{c['long_e2e_s'] - s['long_e2e_s']:+.2f} s vs static", delta_color="inverse",
+               delta=widgets.difference(c["long_e2e_s"], s["long_e2e_s"], 2, "s vs static"), delta_color="inverse",
                help=f"{c['long_id']}, {c['long_output_tokens']} output tokens. Continuous batching shares its "
                     "steps with more requests, so it can finish later even when everyone else is faster.")
 
