@@ -157,3 +157,16 @@ def test_the_labs_arrival_rates_are_the_numbers_their_pages_show():
     from labs.tail import experiment as tail
     rates = [*slo.rates_for(CPU), dynamic.rate_for(CPU, dynamic.LOAD), orders.rate_for(CPU), tail.rate_for(CPU)]
     assert all(r > 0 and float(f"{r:.3g}") == r for r in rates), rates
+
+
+def test_the_knee_chart_says_what_it_draws_in_each_mode():
+    """Before a real sweep the knee chart promised 'one point per max_num_seqs ... bars' over a dotted
+    line with neither, and its star (the knee among the values chosen) sat past the line's own knee
+    unexplained: the subtitle says what is drawn."""
+    sim = knee.simulated_sweep(CPU)
+    only_sim = knee.throughput_vs_latency(pd.DataFrame(), "ttft_p95_s", 32, None, sim, "simulated")
+    words = only_sim.layout.title.subtitle.text.replace("<br>", " ")
+    assert "dotted line is the simulated sweep" in words and "among the values chosen" in words
+    assert "bars" not in words
+    both = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "ttft_p95_s", 4, None, sim, "simulated")
+    assert "bars: lowest to highest run" in both.layout.title.subtitle.text.replace("<br>", " ")

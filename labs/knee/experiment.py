@@ -152,12 +152,16 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
     as markers on top; the knee is starred on the measured points, else on the simulated line.
     """
     xlabel, unit = LATENCIES[x]
-    texts = (f"Throughput against {xlabel.split(' (')[0]}",
-             "One point per max_num_seqs (the mean of its runs; bars: lowest to highest run). Good: high and "
-             f"to the left. The knee (star) is the first point with {knee_rule.KNEE_SHARE:.0%} of the best "
-             "height: past it, more slots buy latency.",
-             xlabel, "output tokens / s")   # title, what good looks like, x and y axis
     has_sim = not is_empty(simulated)
+    if is_empty(table) and has_sim:         # no points: the line, and the star among the values chosen
+        what = ("The dotted line is the simulated sweep, one run per max_num_seqs. Good: high and to the left. "
+                f"The star is the knee among the values chosen: the first with {knee_rule.KNEE_SHARE:.0%} of "
+                "their best height; past it, more slots buy latency.")
+    else:
+        what = ("One point per max_num_seqs (the mean of its runs; bars: lowest to highest run). Good: high and "
+                f"to the left. The knee (star) is the first point with {knee_rule.KNEE_SHARE:.0%} of the best "
+                "height: past it, more slots buy latency.")
+    texts = (f"Throughput against {xlabel.split(' (')[0]}", what, xlabel, "output tokens / s")
     if is_empty(table) and not has_sim:
         return go.Figure(empty_figure(*texts))
     traces = []

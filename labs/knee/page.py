@@ -38,8 +38,10 @@ tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s
 spec = lab.SPEC
 st.markdown(f"The workload: for each setting, {lab.FILL} full batches of requests (at least {lab.MIN_REQUESTS}) "
             f"arriving at once, so every batch size fills; prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, "
-            f"outputs {spec.output_len.lo}–{spec.output_len.hi}, run {repeats} times per setting (seeds "
-            f"0–{repeats - 1}). **The knee** here: {knee_rule.RULE}.")
+            f"outputs {spec.output_len.lo}–{spec.output_len.hi}. The real sweep runs each setting "
+            f"{widgets.plural(repeats, 'time')} ({'seed 0' if repeats == 1 else f'seeds 0–{repeats - 1}'}), the "
+            "simulation once (seed 0). "
+            f"**The knee** here: {knee_rule.RULE}.")
 question = predict.question("knee", choices=tuple(values), help=f"Remember the rule: {knee_rule.RULE}.")
 guess = predict.gate(question)
 goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"),
