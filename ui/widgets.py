@@ -21,8 +21,9 @@ from engine.core import metrics
 from ui import session
 
 PLOT_CONFIG = {"displayModeBar": False}
-# Lab charts: the mode bar keeps only "download as PNG" (a learner's own measurement, to keep).
-EXPORT_CONFIG = {"displayModeBar": True, "displaylogo": False, "modeBarButtonsToRemove": [
+# Lab charts: the mode bar keeps only "download as PNG" (a learner's own measurement, to keep), and
+# shows while the pointer is on the chart: always shown, it covered the end of a title on a phone.
+EXPORT_CONFIG = {"displayModeBar": "hover", "displaylogo": False, "modeBarButtonsToRemove": [
     "zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "resetScale2d"],
     "toImageButtonOptions": {"format": "png", "scale": 2}}
 log = logging.getLogger("batching_lab")

@@ -190,6 +190,6 @@ def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
         ]
     return go.Figure(data=traces, layout=layout(
         *texts, yaxis=dict(rangemode="tozero"),
-        yaxis2=dict(title=dict(text="output tokens / s"), overlaying="y", side="right",
+        yaxis2=dict(title=dict(text="output tokens / s"), overlaying="y", side="right", tickmode="auto",
                     rangemode="tozero", showgrid=False),
         margin=dict(l=60, r=60, t=80, b=50)))

@@ -231,7 +231,7 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
                            range=[math.log10(b.min()) - pad, math.log10(b.max()) + pad]),
         yaxis=dict(rangemode="tozero"),
         yaxis2=dict(title=dict(text="ms per token"), overlaying="y", side="right", rangemode="tozero",
-                    showgrid=False),
+                    tickmode="auto", showgrid=False),     # its own round ticks, not the left axis's lines
         margin=dict(l=60, r=60, t=80, b=50), shapes=[s for s, _ in marks], annotations=[n for _, n in marks]))
 
 
