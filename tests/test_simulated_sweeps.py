@@ -170,3 +170,15 @@ def test_the_knee_chart_says_what_it_draws_in_each_mode():
     assert "bars" not in words
     both = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "ttft_p95_s", 4, None, sim, "simulated")
     assert "bars: lowest to highest run" in both.layout.title.subtitle.text.replace("<br>", " ")
+
+
+def test_the_prompt_length_table_counts_the_long_prompts_the_starvation_sentence_names():
+    """The scheduler-orders lab said '48 long prompts (over 256 tokens)' beside a table bucketed at 128
+    and 512: the table splits where the sentence does, so its long row holds the same requests."""
+    from labs.scheduler_orders import experiment as orders
+    runs = orders.simulated_order_runs(CPU, orders.rate_for(CPU, 0.9), ["fcfs", "sjf"], requests=120)
+    table = orders.bucket_table(runs)
+    assert list(table["prompt length"].unique()) == [name for _, _, name in orders.LENGTHS]
+    for order in ("fcfs", "sjf"):
+        long_row = table[(table.order == order) & (table["prompt length"] == orders.LENGTHS[-1][2])].iloc[0]
+        assert long_row.n == orders.long_waits(runs[order][0])[1] > 0

@@ -29,6 +29,8 @@ REQUESTS = 120
 SIM_REQUESTS = 400
 LOAD = 0.85
 LONG_PROMPT = 256        # prompts above this many tokens are "long" for the starvation claim
+# the prompt-length table's rows: the long prompts the claim counts, and the rest
+LENGTHS = ((0, LONG_PROMPT, f"≤ {LONG_PROMPT} tokens"), (LONG_PROMPT + 1, 10 ** 9, f"long: > {LONG_PROMPT} tokens"))
 OVERLOAD = 0.05          # fcfs's waiting queue growing by this share of the arrivals or more: overload
 TENANTS = [  # name, share of traffic, priority (lower = more important), own TTFT target
     ("tenant-a", 0.5, 0, 4.0),
@@ -132,15 +134,15 @@ def winners(table: pd.DataFrame, baseline: str = BASELINE) -> dict[str, str]:
 
 
 def bucket_table(runs: dict) -> pd.DataFrame:
-    """One row per (order, prompt-length bucket): p50 and p99 TTFT."""
+    """One row per (order, prompt length: LENGTHS, the starvation claim's split): p50 and p99 TTFT."""
     rows = []
+    names = [name for _, _, name in LENGTHS]
     for order, (res, _) in runs.items():
         reqs = finished(frames(res)[0])
-        t = percentile_table(reqs, "ttft_s", prompt_bucket(reqs["prompt_tokens"]))
-        for r in t.itertuples():
-            if r.group != "all":
-                rows.append({"order": order, "prompt length": r.group, "n": r.n, "ttft_p50_s": r.p50,
-                             "ttft_p99_s": r.p99})
+        t = percentile_table(reqs, "ttft_s", prompt_bucket(reqs["prompt_tokens"], LENGTHS))
+        got = {r.group: r for r in t.itertuples() if r.group != "all"}
+        rows += [{"order": order, "prompt length": name, "n": got[name].n, "ttft_p50_s": got[name].p50,
+                  "ttft_p99_s": got[name].p99} for name in names if name in got]
     return pd.DataFrame(rows)
 
 

@@ -83,10 +83,11 @@ def tail_trust(n: int, q: float = 99) -> str:
     return f"⚠ only {n} samples: p{q:g} rests on {above:.1f} values above it (≈ the largest)"
 
 
-def prompt_bucket(prompt_tokens) -> pd.Series:
+def prompt_bucket(prompt_tokens, buckets=PROMPT_BUCKETS) -> pd.Series:
+    """Each prompt's bucket name from `buckets` [(lo, hi, name)], both ends counted in."""
     p = pd.to_numeric(pd.Series(prompt_tokens), errors="coerce")
     out = pd.Series("", index=p.index, dtype=object)
-    for lo, hi, name in PROMPT_BUCKETS:
+    for lo, hi, name in buckets:
         out[(p >= lo) & (p <= hi)] = name
     return out
 
