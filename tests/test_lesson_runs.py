@@ -337,3 +337,12 @@ def test_a_metric_s_delta_is_the_difference_of_the_values_shown():
     from ui.widgets import difference
     assert difference(1.404, 1.226, 2, "s vs off") == "+0.17 s vs off"
     assert difference(1221.4, 366.6, 0, "ms") == "+854 ms" and difference(0.5, 0.75, 2, "s") == "-0.25 s"
+
+
+def test_the_queueing_verdict_gives_service_against_1_over_mu_for_both_ends():
+    """'service took 0.48–0.78 s, 4.9× the 1/μ = 0.10 s' matched only the low end: the ratio is a range
+    as the times are."""
+    points = pd.DataFrame({"rho": [0.3, 0.9], "finished": [200, 200], "queue_mean_s": [0.01, 0.9],
+                           "service_mean_s": [0.48, 0.78], "W_s": [0.49, 1.68], "W_mm1_s": [0.14, 1.0]})
+    words = queueing.explodes_verdict(points, 10.0).words
+    assert "0.48–0.78 s, 4.8–7.8× the 1/μ = 0.10 s" in words, words

@@ -210,7 +210,8 @@ def explodes_verdict(points: pd.DataFrame, mu: float) -> claims.Verdict:
                f"{hi.rho:.0%}: ×{growth:.1f}, while the load grew ×{hi.rho / lo.rho:.1f}.")
     why_w = (f" Time in system W grew ×{w_growth:.1f} where M/M/1 predicts ×{model_growth:.1f}: W is queue plus "
              f"service, and this engine's service took {lo.service_mean_s:.2f}–{hi.service_mean_s:.2f} s, "
-             f"{lo.service_mean_s * mu:.1f}× the 1/μ = {1 / mu:.2f} s that M/M/1 serves one request in (it serves "
+             f"{lo.service_mean_s * mu:.1f}–{hi.service_mean_s * mu:.1f}× the 1/μ = {1 / mu:.2f} s that M/M/1 serves one "
+             f"request in (it serves "
              f"{slots} at once, each through its whole prefill and decode). That fixed part dilutes the queue's growth.")
     if hi.rho < NEAR_FULL:
         not_shown = numbers + (f" At {hi.rho:.0%} the engine is still far from full use: an arrival rarely finds "

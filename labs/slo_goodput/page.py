@@ -60,7 +60,7 @@ top = table.sort_values("rate").iloc[-1]
 predict.reveal(question, guess, best.rate if best.goodput_req_s > 0 else "none of them",
                f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s"
                + ("" if measured else f"; over all {len(sim)} simulated rates it peaks near "
-                  f"{sim.loc[sim['goodput_req_s'].idxmax()].rate:g}") + ".", source=source)
+                  f"{sim.loc[sim['goodput_req_s'].idxmax()].rate:g} req/s") + ".", source=source)
 predict.reveal(miss_q, miss_guess, lab.most_missed(top.missed_ttft, top.missed_tpot), f"At {top.rate:g} requests/s {int(top.missed_ttft)} requests missed "
                f"TTFT and {int(top.missed_tpot)} missed TPOT.", source=source)
 predict.show_verdict(lab.falls_verdict(table, ttft, tpot), source)
