@@ -346,3 +346,12 @@ def test_the_queueing_verdict_gives_service_against_1_over_mu_for_both_ends():
                            "service_mean_s": [0.48, 0.78], "W_s": [0.49, 1.68], "W_mm1_s": [0.14, 1.0]})
     words = queueing.explodes_verdict(points, 10.0).words
     assert "0.48–0.78 s, 4.8–7.8× the 1/μ = 0.10 s" in words, words
+
+
+def test_the_tallest_gap_sits_below_the_arrival_label():
+    """On a phone the costs lab's 'long prompt arrives' label covered the two stall spikes it points
+    at (drawn at the plot's top, where the tallest spike is): the y-axis leaves room above them."""
+    gaps = {"off": pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "gap_ms": [30.0, 1221.0, 31.0], "id": ["a", "b", "c"]}),
+            "on": pd.DataFrame({"t_s": [0.0, 1.0], "gap_ms": [30.0, 40.0], "id": ["a", "b"]})}
+    fig = costs.token_gaps(gaps, [0.9])
+    assert fig.layout.yaxis.range[1] >= 1.2 * 1221

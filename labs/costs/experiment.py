@@ -201,9 +201,12 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
         return go.Figure(empty_figure(*texts))
     marks = [vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
              for k, t in enumerate(arrivals or [])]
+    # room above the tallest spike for the arrival's label: the spike comes just after the arrival,
+    # where the label is, and under it was hidden on a phone's narrow chart
+    top = max(float(t.y.max()) for t in traces if len(t.y)) if any(len(t.y) for t in traces) else 0.0
+    yaxis = dict(range=[0, 1.25 * top]) if top > 0 else dict(rangemode="tozero")
     return go.Figure(data=traces, layout=layout(*texts, shapes=[s for s, _ in marks],
-                                                        annotations=[n for _, n in marks],
-                                                        yaxis=dict(rangemode="tozero")))
+                                                        annotations=[n for _, n in marks], yaxis=yaxis))
 
 
 # ----------------------------------------------------------------------------- 2. a KV cache too small

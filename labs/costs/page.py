@@ -128,7 +128,7 @@ if kv_guess is not None:
                       .sort_values("preemptions", ascending=False)
                       .rename(columns=widgets.REQUEST_COLUMNS))
 # ----- 3. scheduling work on every step
-st.header("3. Scheduling work on every step")
+st.header("3 · Scheduling work on every step")
 if kv_guess is not None:     # like every result on this page, after the learner's guesses
     st.markdown(f"Continuous batching decides anew at every step. Here the scheduler alone (no model) decides a step "
                 f"of a full batch with {lab.SCHED_WAITING:,} requests waiting, timed on this machine's CPU, beside the "

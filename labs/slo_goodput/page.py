@@ -29,7 +29,8 @@ with st.sidebar:
                    help="The longest average gap between tokens once streaming has started.")
     widgets.choice(st.select_slider, "Load shown in detail (share of capacity)", lab.LOADS, lab.LOADS[1],
                    key="sg_load", format_func=lambda x: f"{x:.0%}",
-                   help="Which of the measured runs the request table and the scatter below show.")
+                   help="Which of the real engine's runs the request table and the scatter below show, once "
+                        "\"Run the arrival rates\" has measured them.")
 widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_load"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
 step_model, profiled = calculators.saved_step_model()
