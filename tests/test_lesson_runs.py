@@ -170,6 +170,8 @@ def test_lab_figures_build_on_empty_and_real_shaped_input():
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.range[1] < 1, "a log axis spans log10 of the batches"
     assert fig.layout.shapes[0].x0 == 2, "the knee line stands at batch 2 (a shape's x in data units)"
     assert fig.layout.annotations[0].x == pytest.approx(math.log10(2)), "its label too (in log10 units)"
+    assert fig.layout.yaxis.range[1] >= 1.2 * max(fig.data[0].y) and fig.layout.yaxis2.range[1] >= \
+        1.2 * max(fig.data[1].y), "the knee's label along the top covers no point"
     pts = pd.DataFrame({"rho": [0.5, 0.9], "W_s": [1.0, 2.0], "queue_mean_s": [0.1, 0.5]})
     fig = queueing.time_in_system(pts, 2.0)
     assert any("model" in t.name for t in fig.data) and any("measured" in t.name for t in fig.data)
