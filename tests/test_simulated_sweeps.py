@@ -147,6 +147,7 @@ def test_the_waiting_chart_names_its_step_model_once_in_its_subtitle():
     assert all(len(t.name) <= 45 and t.name.endswith("simulated") for t in fig.data), [t.name for t in fig.data]
     subtitle = fig.layout.title.subtitle.text.replace("<br>", " ")
     assert "Dotted: simulated (step model: quick estimate, current error 9%)." in subtitle
+    assert "Each point" not in subtitle, "no points before a real run: the subtitle does not promise them"
 
 
 def test_the_labs_arrival_rates_are_the_numbers_their_pages_show():

@@ -150,10 +150,11 @@ def ttft_and_throughput(table: pd.DataFrame, sim: pd.DataFrame | None = None,
     """p50 TTFT (left axis) and tokens per second of engine work (right axis) against max_wait_ms;
     `sim`, a wait_table from the simulator, as dotted lines beside (or, alone, instead of) the real one,
     `sim_name` (which step model) said once in the subtitle: in each legend entry it ran off the chart."""
+    points = ("" if is_empty(table) else "Each point is the mean of its runs (bars: lowest to highest run). ")
     texts = ("Waiting to fill a batch: TTFT, work rate and delivered rate",
-             "Each point is the mean of its runs (bars: lowest to highest run). Left axis: p50 TTFT. Right "
-             "axis: tokens per second of engine work and tokens delivered per second. Good: the shortest wait "
-             "that gives the throughput you need." + ("" if is_empty(sim) else f" Dotted: {sim_name}."),
+             points + "Left axis: p50 TTFT. Right axis: tokens per second of engine work and tokens delivered per "
+             "second. Good: the shortest wait that gives the throughput you need."
+             + ("" if is_empty(sim) else f" Dotted: {sim_name}."),
              "max_wait_ms (how long the oldest request may wait)", "p50 TTFT (s)")
     if is_empty(table) and is_empty(sim):
         return go.Figure(empty_figure(*texts))
