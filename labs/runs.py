@@ -15,7 +15,6 @@ the real thing.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import asdict, dataclass
 
 import pandas as pd
