@@ -357,3 +357,14 @@ def test_the_tallest_gap_sits_below_the_arrival_label():
             "on": pd.DataFrame({"t_s": [0.0, 1.0], "gap_ms": [30.0, 40.0], "id": ["a", "b"]})}
     fig = costs.token_gaps(gaps, [0.9])
     assert fig.layout.yaxis.range[1] >= 1.2 * 1221
+
+
+def test_the_queueing_lab_says_when_its_arrivals_strayed_from_the_rate_set():
+    """The queueing table showed λ drawn 7% above λ set at every row, so its '90%' run ran at 97%,
+    unsaid: the page says each run's real utilization where the draws stray."""
+    points = pd.DataFrame({"rho": [0.3, 0.9, 1.2], "lambda_set": [3.03, 9.10, 12.13],
+                           "lambda_arrivals": [3.25, 9.76, 13.0]})
+    words = queueing.drawn_words(points)
+    assert "7% faster" in words and "90% ran at 97%" in words and "30% ran at 32%" in words
+    assert "120%" not in words, "past capacity there is no steady utilization to name"
+    assert queueing.drawn_words(points.assign(lambda_arrivals=points.lambda_set * 1.01)) == ""

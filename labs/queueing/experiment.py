@@ -185,6 +185,23 @@ def points_table(runs, mu: float) -> pd.DataFrame:
     return pd.DataFrame([queue_point(rho, res, mu) for rho, res, _ in sorted(runs, key=lambda r: r[0])])
 
 
+DRAWN_OFF = 0.02             # arrivals drawn this far from the rate set change the utilization a row names
+
+
+def drawn_words(points: pd.DataFrame) -> str:
+    """Where the random arrivals came faster or slower than the rate set (a seed's luck: 600 draws
+    stray about 4%), what utilization each run really had; "" where they came within DRAWN_OFF."""
+    off = points["lambda_arrivals"] / points["lambda_set"] - 1
+    if not (off.abs() > DRAWN_OFF).any():
+        return ""
+    real = ", ".join(f"{r.rho:.0%} ran at {r.rho * r.lambda_arrivals / r.lambda_set:.0%}"
+                     for r in points.itertuples() if r.rho < 1)
+    faster = "faster" if off.median() > 0 else "slower"
+    return (f"The random arrivals came {abs(off.median()):.0%} {faster} than the rates set (λ drawn against λ set "
+            f"in the table: a seed's luck), so each run's real utilization differs from its row's: {real}. The "
+            "M/M/1 model beside them is at the rate set.")
+
+
 # ----------------------------------------------------------------------------- verdicts
 
 

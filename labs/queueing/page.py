@@ -87,6 +87,8 @@ show = points[["rho", "finished", "lambda_set", "lambda_arrivals", "W_s", "W_mm1
              "queue_mean_s": "mean queue time (s)", "service_mean_s": "mean service time (s)",
              "waiting_max": "most waiting"})
 widgets.table(show, csv="queueing")
+if drawn := lab.drawn_words(points):
+    st.caption(drawn)
 
 st.subheader("Past capacity: what tells you to add a replica")
 past = [(rho, res, c) for rho, res, c in runs if rho >= 1]
