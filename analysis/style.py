@@ -163,6 +163,12 @@ def empty_figure(title: str, subtitle: str, xlabel: str, ylabel: str,
                              yaxis=hidden, annotations=[note], presenter=presenter))
 
 
+def room_above(top: float) -> dict:
+    """A y-axis from 0 to a quarter above `top`, the highest value drawn: room for a label along the
+    plot's top (a marked line's) that would otherwise sit on the highest points."""
+    return dict(range=[0, 1.25 * top]) if top > 0 else dict(rangemode="tozero")
+
+
 def is_empty(df: pd.DataFrame | None, *columns: str) -> bool:
     return df is None or len(df) == 0 or any(c not in df.columns for c in columns)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import PAIR_COLORS, empty_figure, is_empty, vline, layout
+from analysis.style import PAIR_COLORS, empty_figure, is_empty, layout, room_above, vline
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
@@ -201,12 +202,10 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
         return go.Figure(empty_figure(*texts))
     marks = [vline(t, "long prompt arrives" if k == 0 else "", color="#7f7f7f", dash="dot")
              for k, t in enumerate(arrivals or [])]
-    # room above the tallest spike for the arrival's label: the spike comes just after the arrival,
-    # where the label is, and under it was hidden on a phone's narrow chart
-    top = max(float(t.y.max()) for t in traces if len(t.y)) if any(len(t.y) for t in traces) else 0.0
-    yaxis = dict(range=[0, 1.25 * top]) if top > 0 else dict(rangemode="tozero")
+    # the tallest spike comes just after the arrival, where its label is: on a phone it hid them
+    top = max((float(np.nanmax(t.y)) for t in traces if len(t.y)), default=0.0)
     return go.Figure(data=traces, layout=layout(*texts, shapes=[s for s, _ in marks],
-                                                        annotations=[n for _, n in marks], yaxis=yaxis))
+                                                annotations=[n for _, n in marks], yaxis=room_above(top)))
 
 
 # ----------------------------------------------------------------------------- 2. a KV cache too small

@@ -79,10 +79,12 @@ if stall_guess is not None:
     cols[0].metric("Longest token gap, off", widgets.fmt(off["decode_gap_max_ms"], "ms", 0),
                    help="The longest wait between two tokens of a request that was already decoding.")
     cols[1].metric("Longest token gap, on", widgets.fmt(on["decode_gap_max_ms"], "ms", 0),
-                   delta=widgets.difference(on["decode_gap_max_ms"], off["decode_gap_max_ms"], 0, "ms vs off"), delta_color="inverse")
+                   delta=widgets.difference(on["decode_gap_max_ms"], off["decode_gap_max_ms"], 0, "ms vs off"),
+                   delta_color="inverse")
     cols[2].metric("Long prompts' TTFT, off", widgets.fmt(off["long_ttft_mean_s"], "s"), help="Mean over the long prompts.")
     cols[3].metric("Long prompts' TTFT, on", widgets.fmt(on["long_ttft_mean_s"], "s"),
-                   delta=widgets.difference(on["long_ttft_mean_s"], off["long_ttft_mean_s"], 2, "s vs off"), delta_color="inverse",
+                   delta=widgets.difference(on["long_ttft_mean_s"], off["long_ttft_mean_s"], 2, "s vs off"),
+                   delta_color="inverse",
                    help="Chunking spreads a long prompt over several steps, which can delay its first token.")
     st.caption(f"Typical (p50) gap: {off['decode_gap_p50_ms']:.0f} ms off, {on['decode_gap_p50_ms']:.0f} ms on; "
                f"p99: {off['decode_gap_p99_ms']:.0f} ms off, {on['decode_gap_p99_ms']:.0f} ms on.")

@@ -227,9 +227,9 @@ def explodes_verdict(points: pd.DataFrame, mu: float) -> claims.Verdict:
                f"{hi.rho:.0%}: ×{growth:.1f}, while the load grew ×{hi.rho / lo.rho:.1f}.")
     why_w = (f" Time in system W grew ×{w_growth:.1f} where M/M/1 predicts ×{model_growth:.1f}: W is queue plus "
              f"service, and this engine's service took {lo.service_mean_s:.2f}–{hi.service_mean_s:.2f} s, "
-             f"{lo.service_mean_s * mu:.1f}–{hi.service_mean_s * mu:.1f}× the 1/μ = {1 / mu:.2f} s that M/M/1 serves one "
-             f"request in (it serves "
-             f"{slots} at once, each through its whole prefill and decode). That fixed part dilutes the queue's growth.")
+             f"{lo.service_mean_s * mu:.1f}–{hi.service_mean_s * mu:.1f}× the 1/μ = {1 / mu:.2f} s that M/M/1 "
+             f"serves one request in (it serves {slots} at once, each through its whole prefill and decode). That "
+             "fixed part dilutes the queue's growth.")
     if hi.rho < NEAR_FULL:
         not_shown = numbers + (f" At {hi.rho:.0%} the engine is still far from full use: an arrival rarely finds "
                                f"all {slots} slots taken, so the queue stays short.")
@@ -249,8 +249,8 @@ def overload_verdict(points: pd.DataFrame) -> claims.Verdict:
     ref, top = ordered.iloc[-2], ordered.iloc[-1]
     share = top.waiting_growth / top.lambda_set if top.lambda_set > 0 else math.nan
     busy_gap = abs(top.busy_share - ref.busy_share)
-    busy = (f"The engine had a step running {ref.busy_share:.0%} of the time at {ref.rho:.0%} and {top.busy_share:.0%} at "
-            f"{top.rho:.0%}")
+    busy = (f"The engine had a step running {ref.busy_share:.0%} of the time at {ref.rho:.0%} and "
+            f"{top.busy_share:.0%} at {top.rho:.0%}")
     grow = (f"the waiting queue grew by {top.waiting_growth:.2f} requests a second at {top.rho:.0%} "
             f"({share:.0%} of the arrivals)")
     shown = (f"{busy}: no busier. But {grow}: requests pile up without end. Only the waiting count tells "

@@ -44,10 +44,13 @@ def capacity(step_model) -> float:
     return float(res.summary["request_throughput_req_s"])
 
 
+TIE = "as many of each"             # most_missed's answer where both targets were missed as often
+
+
 def most_missed(missed_ttft: int, missed_tpot: int) -> str:
-    """Which target more requests missed: "TTFT", "TPOT", or "as many of each" (a tie, 0 and 0 too)."""
+    """Which target more requests missed: "TTFT", "TPOT", or TIE (0 and 0 too)."""
     if missed_ttft == missed_tpot:
-        return "as many of each"
+        return TIE
     return "TTFT" if missed_ttft > missed_tpot else "TPOT"
 
 

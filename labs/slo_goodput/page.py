@@ -62,7 +62,8 @@ predict.reveal(question, guess, best.rate if best.goodput_req_s > 0 else "none o
                f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s"
                + ("" if measured else f"; over all {len(sim)} simulated rates it peaks near "
                   f"{sim.loc[sim['goodput_req_s'].idxmax()].rate:g} req/s") + ".", source=source)
-predict.reveal(miss_q, miss_guess, lab.most_missed(top.missed_ttft, top.missed_tpot), f"At {top.rate:g} requests/s {int(top.missed_ttft)} requests missed "
+predict.reveal(miss_q, miss_guess, lab.most_missed(top.missed_ttft, top.missed_tpot),
+               f"At {top.rate:g} requests/s {int(top.missed_ttft)} requests missed "
                f"TTFT and {int(top.missed_tpot)} missed TPOT.", source=source)
 predict.show_verdict(lab.falls_verdict(table, ttft, tpot), source)
 rate = rates[lab.LOADS.index(st.session_state.sg_load)]
@@ -93,8 +94,8 @@ verdicts = lab.slo_verdicts(frames(res)[0], ttft, tpot)
 widgets.plot(lab.slo_scatter(verdicts, ttft, tpot))
 first_miss = lab.most_missed(g.missed_ttft, g.missed_tpot)
 if g.missed_ttft or g.missed_tpot:
-    st.markdown(f"At {rate:g} requests/s, " + (f"**{first_miss}** is the target missed most" if first_miss != "as many of each"
-                else "both targets were missed as often")
+    st.markdown(f"At {rate:g} requests/s, " + ("both targets were missed as often" if first_miss == lab.TIE
+                                                  else f"**{first_miss}** is the target missed most")
                 + f" ({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses).")
 with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]

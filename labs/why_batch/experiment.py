@@ -15,8 +15,9 @@ from analysis.style import (
     MODEL_COLOR,
     empty_figure,
     is_empty,
-    vline,
     layout,
+    room_above,
+    vline,
 )
 from engine.runs.results import cache_path
 from engine.sim.step_times import measure_batch_scaling
@@ -226,16 +227,16 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
         side = "right" if knee_batch >= b.max() else "left"      # the label stays inside the plot
         marks = [(line, {**label, "x": math.log10(knee_batch), "xanchor": side})]
     pad = 0.08 * max(math.log10(b.max() / b.min()), 1.0)
-    # both axes end a fifth above their highest value, so the knee's label, along the top, covers no
-    # point: the best tokens/s is often at the knee, and batch 1's ms per token at the far left
+    # room above both axes' points for the knee's label along the top: the best tokens/s is often at
+    # the knee, and batch 1's ms per token at the far left
     tops = {axis: max(float(np.nanmax(t.y)) for t in traces if (t.yaxis or "y") == axis) for axis in ("y", "y2")}
     if "tokens_per_s_hi" in table:
         tops["y"] = max(tops["y"], float(table["tokens_per_s_hi"].max()))
     return go.Figure(data=traces, layout=layout(
         *texts, xaxis=dict(type="log", tickvals=b, ticktext=[f"{int(v)}" for v in b],
                            range=[math.log10(b.min()) - pad, math.log10(b.max()) + pad]),
-        yaxis=dict(range=[0, 1.2 * tops["y"]]),
-        yaxis2=dict(title=dict(text="ms per token"), overlaying="y", side="right", range=[0, 1.2 * tops["y2"]],
+        yaxis=room_above(tops["y"]),
+        yaxis2=dict(title=dict(text="ms per token"), overlaying="y", side="right", **room_above(tops["y2"]),
                     tickmode="auto", showgrid=False),     # its own round ticks, not the left axis's lines
         margin=dict(l=60, r=60, t=80, b=50), shapes=[s for s, _ in marks], annotations=[n for _, n in marks]))
 

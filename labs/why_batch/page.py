@@ -89,7 +89,7 @@ columns = {"batch": "batch size", "step_ms": "step (ms)", "tokens_per_s": "token
            "predicted_ms": "step (ms), step model's prediction"}
 if not measured:                  # a prediction is one number a size: no passes to count or span
     columns = {c: name for c, name in columns.items() if c not in ("step_ms_lo", "step_ms_hi", "runs")}
-shown = table[[c for c in columns if c in table]].round(2)
+shown = table[[c for c in columns if c in table]]
 shown["gain_per_doubling"] = lab.gains_shown(shown["gain_per_doubling"])
 widgets.table(shown.rename(columns=columns), csv="why_batch")
 widgets.definitions("Each batch size: `batch` sequences of `context` tokens are prefilled (not timed), then "
