@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.style import COLORS, REQUEST_COLORS, empty_figure, layout
+from analysis.style import COLORS, REQUEST_COLORS, empty_figure, layout, room_above
 from cluster.result import ClusterResult
 from cluster.traffic import rate_at
 
@@ -26,17 +26,21 @@ def routing_bars(runs: dict[str, ClusterResult]) -> go.Figure:
     if not runs:
         return go.Figure(empty_figure("Routers compared", "No runs yet.", "", ""))
     names = list(runs)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("p95 TTFT (s): lower is better",
-                                                        "prefix hit rate: higher is better",
-                                                        "load imbalance: 1.0 is even"))
+    # each title in two short lines: three side by side on a phone's chart are about 100 px wide each
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("p95 TTFT (s)<br>lower is better",
+                                                        "prefix hit rate<br>higher is better",
+                                                        "load imbalance<br>1.0 is even"))
     colors = [REQUEST_COLORS[i % len(REQUEST_COLORS)] for i in range(len(names))]
     for col, key, fmt in ((1, "ttft_p95_s", ".2f"), (2, "prefix_hit_rate", ".2f"), (3, "load_imbalance", ".2f")):
         values = [runs[n].summary[key] for n in names]
         fig.add_trace(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:{fmt}}" for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
-    fig.update_layout(_grid_layout("Four routers, one shared-prefix workload",
-                                   "The same requests for every router. Good: a low p95 TTFT with a high hit rate "
-                                   "and an imbalance near 1.", "", "", height=380))
+        fig.update_yaxes(room_above(max(values, default=0.0)), row=1, col=col)   # the values above the bars
+    out = _grid_layout("Four routers, one shared-prefix workload",
+                       "The same requests for every router. Good: a low p95 TTFT with a high hit rate "
+                       "and an imbalance near 1.", "", "", height=420)
+    out["margin"]["t"] += 36                  # the subplot titles' two lines, above the plots
+    fig.update_layout(out)
     return fig
 
 
