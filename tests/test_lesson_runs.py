@@ -220,6 +220,22 @@ def test_first_to_finish_and_the_dynamic_batching_outcome():
     assert dynamic.wait_policy(250).mode == "static" and dynamic.wait_policy(250).max_wait_ms == 250
 
 
+
+def test_the_waiting_verdict_says_which_way_delivered_throughput_went_and_counts_the_slots_set():
+    """The verdict judged 'already full' against 8 slots whatever the slider held, and said only that
+    delivered tokens per second 'moved' when they fell: its words follow the run's numbers."""
+    t = pd.DataFrame({"max_wait_ms": [0, 1000], "ttft_p50_s": [0.2, 0.9], "busy_tok_s": [100, 180],
+                      "output_tok_s": [50, 51], "mean_batch": [3.0, 7.5]})
+    assert dynamic.waiting_verdict(t).shown
+    fell = dynamic.waiting_verdict(t.assign(output_tok_s=[50, 30])).words
+    rose = dynamic.waiting_verdict(t.assign(output_tok_s=[50, 80])).words
+    assert "Delivered tokens per second fell" in fell and "took longer" in fell
+    assert "delivered more tokens per second" in rose and "per second fell" not in rose
+    flat = t.assign(busy_tok_s=[100, 101], mean_batch=[7.4, 7.9])      # no gain: full already, or not filled
+    assert "nearly full (7.4 of 8)" in dynamic.waiting_verdict(flat, 8).words
+    assert "did not fill the batches here (7.9 of 16" in dynamic.waiting_verdict(flat, 16).words
+    assert "nearly full" in dynamic.waiting_verdict(flat.assign(mean_batch=[3.8, 4.0]), 4).words
+
 def test_tail_trust_warns_below_100_samples():
     assert tail_lab.MIN_TAIL_SAMPLES == 100
     assert tail_lab.tail_trust(5).startswith("⚠ only 5 samples")

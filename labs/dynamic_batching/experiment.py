@@ -30,6 +30,7 @@ COLUMNS = ["ttft_p50_s", "ttft_p95_s", "mean_batch", "busy_tok_s", "output_tok_s
 OUTCOMES = ("TTFT up, delivered tok/s up", "TTFT up, delivered tok/s about the same",
             "TTFT up, delivered tok/s down", "TTFT about the same or down")
 CHANGE = 0.1     # a change under 10% counts as "about the same"
+NEARLY_FULL = 0.9   # a mean batch this share of the slots counts as "nearly full"
 
 
 def capacity(step_model, slots: int = SLOTS) -> float:
@@ -114,9 +115,9 @@ def outcome(table: pd.DataFrame) -> str:
     return OUTCOMES[0] if delivered > 0 else OUTCOMES[1] if delivered == 0 else OUTCOMES[2]
 
 
-def waiting_verdict(table: pd.DataFrame) -> claims.Verdict:
+def waiting_verdict(table: pd.DataFrame, slots: int = SLOTS) -> claims.Verdict:
     """The claim `waiting_to_batch`: a longer wait raises busy tok/s, leaves delivered tok/s about
-    the same, and raises TTFT."""
+    the same, and raises TTFT. `slots`: the runs' max_num_seqs (what a full batch holds)."""
     if len(table) < 2:
         return claims.judge("waiting_to_batch", float("nan"), "", "", "it compares two waits or more.")
     first, last = table.iloc[0], table.iloc[-1]
@@ -127,14 +128,17 @@ def waiting_verdict(table: pd.DataFrame) -> claims.Verdict:
                f"{last.output_tok_s:.0f}, p50 TTFT {first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s.")
     ttft_up, delivered = _moved(table, "ttft_p50_s") > 0, _moved(table, "output_tok_s")
     if busy < claims.CLAIMS["waiting_to_batch"].threshold:
-        why = (" Batches were already full without waiting (arrivals outpace the batcher), so the wait changes "
-               "nothing." if first.mean_batch >= 0.9 * SLOTS else " The wait did not fill the batches here.")
+        why = (f" Batches were already nearly full ({first.mean_batch:.1f} of {slots}) without waiting, so the wait "
+               "changes little." if first.mean_batch >= NEARLY_FULL * slots else
+               f" The wait did not fill the batches here ({last.mean_batch:.1f} of {slots} at the longest).")
     elif not ttft_up:
         why = " Fuller batches made each step's work cheaper, and here TTFT did not grow with the wait."
+    elif delivered > 0:
+        why = (" The engine delivered more tokens per second as well: with the shortest wait's small batches it fell "
+               "behind the arrivals, and fuller batches let it keep up, so here efficiency was throughput.")
     else:
-        why = (" The engine delivered more tokens per second as well: arrivals outpace it, so efficiency is "
-               "throughput here." if delivered > 0 else " Delivered tokens per second moved too: arrivals, not "
-               "the engine, set them below capacity, so this run is near or past capacity.")
+        why = (" Delivered tokens per second fell: the whole run took longer, since every batch, the last one "
+               "too, waited to fill before it started.")
     noisy = None
     if busy < 1 and last.mean_batch >= 1.5 * first.mean_batch:
         noisy = (numbers + " The batches filled, yet each second of work made fewer tokens: a fuller step is never "

@@ -63,7 +63,7 @@ first, last = table.iloc[0], table.iloc[-1]
 predict.reveal(question, guess, lab.outcome(table),
                f"p50 TTFT {first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s; delivered {first.output_tok_s:.0f} → "
                f"{last.output_tok_s:.0f} tok/s.", source=source)
-predict.show_verdict(lab.waiting_verdict(table), source)
+predict.show_verdict(lab.waiting_verdict(table, slots), source)
 
 cols = st.columns(4)
 cols[0].metric("p50 TTFT", f"{first.ttft_p50_s:.2f} → {last.ttft_p50_s:.2f} s",
