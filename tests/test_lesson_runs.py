@@ -364,6 +364,9 @@ def test_the_queueing_verdict_gives_service_against_1_over_mu_for_both_ends():
                            "service_mean_s": [0.48, 0.78], "W_s": [0.49, 1.68], "W_mm1_s": [0.14, 1.0]})
     words = queueing.explodes_verdict(points, 10.0).words
     assert "0.48–0.78 s, 4.8–7.8× the 1/μ = 0.10 s" in words, words
+    assert "That fixed part dilutes the queue's growth" in words     # W ×3.4 against M/M/1's ×7.1
+    faster = queueing.explodes_verdict(points.assign(W_s=[0.49, 4.0]), 10.0).words    # W ×8.2: nothing diluted
+    assert "dilutes" not in faster and "outweigh that fixed part" in faster
 
 
 def test_the_tallest_gap_sits_below_the_arrival_label():
@@ -384,3 +387,5 @@ def test_the_queueing_lab_says_when_its_arrivals_strayed_from_the_rate_set():
     assert "7% faster" in words and "90% ran at 97%" in words and "30% ran at 32%" in words
     assert "120%" not in words, "past capacity there is no steady utilization to name"
     assert queueing.drawn_words(points.assign(lambda_arrivals=points.lambda_set * 1.01)) == ""
+    one = queueing.drawn_words(points.assign(lambda_arrivals=[3.03, 9.10, 13.0]))    # one row strays
+    assert "0%" not in one.split("(")[0] and "strayed from the rates set in some runs" in one, one
