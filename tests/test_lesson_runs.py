@@ -242,6 +242,25 @@ def test_tail_trust_warns_below_100_samples():
     assert not tail_lab.tail_trust(400).startswith("⚠") and "about 4 values above" in tail_lab.tail_trust(400)
 
 
+
+def test_the_tail_is_named_a_groups_only_where_its_p99_stands_out():
+    """'The tail belongs to X' was said of whichever group's p99 was highest, ×1.02 or ×5: the words
+    follow the ratio, and a small group's p99 is called what it is."""
+    fmt = lambda v, unit: f"{v:.2f} {unit}"
+    table = pd.DataFrame({"group": ["all", "steady", "bursty"], "n": [300, 150, 150],
+                          "p50": [0.2, 0.2, 0.21], "p99": [2.0, 1.0, 3.0]})
+    assert tail_lab.owner_words(table, "TTFT", "s", fmt).startswith("The tail belongs to **bursty**: p99 TTFT 3.00 s")
+    alike = tail_lab.owner_words(table.assign(p99=[1.0, 1.0, 1.2]), "TTFT", "s", fmt)
+    assert alike.startswith("The groups' tails are alike here") and "×1.2" in alike
+    few = tail_lab.owner_words(table.assign(n=[160, 150, 10]), "TTFT", "s", fmt)
+    assert "From only 10 requests" in few
+    assert tail_lab.owner_words(table.iloc[:2], "TTFT", "s", fmt) == ""
+    reqs = pd.DataFrame({"arrival_s": [i * 0.1 for i in range(80)], "ttft_s": [0.1] * 70 + [0.2] * 10,
+                         "status": "finished"})
+    assert "only a little in time" in tail_lab.window_verdict(reqs).words          # ×2: worse, under ×3
+    assert "The windows are alike" in tail_lab.window_verdict(reqs.assign(ttft_s=0.1)).words
+    assert tail_lab.window_verdict(reqs.assign(ttft_s=[0.1] * 70 + [0.5] * 10)).shown
+
 def test_kv_demand_is_littles_law_times_tokens():
     need = queueing.kv_demand(10, 20, 2000, bytes_per_token=1000)
     assert need["inside"] == pytest.approx(200) and need["tokens"] == pytest.approx(400_000)

@@ -21,6 +21,7 @@ SIM_REQUESTS = 600
 LOAD = 0.6
 WINDOWS = 8              # time windows the tail is split into
 MIN_GROUP = 10           # a group's p99 is judged only with this many requests or more
+ALIKE = 1.5              # p99s (or p95s) within this ratio of each other count as alike
 SHORT_PROMPT = LengthDist("uniform", 32, 128)
 LONG_PROMPT = LengthDist("uniform", 768, 1024)
 OUTPUT = LengthDist("uniform", 16, 48)
@@ -174,5 +175,25 @@ def window_verdict(requests: pd.DataFrame, windows: int = WINDOWS) -> claims.Ver
     r = claims.ratio(values[worst], median)
     numbers = (f"Cut into {len(values)} windows of arrival time, the worst ({worst}) has p95 TTFT {values[worst]:.2f} s "
                f"against a median window's {median:.2f} s (×{r:.1f}).")
+    spread_words = (" The windows are alike: the tail is spread evenly over time here." if r < ALIKE else
+                    " The worst window is worse, but not by that much: the tail gathers only a little in time here.")
     return claims.judge("tail_by_window", r, numbers + " The tail gathers where arrivals bunch up.",
-                        numbers + " The windows are alike: the tail is spread evenly over time here.")
+                        numbers + spread_words)
+
+
+def owner_words(table: pd.DataFrame, name: str, unit: str, fmt) -> str:
+    """Whose tail it is, from a percentile_table split into groups: the group with the highest p99
+    against the lowest, in words for each way it can come out (alike, or one group's; the worst of
+    a few where a group is small). `fmt(value, unit)` writes a number as the page does."""
+    groups = table.iloc[1:]
+    if len(groups) < 2:
+        return ""
+    worst, best = groups.loc[groups["p99"].idxmax()], groups.loc[groups["p99"].idxmin()]
+    r = round(claims.ratio(worst.p99, best.p99), 1)          # judged as shown
+    numbers = (f"p99 {name} {fmt(worst.p99, unit)} for **{worst.group}** against {fmt(best.p99, unit)} for "
+               f"**{best.group}** (×{r:.1f}), medians {fmt(worst.p50, unit)} and {fmt(best.p50, unit)}")
+    few = f" From only {int(worst.n)} requests, that p99 is about their slowest one." \
+        if worst.n < MIN_TAIL_SAMPLES else ""
+    if not r >= ALIKE:
+        return f"The groups' tails are alike here: {numbers}.{few}"
+    return f"The tail belongs to **{worst.group}**: {numbers}.{few}"

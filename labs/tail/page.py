@@ -91,14 +91,8 @@ if len(few):
                "moves it. Read these p99s as \"the worst of a few\"; change the seed to see how much they move.")
 
 widgets.plot(latency.cdf(reqs, metric, by=by))
-if by is not None and len(table) > 2:
-    groups = table.iloc[1:]
-    worst = groups.loc[groups["p99"].idxmax()]
-    best = groups.loc[groups["p99"].idxmin()]
-    st.markdown(f"The tail belongs to **{widgets.plain(worst.group)}**: its p99 {name} is "
-                f"{widgets.fmt(worst.p99, unit)} against {widgets.fmt(best.p99, unit)} for "
-                f"**{widgets.plain(best.group)}**, while the medians are {widgets.fmt(worst.p50, unit)} "
-                f"and {widgets.fmt(best.p50, unit)}.")
+if by is not None:
+    st.markdown(lab.owner_words(table.assign(group=table["group"].map(widgets.plain)), name, unit, widgets.fmt))
 table = table.assign(p99_from=[lab.tail_trust(int(n)) for n in table["n"]])
 widgets.table(table.rename(columns={"group": SEGMENTS[segment] if by is not None else "group", "n": "requests",
                                    "p99_from": "how far p99 can be trusted"}), csv="tail")
