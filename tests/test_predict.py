@@ -115,3 +115,18 @@ def test_measurements_are_kept_for_the_quiz():
     assert at.markdown[0].value == "VALUE None"
     at.button(key="show").click().run()
     assert at.markdown[0].value == "VALUE 0.40 s"
+
+
+def test_a_tie_for_the_best_makes_every_tied_choice_right():
+    """'Which router gives the lowest p95 TTFT?' named the first of two routers 0.3% apart and
+    marked the learner who picked the other wrong: values within TIE_WITHIN of the best tie."""
+    from ui.predict import Question, _score, best_of
+    assert best_of({"a": 1.0, "b": 1.5, "c": 2.0}) == "a"
+    assert best_of({"a": 1.0, "b": 1.005, "c": 2.0}) == ("a", "b")
+    assert best_of({"a": 1.0, "b": 1.5, "c": 1.49}, highest=True) == ("b", "c")
+    assert best_of({"a": float("nan"), "b": 3.0}) == "b" and best_of({"a": float("nan")}) is None
+    q = Question("demo", "Which is best?", choices=("a", "b", "c"))
+    assert _score(q, "b", ("a", "b")) == (True, "right: a tie")
+    assert _score(q, "c", ("a", "b")) == (False, "not what happened")
+    assert _score(q, "a", "a") == (True, "right")
+    assert q.show(("a", "b")) == "a and b (a tie)" and q.show("a") == "a"

@@ -183,3 +183,20 @@ def test_the_prompt_length_table_counts_the_long_prompts_the_starvation_sentence
     for order in ("fcfs", "sjf"):
         long_row = table[(table.order == order) & (table["prompt length"] == orders.LENGTHS[-1][2])].iloc[0]
         assert long_row.n == orders.long_waits(runs[order][0])[1] > 0
+
+
+def test_the_slo_counts_add_up_to_the_finished_requests_under_any_targets():
+    """Missed TTFT and missed TPOT both count a request that missed both: with the 'of them both'
+    column, met + missed TTFT + missed TPOT - both is every finished request, whatever the targets."""
+    import random
+    runs = slo.simulated_rate_runs(CPU, slo.rates_for(CPU, slo.LOADS))
+    rng, both = random.Random(5), 0
+    for _ in range(12):
+        ttft, tpot = rng.choice([None, rng.uniform(0.1, 3.0)]), rng.choice([None, rng.uniform(0.01, 0.09)])
+        for (rate, res, _), row in zip(runs, slo.goodput_table(runs, ttft, tpot).itertuples()):
+            both += row.missed_both
+            finished = round(row.request_s * res.summary["duration_s"])
+            met = round(row.met_share * finished)
+            assert met + row.missed_ttft + row.missed_tpot - row.missed_both == finished, (ttft, tpot, rate)
+            assert row.missed_both <= min(row.missed_ttft, row.missed_tpot)
+    assert both > 0, "the targets drawn make some requests miss both"

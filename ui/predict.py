@@ -34,6 +34,7 @@ PREDICTIONS_KEY = "lab_predictions"
 MEASUREMENTS_KEY = "lab_measurements"
 VERDICTS_KEY = "lab_verdicts"
 CLOSE_FACTOR = 1.5      # a number guess within this factor of the measured value counts as close
+TIE_WITHIN = 0.02       # measured values this close (a share of the best) tie when a question asks for the best
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Question:
 
     def show(self, value) -> str:
         if self.choices:
-            return str(value)
+            return f"{' and '.join(map(str, value))} (a tie)" if isinstance(value, tuple) else str(value)
         if self.unit == "×":
             return f"×{value:g}"
         return f"{value:g} {self.unit}".strip()
@@ -209,10 +210,23 @@ def number_verdict(guess: float, measured: float, factor: float = CLOSE_FACTOR) 
         f"the answer is {1 / ratio:.2g} times smaller than your guess"
 
 
+def best_of(values: dict, highest: bool = False, within: float = TIE_WITHIN):
+    """The choice whose measured value is lowest (highest), for a question that asks which is best
+    or worst: one key, or a tuple of the keys within `within` of it (a tie, where any of them is a
+    right guess). Values that are not finite take no part."""
+    finite = {k: float(v) for k, v in values.items() if math.isfinite(float(v))}
+    if not finite:
+        return None
+    best = max(finite.values()) if highest else min(finite.values())
+    tied = tuple(k for k, v in finite.items() if abs(v - best) <= within * abs(best))
+    return tied[0] if len(tied) == 1 else tied
+
+
 def _score(q: Question, guess, answer) -> tuple[bool, str]:
     if q.choices:
-        right = guess == answer
-        return right, "right" if right else "not what happened"
+        tied = answer if isinstance(answer, tuple) else (answer,)    # a tie: any of them is right
+        right = guess in tied
+        return right, ("right" if len(tied) == 1 else "right: a tie") if right else "not what happened"
     return number_verdict(float(guess), float(answer))
 
 

@@ -71,7 +71,7 @@ ASKS = _asks(
     Ask("scheduler_orders", "scheduler_orders", "scheduler-policy",
         "Under fcfs (first come, first served), which tenant will have the worst p95 TTFT?"),
     Ask("orders_starve", "scheduler_orders", "scheduler-policy",
-        "Under which order will the long prompts wait longest at the end of the run?"),
+        "Under which order will the long prompts have the longest p95 queue time (the time before their first step)?"),
     Ask("dynamic_batching", "dynamic_batching", "two-schedulers",
         "Raise max_wait_ms from {first} to {last} ms. What happens to the median TTFT and to the tokens "
         "delivered per second?", defaults={"first": "0", "last": "2,000"}),

@@ -70,12 +70,15 @@ if measured:
     predict.record("knee", knee=str(knee), tpot_p95_knee=f"{k.tpot_p95_ms:.0f} ms")
 predict.reveal(question, guess, knee, f"max_num_seqs {knee} makes {k.output_tok_s:.0f} tok/s, "
                f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best ({table.output_tok_s.max():.0f})"
-               + ("" if measured else f"; over the simulated sweep of 1–64 the knee is {sim_knee}") + ".",
+               + ("" if measured else f"; over the simulated sweep of {int(sim.max_num_seqs.min())}–"
+                  f"{int(sim.max_num_seqs.max())} the knee is {sim_knee}") + ".",
                source=source)
 if best_good.goodput_req_s > 0:
-    predict.reveal(goodput_q, goodput_guess, int(best_good.max_num_seqs),
-                   f"max_num_seqs {int(best_good.max_num_seqs)} gives {best_good.goodput_req_s:.2f} requests/s within "
-                   f"TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.", source=source)
+    predict.reveal(goodput_q, goodput_guess,
+                   predict.best_of({int(r.max_num_seqs): r.goodput_req_s for r in table.itertuples()}, highest=True),
+                   "Goodput (requests/s) within TPOT ≤ " f"{tpot * 1000:g} ms and TTFT ≤ {ttft:g} s, by max_num_seqs: "
+                   + ", ".join(f"{int(r.max_num_seqs)}: {r.goodput_req_s:.2f}" for r in table.itertuples()) + ".",
+                   source=source)
 else:
     predict.reveal(goodput_q, goodput_guess, "none of them", f"No setting had a request within TPOT ≤ "
                    f"{tpot * 1000:g} ms and TTFT ≤ {ttft:g} s: loosen the targets to compare them.", source=source)

@@ -83,12 +83,6 @@ def estimate_s(model, rate: float, orders=ORDER_NAMES, seed: int = 0) -> tuple[f
     return estimate(model, [(POLICY.changed(order=order), order_parts(rate, seed)) for order in orders])
 
 
-def worst_tenant(table: pd.DataFrame, order: str = BASELINE) -> str:
-    """The tenant with the highest p95 TTFT under `order`."""
-    g = table[table["order"] == order]
-    return str(g.loc[g["ttft_p95_s"].idxmax(), "tenant"])
-
-
 def tenant_table(runs: dict) -> pd.DataFrame:
     """One row per (order, tenant): p50/p95 TTFT, and the share meeting the tenant's own target."""
     targets = {t: slo for t, _, _, slo in TENANTS}

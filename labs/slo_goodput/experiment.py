@@ -145,6 +145,7 @@ def goodput(result: RunResult, ttft_slo_s: float | None, tpot_slo_s: float | Non
         "met_share": float(v["met_slo"].mean()) if len(v) else math.nan,
         "missed_ttft": int(v["missed"].str.contains("TTFT").sum()),
         "missed_tpot": int(v["missed"].str.contains("TPOT").sum()),
+        "missed_both": int((v["missed"] == "TTFT and TPOT").sum()),     # counted in each of the two above
     }
 
 

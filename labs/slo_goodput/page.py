@@ -58,13 +58,15 @@ source = "measured" if measured else "simulated"
 table = lab.goodput_table(got, ttft, tpot) if measured else sim[sim["rate"].isin(rates)].reset_index(drop=True)
 best = table.loc[table["goodput_req_s"].idxmax()]
 top = table.sort_values("rate").iloc[-1]
-predict.reveal(question, guess, best.rate if best.goodput_req_s > 0 else "none of them",
-               f"Goodput is {best.goodput_req_s:.2f} req/s at {best.rate:g} req/s"
+predict.reveal(question, guess, predict.best_of(dict(zip(table["rate"], table["goodput_req_s"])), highest=True)
+               if best.goodput_req_s > 0 else "none of them",
+               "Goodput (req/s) by arrival rate: " + ", ".join(f"{r.goodput_req_s:.2f} at {r.rate:g}"
+                                                              for r in table.sort_values("rate").itertuples())
                + ("" if measured else f"; over all {len(sim)} simulated rates it peaks near "
                   f"{sim.loc[sim['goodput_req_s'].idxmax()].rate:g} req/s") + ".", source=source)
 predict.reveal(miss_q, miss_guess, lab.most_missed(top.missed_ttft, top.missed_tpot),
                f"At {top.rate:g} requests/s {int(top.missed_ttft)} requests missed "
-               f"TTFT and {int(top.missed_tpot)} missed TPOT.", source=source)
+               f"TTFT and {int(top.missed_tpot)} missed TPOT ({int(top.missed_both)} of them both).", source=source)
 predict.show_verdict(lab.falls_verdict(table, ttft, tpot), source)
 rate = rates[lab.LOADS.index(st.session_state.sg_load)]
 if not measured:
@@ -87,7 +89,7 @@ cols[1].metric("Useful tokens/s", widgets.fmt(g.useful_tok_s, "tok/s", 0),
 cols[2].metric("Goodput", widgets.fmt(g.goodput_req_s, "req/s"), help="Requests meeting both SLOs per second.")
 cols[3].metric("Within SLO", f"{g.met_share:.0%}",
                help=f"Share of finished requests meeting both targets. Missed TTFT: {int(g.missed_ttft)}, "
-                    f"missed TPOT: {int(g.missed_tpot)}.")
+                    f"missed TPOT: {int(g.missed_tpot)}, {int(g.missed_both)} of them both.")
 widgets.plot(lab.goodput_vs_rate(table, rate, sim, sim_name))
 
 verdicts = lab.slo_verdicts(frames(res)[0], ttft, tpot)
@@ -96,7 +98,8 @@ first_miss = lab.most_missed(g.missed_ttft, g.missed_tpot)
 if g.missed_ttft or g.missed_tpot:
     st.markdown(f"At {rate:g} requests/s, " + ("both targets were missed as often" if first_miss == lab.TIE
                                                   else f"**{first_miss}** is the target missed most")
-                + f" ({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses).")
+                + f" ({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses; "
+                  f"{int(g.missed_both)} requests missed both).")
 with st.expander("Every request, met or missed", expanded=False):
     show = verdicts[["id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "met_slo", "missed"]]
     show = show.assign(met_slo=show["met_slo"].map({True: "✓ met", False: "✗ missed"}),
@@ -106,7 +109,8 @@ with st.expander("Every request, met or missed", expanded=False):
 widgets.table(table.rename(columns={"rate": "arrival rate (req/s)", "output_tok_s": "output tok/s",
                                     "useful_tok_s": "useful tok/s", "request_s": "finished req/s",
                                     "goodput_req_s": "goodput (req/s)", "met_share": "within SLO",
-                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT"}),
+                                    "missed_ttft": "missed TTFT", "missed_tpot": "missed TPOT",
+                                    "missed_both": "… of them both"}),
               csv="slo_goodput")
 widgets.definitions("\n- **Useful tokens/s** = output tokens of requests that met every "
                     "SLO / duration. A request with a single output token has no TPOT and passes that check."
