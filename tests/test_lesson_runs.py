@@ -408,3 +408,15 @@ def test_the_queueing_lab_says_when_its_arrivals_strayed_from_the_rate_set():
     assert queueing.drawn_words(points.assign(lambda_arrivals=points.lambda_set * 1.01)) == ""
     one = queueing.drawn_words(points.assign(lambda_arrivals=[3.03, 9.10, 13.0]))    # one row strays
     assert "0%" not in one.split("(")[0] and "strayed from the rates set in some runs" in one, one
+
+
+def test_the_orders_verdict_names_which_orders_moved_a_wait():
+    """'Each favours someone (priority hardly differs from fcfs here)' said two things at once: the
+    verdict names the orders that moved a tenant's wait and those that did not."""
+    rows = [("fcfs", "a", 1.0), ("fcfs", "b", 2.0), ("sjf", "a", 0.5), ("sjf", "b", 3.0),
+            ("priority", "a", 1.05), ("priority", "b", 2.05), ("fair", "a", 1.6), ("fair", "b", 2.0)]
+    table = pd.DataFrame(rows, columns=["order", "tenant", "ttft_p95_s"])
+    words = orders.favour_verdict(table).words
+    assert "sjf and fair moved somebody's wait" in words and "priority hardly differs from fcfs" in words
+    assert "each favours someone" not in words
+    assert "each favours someone" in orders.favour_verdict(table[table.order != "priority"]).words

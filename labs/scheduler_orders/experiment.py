@@ -224,11 +224,13 @@ def favour_verdict(table: pd.DataFrame, baseline: str = BASELINE) -> claims.Verd
     words = "; ".join(f"{o} {m:.0%}" for o, m in moves.items())
     numbers = f"Largest change of a tenant's p95 TTFT against fcfs: {words} (median {median:.0%})."
     still = [o for o, m in moves.items() if m < claims.CLAIMS["orders_favour_someone"].threshold]
+    movers = [o for o in moves if o not in still]
     return claims.judge("orders_favour_someone", median,
-                        numbers + " The orders moved somebody's wait: each favours someone"
-                        + (f" ({', '.join(still)} hardly differs from fcfs here)." if still else "."),
-                        numbers + " The orders hardly moved anyone: at this load few requests queue, and an order "
-                        "only matters when they do.")
+                        numbers + (" The orders moved somebody's wait: each favours someone." if not still else
+                                   f" {' and '.join(movers)} moved somebody's wait, favouring someone; "
+                                   f"{' and '.join(still)} hardly differs from fcfs here."),
+                        numbers + " The orders hardly moved anyone: an order decides who waits only while requests "
+                        "queue, and here the queue was too short, or the tenants too alike, for that to show.")
 
 
 # ----------------------------------------------------------------------------- figures
