@@ -1,10 +1,11 @@
 """About: the model, device and dtype this server runs, and a measured step time."""
 import platform
 
+import pandas as pd
 import streamlit as st
 import torch
 
-from ui import session
+from ui import session, widgets
 from engine.model.runner import fast_paths
 from engine.runs.live import engine_threads
 
@@ -22,11 +23,28 @@ st.markdown(
 st.subheader("Measured step time")
 st.caption("A few real decode steps of the engine on this machine, timed once per server start.")
 t = session.step_times()
-rows = [{"batch (sequences)": b, "decode step (ms)": round(ms, 1),
-         "tokens/s at this batch": round(b * 1000 / ms, 1) if ms == ms and ms > 0 else None}
+rows = [{"batch (sequences)": b, "decode step (ms)": ms,
+         "tokens/s at this batch": b * 1000 / ms if ms == ms and ms > 0 else None}
         for b, ms in t["decode_ms"].items()]
-st.dataframe(rows, hide_index=True)
+widgets.table(pd.DataFrame(rows))
+PAYS = 1.5     # a batch whose tokens/s is this many times batch 1's "pays"
+
+
+def batching_words(decode_ms: dict) -> str:
+    """What the table says about batching, from its own first and last rows."""
+    timed = {b: ms for b, ms in decode_ms.items() if ms == ms and ms > 0}
+    if len(timed) < 2:
+        return ""
+    (b0, ms0), (b1, ms1) = min(timed.items()), max(timed.items())
+    gain = (b1 / ms1) / (b0 / ms0)
+    numbers = (f"From batch {b0} to {b1} a step took ×{ms1 / ms0:.1f} as long and made ×{b1 / b0:g} the tokens: "
+               f"×{gain:.1f} the tokens per second.")
+    if gain >= PAYS:
+        return numbers + " That is why batching pays: one pass over the weights serves every sequence in the batch."
+    return numbers + (" Here a bigger batch hardly paid: this machine's steps grew almost as fast as the batch "
+                      "(bound by compute, not by reading the weights).")
+
+
 if t.get("prefill_ms") is not None:
     st.caption(f"Prefill of one {t['prompt_tokens']}-token prompt: {t['prefill_ms']:.1f} ms. "
-               f"Measuring took {t['seconds']:.1f} s. A bigger batch takes a little longer per "
-               "step but makes many more tokens: that is why batching pays.")
+               f"Measuring took {t['seconds']:.1f} s. " + batching_words(t["decode_ms"]))

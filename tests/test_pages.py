@@ -7,6 +7,7 @@ The Playground's tests run it under tests/apps/playground_app.py (the page wired
 wires it, without the other pages); home and About run under app.py.
 """
 import json
+import re
 import time
 from pathlib import Path
 
@@ -117,6 +118,12 @@ def test_about_renders_device_dtype_model_and_step_time(app):
     table = at.dataframe[0].value
     assert list(table["batch (sequences)"]) == [1, 8, 32]
     assert (table["decode step (ms)"] > 0).all()
+    # the sentence under the table is the table's own: its step-time and tokens/s ratios
+    ms = table.set_index("batch (sequences)")["decode step (ms)"]
+    words = " ".join(c.value for c in at.caption)
+    said = re.search(r"From batch 1 to 32 a step took ×([\d.]+) as long and made ×32 the tokens: ×([\d.]+)", words)
+    assert said and said[1] == f"{ms[32] / ms[1]:.1f}" and said[2] == f"{32 * ms[1] / ms[32]:.1f}", words
+    assert ("why batching pays" in words) == (float(said[2]) >= 1.5)
 
 
 def test_playground_renders_idle(app):
