@@ -32,6 +32,19 @@ WORKLOADS = {   # key: (name shown, workload)
 SLOTS = 8
 
 
+def workload_help() -> str:
+    """What each workload sends, from its spec."""
+    out = []
+    for name, spec in WORKLOADS.values():
+        o = spec.output_len
+        lengths = {"uniform": f"outputs between {o.lo} and {o.hi} tokens",
+                   "fixed": f"every output {o.lo} tokens",
+                   "short_plus_long": f"the first request writes {o.hi} tokens, every other one {o.lo} to {2 * o.lo}"}
+        arrive = "every request arrives at once" if spec.rate == 0 else f"about {spec.rate:g} arrivals a second"
+        out.append(f"{name}: {spec.num_requests} requests, {lengths.get(o.kind, o.kind)}; {arrive}.")
+    return " ".join(out)
+
+
 def workload_spec(workload: str, seed: int = 0) -> WorkloadSpec:
     return replace(WORKLOADS[workload][1], seed=seed)
 

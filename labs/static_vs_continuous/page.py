@@ -27,9 +27,7 @@ st.caption("Static batching admits a batch and runs it until its last member fin
 with st.sidebar:
     widgets.choice(st.radio, "Workload", list(lab.WORKLOADS), "short_long", key="svc_workload",
                    format_func=lambda k: lab.WORKLOADS[k][0],
-                   help="Mixed lengths: outputs between 8 and 64 tokens. Many short + one long: the first "
-                        "request writes 192 tokens, every other one 8 to 16. Offline batch: every request "
-                        "arrives at once with the same prompt and output lengths.")
+                   help=lab.workload_help())
     widgets.slider("Batch slots (max_num_seqs)", 2, 16, lab.SLOTS, key="svc_slots",
                    help="How many requests may share one engine step.")
     widgets.number_input("Seed", 0, 999, 0, key="svc_seed",
@@ -176,4 +174,5 @@ with st.expander("Requests, both runs"):
 widgets.definitions("\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
                     "capacity that work was queueing for."
                     "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
-                    "500 ms, and runs until every member has finished; nobody joins mid-batch.")
+                    f"{lab.mode_policy('static').max_wait_ms:g} ms, and runs until every member has finished; nobody "
+                    "joins mid-batch.")
