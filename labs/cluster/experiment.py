@@ -29,7 +29,7 @@ LOAD_BOUND = 1.25
 UNBOUNDED = 100.0                 # a load bound so loose it never binds
 POLICY = SchedulerPolicy(max_num_seqs=64, max_num_batched_tokens=2048, enable_prefix_caching=True,
                          ttft_slo_s=2.0, tpot_slo_s=0.15)
-# Multi-turn chat: 8 system prompts of 1,024 tokens, 300 conversations of up to 6 turns.
+# Multi-turn chat: 8 system prompts of 1,024 tokens, 100 conversations of up to 6 turns.
 SHARED = WorkloadSpec(num_requests=400, prompt_lo=32, prompt_hi=128, output_lo=32, output_hi=128,
                       system_prompts=8, system_prompt_tokens=1024, conversations=100, turns=6, seed=0)
 PLAIN = replace(SHARED, system_prompts=0, conversations=0, prompt_lo=400, prompt_hi=1400)   # nothing shared
@@ -41,7 +41,8 @@ RAMP_SPEC = WorkloadSpec(prompt_lo=64, prompt_hi=256, output_lo=32, output_hi=12
 AUTOSCALERS = {"busy": AutoscalerSpec("busy", 0.7, interval_s=10, startup_s=30, max_replicas=8, scale_down_window_s=60),
                "waiting": AutoscalerSpec("waiting", 2.0, interval_s=10, startup_s=30, max_replicas=8,
                                          scale_down_window_s=60)}
-AUTOSCALER_NAMES = {"busy": "busy fraction ≥ 0.7", "waiting": "waiting ≥ 2 per replica"}
+AUTOSCALER_NAMES = {"busy": f"busy fraction ≥ {AUTOSCALERS['busy'].target:g}",
+                    "waiting": f"waiting ≥ {AUTOSCALERS['waiting'].target:g} per replica"}
 
 
 def profile_named(name: str = PROFILE) -> SimProfile:
@@ -126,6 +127,7 @@ def autoscale_runs(profile_name: str = PROFILE, shape=RAMP, startup_s: float | N
 # ----------------------------------------------------------------------------- on real servers
 
 REAL_REPLICAS = 3
+REAL_LOAD = 0.9            # the real servers' traffic, as a share of what they serve together
 REAL_ROUTERS = ("round_robin", "prefix_affinity")
 REAL_ESTIMATE_S = 240.0    # three servers starting, a capacity probe and two routed runs, on a small CPU
 # The real servers' workloads: the simulated ones scaled to a small CPU and the tiny model's context.
@@ -163,7 +165,7 @@ def real_routing(model, progress=None, refresh: bool = False, peek: bool = False
             if progress:
                 progress(0.2, "servers started; measuring one server's capacity")
             mu = real_capacity(servers.urls, prompts, REAL_SHARED, name)
-            reqs = build_requests(replace(REAL_SHARED, rate=0.9 * REAL_REPLICAS * mu), prompts)
+            reqs = build_requests(replace(REAL_SHARED, rate=REAL_LOAD * REAL_REPLICAS * mu), prompts)
             slo = SLO(REAL_SLO_REQUESTS / mu, 60.0)
             out = {}
             for i, router in enumerate(REAL_ROUTERS):

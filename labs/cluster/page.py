@@ -8,7 +8,7 @@ from analysis import cluster as charts
 from cluster.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
-from labs.cluster.claims import CHECKS, autoscaler_numbers, judge, router_numbers
+from labs.cluster.claims import CHECKS, STARTUPS_S, autoscaler_numbers, judge, router_numbers
 from ui import predict, widgets
 
 PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
@@ -98,7 +98,8 @@ with right:
     widgets.plot(charts.router_choices(runs["prefix_affinity"], groups, "prefix_affinity's choices"))
 st.subheader("The same routers on real servers")
 st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on this machine, a smaller shared-prefix "
-            "workload at 90% of what they serve (one server's capacity measured first), routed by round_robin and "
+            f"workload at {lab.REAL_LOAD:.0%} of what they serve (one server's capacity measured first), routed by "
+            "round_robin and "
             "prefix_affinity. TTFT is timed by the client; the hit rates come from the servers' own /metrics.")
 real = widgets.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
                                  lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, False),
@@ -123,12 +124,14 @@ widgets.plot(charts.replica_strips(runs[shown], title=f"Each replica's batch and
 # ----------------------------------------------------------------------------- autoscaling
 st.header("2. How many replicas?")
 phases = lab.ramp_phases(profile)
-st.markdown("Traffic ramps from half of what one replica serves to four times that and back: "
+lows, peak = min(x for _, x in lab.RAMP), max(x for _, x in lab.RAMP)
+st.markdown(f"Traffic ramps from {lows:g}× what one replica serves to {peak:g}× and back: "
             + ", ".join(f"{rate:.1f} req/s for {seconds:g} s" for seconds, rate in phases)
             + f". Two autoscalers start from one replica and may add up to {lab.AUTOSCALERS['busy'].max_replicas}, "
             f"each new one ready {startup:g} s after it is asked for. One scales on **busy fraction** (the share of "
-            "time a replica runs steps, what a GPU-utilization graph shows; target 0.7), the other on **waiting "
-            "requests** per replica (vllm:num_requests_waiting; target 2). Both look every "
+            f"time a replica runs steps, what a GPU-utilization graph shows; target {lab.AUTOSCALERS['busy'].target:g}), "
+            "the other on **waiting requests** per replica (vllm:num_requests_waiting; target "
+            f"{lab.AUTOSCALERS['waiting'].target:g}). Both look every "
             f"{lab.AUTOSCALERS['busy'].interval_s:g} s and scale as Kubernetes' HPA does.")
 q2 = predict.Question("cluster_scale", "Which autoscaler spends fewer replica-seconds over the ramp?",
                       choices=tuple(lab.AUTOSCALER_NAMES.values()),
@@ -162,7 +165,8 @@ with right:
 st.header("The lesson's claims")
 st.markdown("Each verdict below is worked out from a simulated run: the first from the routing runs above and the "
             "third from the ramp above (with this page's settings), the other two from runs of their own (one system "
-            "prompt in every request; start-up delays of 10 s and 120 s). `python -m labs.cluster.check` runs the "
+            f"prompt in every request; start-up delays of {STARTUPS_S[0]:g} s and {STARTUPS_S[1]:g} s). "
+            "`python -m labs.cluster.check` runs the "
             "main cases on real engine servers.")
 own = {"prefix_affinity_hits": router_numbers(runs), "busy_fraction_overprovisions": autoscaler_numbers(scaled)}
 for c in CHECKS:
