@@ -208,3 +208,20 @@ def test_a_decision_beside_a_short_step_is_worded_by_its_size():
     numbers = {"scheduler_ms": 0.07, "running": 51, "waiting": 1000, "step_ms": 40.0, "share": 0.07 / 40}
     words = costs.scheduling_verdict(numbers, "the step model").words
     assert "would be 35% of the step" in words and "0 times" not in words
+
+
+def test_the_claims_words_quote_the_numbers_their_labs_run():
+    """The claims are written in words (a lesson reads them); the numbers in those words are the
+    labs' own: a changed constant fails here instead of leaving a sentence behind."""
+    from labs.costs.experiment import SCHED_WAITING
+    from labs.tail.experiment import TAIL_SHARE
+    from labs.why_batch.experiment import CLAIM_BATCH
+    from ui.questions import ASKS
+    b = CLAIM_BATCH
+    assert f"{b} sequences takes far less than {b} times" in claims.CLAIMS["batching_amortizes"].text
+    assert claims.CLAIMS["batching_amortizes"].metric == f"step time at batch {b} ÷ step time at batch 1"
+    assert f"a step of {b} sequences" in ASKS["why_batch"].text
+    assert f"slowest {TAIL_SHARE:.0%} ÷" in claims.CLAIMS["tail_has_a_cause"].metric
+    scheduling = claims.CLAIMS["scheduling_is_small"]
+    assert "with a thousand requests waiting" in " ".join(scheduling.text.split()) and SCHED_WAITING == 1000
+    assert "at most a fifth of the step" in scheduling.text and scheduling.threshold == 0.20
