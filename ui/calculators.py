@@ -27,6 +27,8 @@ from engine.sim.profile import load_profile
 from engine.runs.results import cache_dir
 from engine.core.step_model import UNCALIBRATED, StepModel
 
+# With t(B) = t0 + c·B, throughput B / t(B) reaches KNEE_SHARE of its ceiling 1/c at B = AT_SHARE · t0/c
+AT_SHARE = KNEE_SHARE / (1 - KNEE_SHARE)
 
 def _seconds(s: float) -> str:
     return "unstable" if math.isinf(s) else f"{1000 * s:.0f} ms" if s < 1 else f"{s:.2f} s"
@@ -133,7 +135,8 @@ def step_table() -> None:
             lines.append(f"| {b}{mark} | {t0 + c * b:.1f} ms | {tps:,.0f} | {tps / max(tok_s):.0%} |")
         st.markdown("\n".join(lines))
         st.markdown(f"Each user waits the whole step, t(B), between two of its tokens. Ceiling $1/c$ = **{1000 / c:,.0f} tokens/s**; half of it at $B = t_0/c$ = **{t0 / c:.1f}**; "
-                    f"{KNEE_SHARE:.0%} of it only at $9\\,t_0/c$ = **{9 * t0 / c:.0f}**. The knee by the course's "
+                    f"{KNEE_SHARE:.0%} of it only at ${AT_SHARE:g}\\,t_0/c$ = **{AT_SHARE * t0 / c:.0f}**. The knee by "
+                    "the course's "
                     f"rule, over these rows: **{k}**.")
 
 
