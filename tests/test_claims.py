@@ -225,3 +225,14 @@ def test_the_claims_words_quote_the_numbers_their_labs_run():
     scheduling = claims.CLAIMS["scheduling_is_small"]
     assert "with a thousand requests waiting" in " ".join(scheduling.text.split()) and SCHED_WAITING == 1000
     assert "at most a fifth of the step" in scheduling.text and scheduling.threshold == 0.20
+
+
+def test_the_questions_default_words_are_the_labs_defaults():
+    """A lesson shows a lab's question before the lab has filled in its settings: the words it
+    shows then are the lab's own first settings."""
+    from analysis.knee import KNEE_SHARE
+    from ui.questions import ASKS
+    assert ASKS["why_batch_knee"].defaults == {"share": f"{KNEE_SHARE:.0%}"}
+    assert ASKS["queueing"].defaults == {"lo": f"{min(queueing.UTILIZATIONS):.0%}", "hi": f"{max(queueing.UTILIZATIONS):.0%}"}
+    assert ASKS["dynamic_batching"].defaults == {"first": f"{dynamic.WAITS_MS[0]:,g}", "last": f"{dynamic.WAITS_MS[-1]:,g}"}
+    assert ASKS["costs_kv"].defaults == {"capacity": f"{costs.KV_SMALL:,}"}

@@ -215,6 +215,7 @@ KV_SPEC = WorkloadSpec(num_requests=24, rate=0, prompt_kind="uniform", prompt_lo
 KV_SLOTS = 16
 KV_DEFAULT = 4096
 KV_MIN = 256   # one request's prompt + output must fit: 128 + 128
+KV_SMALL = 1024   # the page's first KV capacity: small enough that this workload preempts
 
 
 def kv_run(model, kv_capacity: int, progress=None, refresh: bool = False, peek: bool = False):

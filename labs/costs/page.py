@@ -37,7 +37,7 @@ with st.sidebar:
                    key="co_budget", help=KNOBS["max_num_batched_tokens"].help)
     widgets.choice(st.radio, STEP_PRIORITY.label, STEP_PRIORITY.choices, lab.STEP_PRIORITY, key="co_priority",
                    help=STEP_PRIORITY.help)
-    widgets.slider(KNOBS["kv_capacity_tokens"].label, lab.KV_MIN, 4096, 1024, step=128, key="co_kv",
+    widgets.slider(KNOBS["kv_capacity_tokens"].label, lab.KV_MIN, lab.KV_DEFAULT, lab.KV_SMALL, step=128, key="co_kv",
                    help=KNOBS["kv_capacity_tokens"].help)
 widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 
