@@ -62,11 +62,12 @@ def mm1_table(mu: float, rho_now: float) -> str:
     """The M/M/1 table at service rate `mu`: W in units of 1/mu and in seconds, with the row nearest
     the chosen utilization in bold."""
     rows = sorted(set(MM1_ROWS) | ({round(rho_now, 3)} if 0 < rho_now < 1 else set()))
-    lines = ["| ρ | λ (req/s) | W in units of 1/μ | W | vs 40% |",
+    base = MM1_ROWS[0]              # the last column compares each row's W with the first row's
+    lines = [f"| ρ | λ (req/s) | W in units of 1/μ | W | vs {base:.0%} |",
              "|---|---|---|---|---|"]
     for rho in rows:
         cells = [f"{rho:.0%}" if rho in MM1_ROWS else f"{rho:.1%}", f"{rho * mu:.2f}", f"{1 / (1 - rho):.1f}",
-                 _seconds(1 / (mu * (1 - rho))), f"×{0.6 / (1 - rho):.1f}"]
+                 _seconds(1 / (mu * (1 - rho))), f"×{(1 - base) / (1 - rho):.1f}"]
         bold = abs(rho - rho_now) < 1e-9
         lines.append("| " + " | ".join(f"**{c}**" if bold else c for c in cells) + " |")
     return "\n".join(lines)

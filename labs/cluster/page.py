@@ -71,7 +71,7 @@ st.markdown(f"The workload: multi-turn chat. Every request starts with one of {s
 question = predict.Question("cluster", "Which router gives the lowest p95 TTFT here?", choices=POLICIES,
                             help="Think about what each router knows: nothing, the load, the queue, or the prompt.")
 guess = predict.gate(question)
-with st.spinner("Simulating four routers…"):
+with st.spinner(f"Simulating {len(POLICIES)} routers…"):
     runs = routing_runs(profile, replicas, bound)
 best = predict.best_of({p: runs[p].summary["ttft_p95_s"] for p in runs})     # a tuple where routers tie
 leaders = best if isinstance(best, tuple) else (best,)

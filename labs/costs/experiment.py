@@ -257,6 +257,7 @@ def kv_summary(result: RunResult) -> dict:
 # ----------------------------------------------------------------------------- 3. scheduling work on every step
 
 SCHED_WAITING = 1000     # requests waiting while the scheduler decides a step
+SCHED_REPS = 15          # times the decision is timed; the page shows the median
 SCHED_CONTEXT = 128      # tokens each running request holds (the step model's decode step at this context)
 FAST_STEP_MS = 0.2       # a small model's decode step on a fast accelerator: the claim's counter-case
 
@@ -265,7 +266,7 @@ FAST_STEP_MS = 0.2       # a small model's decode step on a fast accelerator: th
 def scheduler_ms(waiting: int = SCHED_WAITING) -> tuple[float, int]:
     """The scheduler's median time to decide one step, timed here (no model), and the requests in that
     step: once per process, a tenth of a second."""
-    return time_scheduling(waiting, reps=15)
+    return time_scheduling(waiting, reps=SCHED_REPS)
 
 
 def scheduling_numbers(step_ms: float, waiting: int = SCHED_WAITING) -> dict:

@@ -138,7 +138,8 @@ if kv_guess is not None:     # like every result on this page, after the learner
     sched = lab.scheduling_numbers(lab.scheduling_step_ms(step_model))
     cols = st.columns(3)
     cols[0].metric("Deciding one step", widgets.fmt(sched["scheduler_ms"], "ms"),
-                   help="The median time of Scheduler.schedule() over 15 tries: who runs, how many tokens each.")
+                   help=f"The median time of Scheduler.schedule() over {lab.SCHED_REPS} tries: who runs, how many "
+                        "tokens each.")
     cols[1].metric("The step it decides", widgets.fmt(sched["step_ms"], "ms", 1),
                    help=f"{sched['running']} requests decoding at {lab.SCHED_CONTEXT} tokens of context, as the step "
                         "model predicts it.")
