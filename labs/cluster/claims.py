@@ -83,7 +83,6 @@ def _autoscalers(shape=lab.RAMP, startup=None, max_num_seqs=64, metrics=("busy",
     return measure
 
 
-
 STARTUPS_S = (10, 120)      # startup_delay_costs_slo: a replica's start-up, quick and slow
 QUICK, SLOW = (f"waiting@{s}" for s in STARTUPS_S)
 
