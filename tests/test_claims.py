@@ -233,6 +233,7 @@ def test_the_questions_default_words_are_the_labs_defaults():
     from analysis.knee import KNEE_SHARE
     from ui.questions import ASKS
     assert ASKS["why_batch_knee"].defaults == {"share": f"{KNEE_SHARE:.0%}"}
-    assert ASKS["queueing"].defaults == {"lo": f"{min(queueing.UTILIZATIONS):.0%}", "hi": f"{max(queueing.UTILIZATIONS):.0%}"}
-    assert ASKS["dynamic_batching"].defaults == {"first": f"{dynamic.WAITS_MS[0]:,g}", "last": f"{dynamic.WAITS_MS[-1]:,g}"}
+    utilizations, waits = queueing.UTILIZATIONS, dynamic.WAITS_MS
+    assert ASKS["queueing"].defaults == {"lo": f"{min(utilizations):.0%}", "hi": f"{max(utilizations):.0%}"}
+    assert ASKS["dynamic_batching"].defaults == {"first": f"{waits[0]:,g}", "last": f"{waits[-1]:,g}"}
     assert ASKS["costs_kv"].defaults == {"capacity": f"{costs.KV_SMALL:,}"}

@@ -33,4 +33,5 @@ def test_the_cluster_claims_quote_the_settings_their_checks_run():
     quick, slow = STARTUPS_S
     assert f"with a {slow:g} s start-up than with a {quick:g} s one" in claims.CLAIMS["startup_delay_costs_slo"].text
     assert f"with a {quick:g} s start-up − with a {slow:g} s" in claims.CLAIMS["startup_delay_costs_slo"].metric
-    assert lab.AUTOSCALER_NAMES == {"busy": f"busy fraction ≥ {busy:g}", "waiting": f"waiting ≥ {waiting:g} per replica"}
+    assert lab.AUTOSCALER_NAMES == {"busy": f"busy fraction ≥ {busy:g}",
+                                    "waiting": f"waiting ≥ {waiting:g} per replica"}

@@ -30,6 +30,7 @@ from engine.core.step_model import UNCALIBRATED, StepModel
 # With t(B) = t0 + c·B, throughput B / t(B) reaches KNEE_SHARE of its ceiling 1/c at B = AT_SHARE · t0/c
 AT_SHARE = KNEE_SHARE / (1 - KNEE_SHARE)
 
+
 def _seconds(s: float) -> str:
     return "unstable" if math.isinf(s) else f"{1000 * s:.0f} ms" if s < 1 else f"{s:.2f} s"
 

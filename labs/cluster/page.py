@@ -129,8 +129,9 @@ st.markdown(f"Traffic ramps from {lows:g}Ã— what one replica serves to {peak:g}Ã
             + ", ".join(f"{rate:.1f} req/s for {seconds:g} s" for seconds, rate in phases)
             + f". Two autoscalers start from one replica and may add up to {lab.AUTOSCALERS['busy'].max_replicas}, "
             f"each new one ready {startup:g} s after it is asked for. One scales on **busy fraction** (the share of "
-            f"time a replica runs steps, what a GPU-utilization graph shows; target {lab.AUTOSCALERS['busy'].target:g}), "
-            "the other on **waiting requests** per replica (vllm:num_requests_waiting; target "
+            "time a replica runs steps, what a GPU-utilization graph shows; target "
+            f"{lab.AUTOSCALERS['busy'].target:g}), the other on **waiting requests** per replica "
+            "(vllm:num_requests_waiting; target "
             f"{lab.AUTOSCALERS['waiting'].target:g}). Both look every "
             f"{lab.AUTOSCALERS['busy'].interval_s:g} s and scale as Kubernetes' HPA does.")
 q2 = predict.Question("cluster_scale", "Which autoscaler spends fewer replica-seconds over the ramp?",

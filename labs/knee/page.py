@@ -76,7 +76,8 @@ predict.reveal(question, guess, knee, f"max_num_seqs {knee} makes {k.output_tok_
 if best_good.goodput_req_s > 0:
     predict.reveal(goodput_q, goodput_guess,
                    predict.best_of({int(r.max_num_seqs): r.goodput_req_s for r in table.itertuples()}, highest=True),
-                   "Goodput (requests/s) within TPOT ≤ " f"{tpot * 1000:g} ms and TTFT ≤ {ttft:g} s, by max_num_seqs: "
+                   f"Goodput (requests/s) within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s, by "
+                   "max_num_seqs: "
                    + ", ".join(f"{int(r.max_num_seqs)}: {r.goodput_req_s:.2f}" for r in table.itertuples()) + ".",
                    source=source)
 else:

@@ -198,8 +198,8 @@ def drawn_words(points: pd.DataFrame) -> str:
     real = ", ".join(f"{r.rho:.0%} ran at {r.rho * r.lambda_arrivals / r.lambda_set:.0%}"
                      for r in points.itertuples() if r.rho < 1)
     typical = off.median()
-    how = (f"came {abs(typical):.0%} {'faster' if typical > 0 else 'slower'} than the rates set" if abs(typical) > DRAWN_OFF
-           else "strayed from the rates set in some runs")
+    how = (f"came {abs(typical):.0%} {'faster' if typical > 0 else 'slower'} than the rates set"
+           if abs(typical) > DRAWN_OFF else "strayed from the rates set in some runs")
     return (f"The random arrivals {how} (λ drawn against λ set in the table: a seed's luck), so each run's real "
             f"utilization differs from its row's: {real}. The M/M/1 model beside them is at the rate set.")
 

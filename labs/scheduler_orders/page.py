@@ -47,8 +47,9 @@ mu = capacity(step_model)
 rate = round(load * mu, 3)
 
 st.markdown(
-    f"{len(lab.TENANTS)} tenants: " + "; ".join(f"**{t}** sends {s:.0%} of the requests, priority {p}, its own TTFT target {slo:g} s"
-                                  for t, s, p, slo in lab.TENANTS)
+    f"{len(lab.TENANTS)} tenants: "
+    + "; ".join(f"**{t}** sends {s:.0%} of the requests, priority {p}, its own TTFT target {slo:g} s"
+                for t, s, p, slo in lab.TENANTS)
     + f". Prompts are long-tailed ({lab.PROMPT.lo} tokens typical, up to {lab.PROMPT.hi}); arrivals at {rate:g} "
       f"requests/s ({load:.0%} of the {mu:.2f} this machine's step model predicts); {lab.POLICY.max_num_seqs} slots, "
       f"token budget {lab.POLICY.max_num_batched_tokens}. The simulator runs {lab.SIM_REQUESTS} requests per order, "
