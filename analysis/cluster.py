@@ -36,7 +36,7 @@ def routing_bars(runs: dict[str, ClusterResult]) -> go.Figure:
         fig.add_trace(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:{fmt}}" for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
         fig.update_yaxes(room_above(max(values, default=0.0)), row=1, col=col)   # the values above the bars
-    out = _grid_layout("Four routers, one shared-prefix workload",
+    out = _grid_layout(f"{len(names)} routers, one shared-prefix workload",
                        "The same requests for every router. Good: a low p95 TTFT with a high hit rate "
                        "and an imbalance near 1.", "", "", height=420)
     out["margin"]["t"] += 36                  # the subplot titles' two lines, above the plots

@@ -252,6 +252,9 @@ def test_the_tail_is_named_a_groups_only_where_its_p99_stands_out():
     assert tail_lab.owner_words(table, "TTFT", "s", fmt).startswith("The tail belongs to **bursty**: p99 TTFT 3.00 s")
     alike = tail_lab.owner_words(table.assign(p99=[1.0, 1.0, 1.2]), "TTFT", "s", fmt)
     assert alike.startswith("The groups' tails are alike here") and "×1.2" in alike
+    assert "medians differ" not in alike
+    slower = tail_lab.owner_words(table.assign(p99=[1.0, 1.0, 1.2], p50=[0.2, 0.1, 0.5]), "TTFT", "s", fmt)
+    assert "The medians differ more (×5.0): bursty is slower for most of its requests" in slower
     few = tail_lab.owner_words(table.assign(n=[160, 150, 10]), "TTFT", "s", fmt)
     assert "From only 10 requests" in few
     assert tail_lab.owner_words(table.iloc[:2], "TTFT", "s", fmt) == ""

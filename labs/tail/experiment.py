@@ -195,5 +195,8 @@ def owner_words(table: pd.DataFrame, name: str, unit: str, fmt) -> str:
     few = f" From only {int(worst.n)} requests, that p99 is about their slowest one." \
         if worst.n < MIN_TAIL_SAMPLES else ""
     if not r >= ALIKE:
-        return f"The groups' tails are alike here: {numbers}.{few}"
+        medians = round(claims.ratio(worst.p50, best.p50), 1)
+        typical = (f" The medians differ more (×{medians:.1f}): {worst.group} is slower for most of its requests, "
+                   "not only in its tail." if medians >= ALIKE else "")
+        return f"The groups' tails are alike here: {numbers}.{typical}{few}"
     return f"The tail belongs to **{worst.group}**: {numbers}.{few}"
