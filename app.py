@@ -8,13 +8,18 @@ layout is described in docs/ARCHITECTURE.md.
 # threads wait, a short spin and then sleep, so the page and a browser get the cores they need.
 import engine  # noqa: F401
 
+from pathlib import Path  # noqa: E402
+
 import streamlit as st  # noqa: E402
 
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
 from ui.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
-st.set_page_config(page_title="Batching Lab", page_icon=":material/view_timeline:", layout="wide")
+# The tab icon is a file of the project's: a Material icon or an emoji would be fetched from the web,
+# which a classroom's network may not reach.
+st.set_page_config(page_title="Batching Lab", page_icon=str(Path(__file__).parent / "assets" / "favicon.png"),
+                   layout="wide")
 
 
 def lab_page(lab) -> st.Page:
