@@ -25,6 +25,7 @@ CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SIM_VALUES = [*range(1, 17), *range(20, 65, 4)]   # the simulated sweep: 1 to 16, then every 4 up to 64
 REPEATS = 2
 FILL = 3                       # full batches of requests each setting gets
+TPOT_SLO_MS, TTFT_SLO_S = 60, 10.0   # where the SLO sliders start
 MIN_REQUESTS = 12
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
                     output_kind="uniform", output_lo=8, output_hi=24)

@@ -23,9 +23,9 @@ with st.sidebar:
     widgets.choice(st.multiselect, "max_num_seqs values", lab.CHOICES, lab.VALUES, key="kn_values",
                    help=f"Each value is a run with at most this many requests per step, given {lab.FILL} full "
                         "batches of requests so that its batch fills.")
-    widgets.slider("TPOT SLO (ms)", 10, 300, 60, step=5, key="kn_tpot_ms",
+    widgets.slider("TPOT SLO (ms)", 10, 300, lab.TPOT_SLO_MS, step=5, key="kn_tpot_ms",
                    help="Requests whose average gap between tokens is longer than this miss the SLO.")
-    widgets.slider("TTFT SLO (s)", 0.5, 60.0, 10.0, step=0.5, key="kn_ttft_s",
+    widgets.slider("TTFT SLO (s)", 0.5, 60.0, lab.TTFT_SLO_S, step=0.5, key="kn_ttft_s",
                    help="Requests that wait longer than this for their first token miss the SLO. Every request "
                         "arrives at once here, so TTFT is mostly time spent queueing.")
     widgets.slider("Runs per setting", 1, 5, lab.REPEATS, key="kn_repeats",
