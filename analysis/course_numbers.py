@@ -11,8 +11,8 @@ from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, K
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
                              percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
-from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, TAIL_SLOTS, WAITING_ALARM, gateway_run,
-                                     oldest_wait, tail_run, tail_stats)
+from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, TAIL_LONG, TAIL_SHORT,
+                                     TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.validation import kv_bytes_per_token
 
@@ -110,7 +110,9 @@ def numbers() -> dict:
              kn_ttft_target=10, kn_ttft_best=min(r["max_num_seqs"] for r in sweep if r["ttft_p95_s"] <= 10))
     n["kv_64_seqs_gb"] = _r(64 * 1000 * n["kv_bytes_bf16"] / 1e9, 1)
     # lesson 7
-    a, b = tail_stats(tail_run()), tail_stats(tail_run(64))
+    a, b = tail_stats(tail_run()), tail_stats(tail_run(SHORTER_PROMPT_HI))
+    n.update(tl_long_lo=TAIL_LONG.prompt_lo, tl_long_hi=f"{TAIL_LONG.prompt_hi:,}", tl_short_lo=TAIL_SHORT.prompt_lo,
+             tl_short_hi=TAIL_SHORT.prompt_hi, tl2_short_hi=SHORTER_PROMPT_HI)
     n.update(tl_slots=TAIL_SLOTS, tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
              tl_p50=_r(a["p50"], 2), tl_p99=_r(a["p99"], 2), tl_mean=_r(a["mean"], 2),
              tl_short_p50=_r(a["short_p50"], 2), tl_short_p99=_r(a["short_p99"], 2), tl_long_p50=_r(a["long_p50"], 2),

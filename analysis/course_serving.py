@@ -18,6 +18,7 @@ TAIL_SHORT = WorkloadSpec(num_requests=190, rate=0.95, prompt_kind="uniform", pr
                           output_kind="uniform", output_lo=8, output_hi=24, seed=7)
 TAIL_LONG = WorkloadSpec(num_requests=10, rate=0.05, prompt_kind="uniform", prompt_lo=768, prompt_hi=1024,
                          output_kind="uniform", output_lo=8, output_hi=24, seed=8)
+SHORTER_PROMPT_HI = 64    # the optimization: the short prompts' longest, shortened
 TAIL_SLOTS = 16
 LONG_PROMPT = 512          # a prompt longer than this is "long" in the split
 
