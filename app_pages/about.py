@@ -12,9 +12,8 @@ from engine.runs.live import engine_threads
 PAYS = 1.5     # a batch whose tokens/s is this many times batch 1's "pays"
 
 
-def batching_words(decode_ms: dict) -> str:
-    """What the table says about batching, from its own first and last rows."""
-    timed = {b: ms for b, ms in decode_ms.items() if ms == ms and ms > 0}
+def batching_words(timed: dict) -> str:
+    """What the table says about batching, from its own first and last rows ({batch: ms}, timed)."""
     if len(timed) < 2:
         return ""
     (b0, ms0), (b1, ms1) = min(timed.items()), max(timed.items())
@@ -41,10 +40,10 @@ st.markdown(
 st.subheader("Measured step time")
 st.caption("A few real decode steps of the engine on this machine, timed once per server start.")
 t = session.step_times()
+timed = {b: ms for b, ms in t["decode_ms"].items() if ms == ms and ms > 0}     # a step not timed is nan
 rows = [{"batch (sequences)": b, "decode step (ms)": ms,
-         "tokens/s at this batch": b * 1000 / ms if ms == ms and ms > 0 else None}
-        for b, ms in t["decode_ms"].items()]
+         "tokens/s at this batch": b * 1000 / ms if b in timed else None} for b, ms in t["decode_ms"].items()]
 widgets.table(pd.DataFrame(rows))
 if t.get("prefill_ms") is not None:
     st.caption(f"Prefill of one {t['prompt_tokens']}-token prompt: {t['prefill_ms']:.1f} ms. "
-               f"Measuring took {t['seconds']:.1f} s. " + batching_words(t["decode_ms"]))
+               f"Measuring took {t['seconds']:.1f} s. " + batching_words(timed))

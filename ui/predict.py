@@ -210,6 +210,11 @@ def number_verdict(guess: float, measured: float, factor: float = CLOSE_FACTOR) 
         f"the answer is {1 / ratio:.2g} times smaller than your guess"
 
 
+def tied(answer) -> tuple:
+    """The choices an answer names: best_of's tuple where it found a tie, else the one choice."""
+    return answer if isinstance(answer, tuple) else (answer,)
+
+
 def best_of(values: dict, highest: bool = False, within: float = TIE_WITHIN):
     """The choice whose measured value is lowest (highest), for a question that asks which is best
     or worst: one key, or a tuple of the keys within `within` of it (a tie, where any of them is a
@@ -224,9 +229,9 @@ def best_of(values: dict, highest: bool = False, within: float = TIE_WITHIN):
 
 def _score(q: Question, guess, answer) -> tuple[bool, str]:
     if q.choices:
-        tied = answer if isinstance(answer, tuple) else (answer,)    # a tie: any of them is right
-        right = guess in tied
-        return right, ("right" if len(tied) == 1 else "right: a tie") if right else "not what happened"
+        named = tied(answer)                  # a tie: any of them is right
+        right = guess in named
+        return right, ("right" if len(named) == 1 else "right: a tie") if right else "not what happened"
     return number_verdict(float(guess), float(answer))
 
 

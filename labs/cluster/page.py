@@ -74,9 +74,8 @@ guess = predict.gate(question)
 with st.spinner(f"Simulating {len(POLICIES)} routers…"):
     runs = routing_runs(profile, replicas, bound)
 best = predict.best_of({p: runs[p].summary["ttft_p95_s"] for p in runs})     # a tuple where routers tie
-leaders = best if isinstance(best, tuple) else (best,)
 rr, aff = runs["round_robin"].summary, runs["prefix_affinity"].summary
-predict.record("cluster", best_router=" and ".join(leaders), hit_round_robin=f"{rr['prefix_hit_rate']:.0%}",
+predict.record("cluster", best_router=" and ".join(predict.tied(best)), hit_round_robin=f"{rr['prefix_hit_rate']:.0%}",
                hit_affinity=f"{aff['prefix_hit_rate']:.0%}")
 predict.reveal(question, guess, best,
                "p95 TTFT: " + ", ".join(f"{p} {runs[p].summary['ttft_p95_s']:.2f} s" for p in runs)
@@ -152,7 +151,7 @@ predict.reveal(q2, guess2, cheaper,
                          "Busy fraction also met the SLO less often.",
                          "Busy fraction met the SLO more often: it scaled before the queue grew"
                          + (", and paid for it in replicas it kept when the traffic fell."
-                            if b["replica_seconds"] > w["replica_seconds"] * (1 + predict.TIE_WITHIN) else "."),
+                            if cheaper == lab.AUTOSCALER_NAMES["waiting"] else "."),
                          "Both met the SLO about equally often.", tol=0.01))
 widgets.plot(charts.replicas_over_time(scaled, phases, lab.AUTOSCALER_NAMES))
 widgets.table(pd.DataFrame(lab.autoscale_table(scaled)), csv="cluster-autoscaling")

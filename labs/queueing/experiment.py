@@ -195,8 +195,7 @@ def drawn_words(points: pd.DataFrame) -> str:
     off = points["lambda_arrivals"] / points["lambda_set"] - 1
     if not (off.abs() > DRAWN_OFF).any():
         return ""
-    real = ", ".join(f"{r.rho:.0%} ran at {r.rho * r.lambda_arrivals / r.lambda_set:.0%}"
-                     for r in points.itertuples() if r.rho < 1)
+    real = ", ".join(f"{rho:.0%} ran at {rho * (1 + o):.0%}" for rho, o in zip(points["rho"], off) if rho < 1)
     typical = off.median()
     how = (f"came {abs(typical):.0%} {'faster' if typical > 0 else 'slower'} than the rates set"
            if abs(typical) > DRAWN_OFF else "strayed from the rates set in some runs")

@@ -56,10 +56,9 @@ widgets.simulated_caption(step_model, profiled, "Run the arrival rates", got is 
 measured = got is not None
 source = "measured" if measured else "simulated"
 table = lab.goodput_table(got, ttft, tpot) if measured else sim[sim["rate"].isin(rates)].reset_index(drop=True)
-best = table.loc[table["goodput_req_s"].idxmax()]
 top = table.sort_values("rate").iloc[-1]
 predict.reveal(question, guess, predict.best_of(dict(zip(table["rate"], table["goodput_req_s"])), highest=True)
-               if best.goodput_req_s > 0 else "none of them",
+               if table["goodput_req_s"].max() > 0 else "none of them",
                "Goodput (req/s) by arrival rate: " + ", ".join(f"{r.goodput_req_s:.2f} at {r.rate:g}"
                                                               for r in table.sort_values("rate").itertuples())
                + ("" if measured else f"; over all {len(sim)} simulated rates it peaks near "
