@@ -15,6 +15,7 @@ from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_P
                                      TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.validation import kv_bytes_per_token
+from engine.runs.workload import SHORT_SPAN
 
 
 def _r(x: float, digits: int = 0):
@@ -57,7 +58,7 @@ def numbers() -> dict:
     n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
              sl_max_wait_ms=round(SchedulerPolicy().max_wait_ms))
     n.update(sl_requests=SHORT_LONG.num_requests, sl_long=SHORT_LONG.output_hi, sl_short_lo=SHORT_LONG.output_lo,
-             sl_short_hi=2 * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
+             sl_short_hi=SHORT_SPAN * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
     lengths = grid_lengths()
     grids = {mode: slot_grid(lengths, GRID_SLOTS, mode) for mode in ("static", "continuous")}
     n.update(grid_n=len(lengths), grid_slots=GRID_SLOTS, grid_lengths=", ".join(map(str, lengths[:-1])) + " and "

@@ -23,6 +23,7 @@ LENGTH_KINDS = ("fixed", "uniform", "longtail", "short_plus_long")
 # The two length ranges of a WorkloadSpec, each a pair of fields: "from" and "to".
 LENGTH_RANGES = {"prompt": ("prompt_lo", "prompt_hi"), "output": ("output_lo", "output_hi")}
 MIN_RATE = 1 / HORIZON_S
+SHORT_SPAN = 2          # short_plus_long: the short requests are 'from' to SHORT_SPAN times that
 
 
 @dataclass(slots=True)
@@ -49,8 +50,8 @@ class LengthDist:
             # log-normal around lo: most requests short, a few reach towards hi
             spread = math.log(max(hi / lo, 1.0)) / 2.5
             return min(hi, max(lo, round(lo * math.exp(abs(rng.gauss(0, 1)) * spread))))
-        # short_plus_long: the first request is long (hi), the many others short (lo..2*lo)
-        return hi if index == 0 else min(hi, rng.randint(lo, 2 * lo))
+        # short_plus_long: the first request is long (hi), the many others short (lo..SHORT_SPAN*lo)
+        return hi if index == 0 else min(hi, rng.randint(lo, SHORT_SPAN * lo))
 
     def as_fields(self, prefix: str) -> dict:
         """This distribution as WorkloadSpec fields: as_fields("prompt") -> prompt_kind, prompt_lo, prompt_hi."""

@@ -12,7 +12,7 @@ from analysis import membership
 from analysis.frame_metrics import finished, wasted_slot_steps
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
-from engine.runs.workload import WorkloadSpec
+from engine.runs.workload import SHORT_SPAN, WorkloadSpec
 from labs import claims
 from labs.part import Part
 from labs.runs import estimate, frames, run_each, simulated_run, single_run
@@ -39,7 +39,7 @@ def workload_help() -> str:
         o = spec.output_len
         lengths = {"uniform": f"outputs between {o.lo} and {o.hi} tokens",
                    "fixed": f"every output {o.lo} tokens",
-                   "short_plus_long": f"the first request writes {o.hi} tokens, every other one {o.lo} to {2 * o.lo}"}
+                   "short_plus_long": f"the first request writes {o.hi} tokens, every other one {o.lo} to {SHORT_SPAN * o.lo}"}
         arrive = "every request arrives at once" if spec.rate == 0 else f"about {spec.rate:g} arrivals a second"
         out.append(f"{name}: {spec.num_requests} requests, {lengths.get(o.kind, o.kind)}; {arrive}.")
     return " ".join(out)
