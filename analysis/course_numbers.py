@@ -11,8 +11,8 @@ from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, K
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
                              percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
-from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, TAIL_LONG, TAIL_SHORT,
-                                     TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
+from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
+                                     TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.validation import kv_bytes_per_token
 from engine.runs.workload import SHORT_SPAN
@@ -120,6 +120,7 @@ def numbers() -> dict:
              tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
              tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
     # lesson 8
+    n["sv_faster_pct"] = _r(100 * (STARVE_LOAD - 1))
     for order in ("fcfs", "sjf"):
         _, ages, longest = oldest_wait(order)
         n[f"sv_{order}_oldest_s"] = _r(max(ages))

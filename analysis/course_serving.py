@@ -47,7 +47,7 @@ def tail_stats(rows: list[dict]) -> dict:
 STARVE_SPEC = WorkloadSpec(num_requests=120, rate=0, prompt_kind="longtail", prompt_lo=32, prompt_hi=1024,
                            output_kind="uniform", output_lo=8, output_hi=24, seed=9)
 STARVE_SLOTS = 8
-STARVE_LOAD = 1.2          # arrivals a fifth faster than the engine serves them
+STARVE_LOAD = 1.2          # arrivals this many times what the engine serves
 
 
 @functools.lru_cache(maxsize=4)

@@ -172,7 +172,7 @@ def starvation() -> Picture:
                       xaxis=dict(title=dict(text="seconds (simulated)")),
                       yaxis=dict(title=dict(text="age of the oldest waiting request (s)"), rangemode="tozero"))
     alt = (f"The same {course_serving.STARVE_SPEC.num_requests} requests, most with short prompts and a few long ones, "
-           f"arriving a fifth faster than the engine serves them, under two orders: " + "; ".join(words) +
+           f"arriving {100 * (course_serving.STARVE_LOAD - 1):.0f}% faster than the engine serves them, under two orders: " + "; ".join(words) +
            ". Shortest-job-first keeps passing over the long prompt while short ones keep arriving.")
     return Picture(fig, alt, "Starvation over time: shortest-job-first lets the long prompts wait longest.")
 
