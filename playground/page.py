@@ -1,7 +1,7 @@
 """Playground: run the real engine live, move any knob while it runs, watch what changes.
 
 The page is a fixed skeleton (see playground/view.py): one fragment holds the live part and,
-while the engine runs, refreshes every view.REFRESH_S, giving each element new data.
+while the engine runs, refreshes at this viewer's pace (playground/pace.py), giving each element new data.
 """
 import time
 
@@ -9,6 +9,7 @@ import streamlit as st
 
 from engine.runs.live import KEEP_STEPS, TERMINAL
 from playground import comparison, controls, engines, slot, view
+from playground.pace import RefreshPace
 from playground.checks import check
 from playground.review import step_end, tables_at
 from ui import predict, session, widgets
@@ -21,6 +22,7 @@ PAUSED_SHARED = ("Paused: your traffic has stopped and this view is frozen. The 
 KEEPALIVE_S = 10            # a paused run's page still says "I am here" this often
 STARTING = "pg_starting"    # Start was pressed: the page says so first, then builds the run
 IN_FULL_RUN = "pg_in_full_run"
+PACE = "pg_pace"            # this viewer's RefreshPace: how often its live part refreshes
 
 view.page_style()
 head, toggle = st.columns([3, 1], vertical_alignment="bottom")
@@ -154,8 +156,9 @@ for problem in link_problems:
 
 # ----- the live part
 # One fragment, the same elements in every state. While the engine runs (or a slider change
-# waits to be applied) it refreshes every view.REFRESH_S; the time charts and texts are rebuilt
-# every view.TIME_CHARTS_EVERY_S and reused in between. Paused or finished, the review bar picks a
+# waits to be applied) it refreshes at this viewer's pace (playground/pace.py: every
+# view.REFRESH_S, less often where a refresh costs this machine more); the time charts and texts
+# are rebuilt every other refresh or so and reused in between. Paused or finished, the review bar picks a
 # step and every view shows the run as it was at the end of that step.
 
 def _read(lab):
@@ -191,6 +194,16 @@ def _every(name: str, build, every_s: float, fresh: bool):
 
 
 def live_view():
+    """The live part, and on a refresh of it alone (not a whole page run), its CPU time measured."""
+    cpu = time.thread_time()
+    try:
+        _live_view()
+    finally:
+        if not st.session_state.get(IN_FULL_RUN):
+            pace.record(time.thread_time() - cpu)
+
+
+def _live_view():
     lab = slot.run()
     state, news, tables, now = _read(lab)
     running = state not in ("idle", "starting", "paused", *TERMINAL)
@@ -202,9 +215,9 @@ def live_view():
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
         if not presenter:
-            view.engine_note(engines.simulation_note(lab.cost) if lab and lab.simulated else
-                             engines.server_note(lab.seat) if lab and lab.seat else
-                             engines.real_note(model) if lab else "")
+            view.engine_note(engines.simulation_note(lab.cost) + " " + pace.words() if lab and lab.simulated else
+                             engines.server_note(lab.seat) + " " + pace.words() if lab and lab.seat else
+                             engines.real_note(model) + " " + pace.words() if lab else "")
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
     for notice in [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
@@ -226,18 +239,18 @@ def live_view():
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")
         figures = _every("pg_time_figures", lambda: {k: b() for k, b in builders.items()},
-                         view.TIME_CHARTS_EVERY_S, fresh=not running)
+                         pace.time_charts_every_s(), fresh=not running)
         view.time_charts(figures, presenter)
         if not presenter:
-            texts = _every("pg_texts", lambda: view.latest_texts(tables), view.TIME_CHARTS_EVERY_S,
+            texts = _every("pg_texts", lambda: view.latest_texts(tables), pace.time_charts_every_s(),
                            fresh=not running)
             view.generated_texts(texts, simulated=bool(lab and lab.simulated))
             view.rejected_table(view.rejected(tables))
         comparison.panel(lab, tables, in_effect, reviewing=not running and lab is not None)
     if st.session_state.get(IN_FULL_RUN):
         return             # the rest of the page, the sidebar included, is still to be drawn
-    if (running, _busy(lab)) != st.session_state.get("pg_drawn_as"):
-        st.rerun()         # the run started, paused, finished or stopped: redraw buttons and refresh rate
+    if (running, _busy(lab), pace.interval_s()) != st.session_state.get("pg_drawn_as"):
+        st.rerun()         # the run started, paused, finished or stopped, or the pace moved: redraw buttons and refresh rate
 
 
 def _busy(lab) -> bool:
@@ -247,13 +260,14 @@ def _busy(lab) -> bool:
 
 max_model_len = min(2048, model.max_model_len)
 busy = _busy(lab)
-st.session_state["pg_drawn_as"] = (state == "running", busy)
+pace = st.session_state.setdefault(PACE, RefreshPace())
+st.session_state["pg_drawn_as"] = (state == "running", busy, pace.interval_s())
 # A rerun from inside the live part while the whole page is drawn would stop the page before
 # its sidebar, and Streamlit would forget the sidebar widgets' values; so only a refresh of the
 # live part alone reruns the page (its next tick, if the run changed state meanwhile).
 st.session_state[IN_FULL_RUN] = True
 try:
-    st.fragment(live_view, run_every=view.REFRESH_S if busy else None)()
+    st.fragment(live_view, run_every=pace.interval_s() if busy else None)()
 finally:
     st.session_state[IN_FULL_RUN] = False
 if lab is not None and not busy:

@@ -22,7 +22,8 @@ from ui import widgets
 from ui.live_chart import live_chart
 
 # Each refresh reruns the page's live part, which costs the server CPU for every viewer: the
-# rates are the ones a learner needs (the batch chart twice a second, the time charts once).
+# rates are the ones a learner needs (the batch chart twice a second, the time charts once), where
+# a refresh is cheap; playground/pace.py slows both alike where it costs this machine more.
 REFRESH_S = 0.5               # status, headline and batch chart: twice a second while running
 TIME_CHARTS_EVERY_S = 0.8     # time charts and texts are rebuilt when this old: every other refresh
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps

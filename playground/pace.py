@@ -1,0 +1,65 @@
+"""How often the Playground's live part refreshes on this machine.
+
+Every refresh costs the server CPU that the engine would otherwise use: the page's own work, then
+Streamlit's (the rerun, its messages, the websocket). On a small machine that comes straight out
+of the engine's steps. The live part refreshes every view.REFRESH_S where a refresh is cheap, and
+less often where it costs more, so that its share of a core stays near SHARE whatever the machine:
+the cost is measured on this machine, as the CPU time of each refresh on its own thread (the
+page's work and Streamlit's on that thread; the server's websocket work comes on top of it, in
+proportion). Never less often than SLOWEST_S, so that a learner still sees the run move.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
+
+SHARE = 0.06          # of a core: a refresh's CPU time on its own thread over the time between refreshes
+SLOWEST_S = 1.0       # the longest time between refreshes, however costly a refresh is
+STEP_S = 0.25         # intervals are whole quarter seconds: a small change in cost moves nothing
+SAMPLES = 9           # the latest refreshes whose median cost sets the interval
+FIRST = 5             # refreshes measured before the interval moves from REFRESH_S
+SETTLE = 0.85         # a faster interval is taken only where it would keep the share this far under
+                      # SHARE: a cost near a boundary does not switch back and forth (each switch
+                      # redraws the whole page)
+
+
+class RefreshPace:
+    """The latest refreshes' CPU times, and the interval between refreshes that they call for."""
+
+    def __init__(self) -> None:
+        self.costs: deque[float] = deque(maxlen=SAMPLES)
+        self.every = REFRESH_S
+
+    def record(self, cpu_s: float) -> None:
+        self.costs.append(cpu_s)
+        cost = self.cost_s()
+        if cost is None:
+            return
+        wanted = min(SLOWEST_S, max(REFRESH_S, math.ceil(cost / SHARE / STEP_S - 1e-9) * STEP_S))
+        if wanted > self.every or cost / SHARE < (self.every - STEP_S) * SETTLE:
+            self.every = wanted
+
+    def cost_s(self) -> float | None:
+        """The median CPU time of a refresh, or None before FIRST have been measured."""
+        return statistics.median(self.costs) if len(self.costs) >= FIRST else None
+
+    def interval_s(self) -> float:
+        return self.every
+
+    def time_charts_every_s(self) -> float:
+        """The time charts are rebuilt every other refresh or so, at any interval."""
+        return TIME_CHARTS_EVERY_S * self.interval_s() / REFRESH_S
+
+    def words(self) -> str:
+        """What the page says about its refresh: the interval and, once measured, why."""
+        cost, every = self.cost_s(), self.interval_s()
+        if cost is None:
+            return f"The charts refresh every {every:g} s."
+        if every > REFRESH_S:
+            return (f"The charts refresh every {every:g} s: a refresh takes {1000 * cost:.0f} ms of this machine's "
+                    f"CPU, so refreshing every {REFRESH_S:g} s would take at least {100 * cost / REFRESH_S:.0f}% of "
+                    f"a core from the engine.")
+        return f"The charts refresh every {every:g} s (a refresh takes {1000 * cost:.0f} ms of this machine's CPU)."
