@@ -9,8 +9,8 @@ import streamlit as st
 
 from engine.runs.live import KEEP_STEPS, TERMINAL
 from playground import comparison, controls, engines, slot, view
-from playground.pace import RefreshPace
 from playground.checks import check
+from playground.pace import RefreshPace
 from playground.review import step_end, tables_at
 from ui import predict, session, widgets
 from ui.instant_feedback import instant_feedback
@@ -215,9 +215,10 @@ def _live_view():
     with widgets.errors_shown("Reading the run"):
         view.status_line(state, tables, in_effect, lab.arrived if lab else 0, shared=bool(lab and lab.seat))
         if not presenter:
-            view.engine_note(engines.simulation_note(lab.cost) + " " + pace.words() if lab and lab.simulated else
-                             engines.server_note(lab.seat) + " " + pace.words() if lab and lab.seat else
-                             engines.real_note(model) + " " + pace.words() if lab else "")
+            note = (engines.simulation_note(lab.cost) if lab and lab.simulated else
+                    engines.server_note(lab.seat) if lab and lab.seat else
+                    engines.real_note(model) if lab else "")
+            view.engine_note(f"{note} {pace.words()}" if note and _busy(lab) else note)   # while it refreshes
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
     for notice in [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
