@@ -24,6 +24,7 @@ import pytest
 
 from engine.model.model import cache_root
 from playground.run import REST_S
+from playground.view import REFRESH_S
 from playground.setup import Setup
 
 CHROMIUM = "/usr/bin/chromium"
@@ -417,6 +418,12 @@ def headline_values(page) -> list[str]:
     return page.locator("[data-testid=stMetricValue]").all_inner_texts()
 
 
+def refresh_interval_s(page) -> float:
+    """The interval between refreshes the page says it keeps (playground/pace.py), in its engine note."""
+    found = re.search(r"The charts refresh every ([\d.]+) s", page.locator("[data-testid=stMain]").inner_text())
+    return float(found.group(1)) if found else REFRESH_S
+
+
 def test_live_charts_update_in_place_without_blank_frames(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -450,25 +457,30 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
     for key in charts:
         chart_plot(page, key).evaluate(COUNT_DRAWS)
     plots, blank, steps0, t0 = set(), 0, status(page)["steps"], time.monotonic()
+    intervals = {refresh_interval_s(page)}
     for _ in range(40):                                  # 40 samples over 20 s
         plots.add(page.evaluate(PLOTS))
         blank += chart_plot(page).evaluate(DRAWN) == 0
         page.wait_for_timeout(500)
     span = time.monotonic() - t0
+    every = max(intervals | {refresh_interval_s(page)})  # the slowest pace the page kept meanwhile
     step_rate = (status(page)["steps"] - steps0) / span
     draws = {key: chart_plot(page, key).evaluate("el => el.__draws") / span for key in charts}
     print(f"Start -> 'starting' {click_ms:.0f} ms; first chart {first_chart_s:.2f} s "
-          f"after the first step; redraws/s {draws}; engine {step_rate:.2f} steps/s; plots {plots}")
+          f"after the first step; redraws/s {draws}; engine {step_rate:.2f} steps/s; refresh every {every} s; "
+          f"plots {plots}")
     assert blank == 0, f"{blank} of 40 samples showed an empty batch chart"
     assert len(plots) == 1, f"the number of plots changed: {plots}"
     # The first chart's time is printed, not asserted: on a shared two-core machine it swings
     # several-fold with other load.
-    # A chart can only change when there is a new step: it must keep up with the engine, up to
-    # 2 redraws a second for the batch chart and 1 for the time charts. Half of that is the bar
-    # here, where a loaded machine slows the page's own clock: it still fails a chart that lags as
-    # the old page did (the batch chart every 1.5 s, the time charts every 2.5-3 s).
-    assert draws["pg_batch"] >= 0.5 * min(2.0, step_rate), (draws, step_rate)
-    assert draws["pg_queue"] >= 0.5 * min(1.0, step_rate), (draws, step_rate)
+    # A chart can only change when there is a new step: it must keep up with the engine, at the
+    # pace the page says it keeps: the batch chart at every refresh, the time charts every other.
+    # At the fastest pace (2 and 1 redraws a second) half of that is the bar, where a loaded
+    # machine slows the page's own clock; at a slower pace, most of it. Either way it fails a
+    # chart that lags as the old page did (the batch chart every 1.5 s, the time charts every
+    # 2.5-3 s).
+    assert draws["pg_batch"] >= min(1.0, 0.75 / every, 0.5 * step_rate), (draws, step_rate, every)
+    assert draws["pg_queue"] >= min(0.5, 0.85 / (2 * every), 0.5 * step_rate), (draws, step_rate, every)
     reset_and_close(page, context)
 
 
