@@ -223,8 +223,8 @@ def best_of(values: dict, highest: bool = False, within: float = TIE_WITHIN):
     if not finite:
         return None
     best = max(finite.values()) if highest else min(finite.values())
-    tied = tuple(k for k, v in finite.items() if abs(v - best) <= within * abs(best))
-    return tied[0] if len(tied) == 1 else tied
+    near = tuple(k for k, v in finite.items() if abs(v - best) <= within * abs(best))
+    return near[0] if len(near) == 1 else near
 
 
 def _score(q: Question, guess, answer) -> tuple[bool, str]:
