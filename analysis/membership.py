@@ -73,25 +73,30 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     width = max_slots
     per_step = steps["members"].tolist() if n and "members" in steps.columns else [()] * n
     hits = steps["prefix_hits"].tolist() if n and "prefix_hits" in steps.columns else [()] * n
+    # The live page rebuilds this every refresh over hundreds of steps, and most decode steps
+    # keep the previous step's batch: such a step reuses its rows and codes.
+    ids, step_cols, step_codes = [], [], []     # the previous step's request ids, their rows and codes
     for i, members in enumerate(per_step):
-        hit = dict(hits[i]) if isinstance(hits[i], (tuple, list)) else {}
-        present = {rid for rid, _, _ in members}
-        for rid in [r for r in slot_of if r not in present]:
-            heapq.heappush(free, slot_of.pop(rid))
-        for rid, phase, tok in members:
-            slot = slot_of.get(rid)
-            if slot is None:
-                if free:
-                    slot = heapq.heappop(free)
-                else:
-                    slot, width = width, width + 1
-                slot_of[rid] = slot
-            rows.append(i)
-            cols.append(slot)
-            codes.append(code_of.setdefault(rid, len(code_of)))
-            phases.append(1 if phase.startswith("p") else 2)
-            tokens.append(tok)
-            cached.append(hit.get(rid, 0))
+        step_ids = [m[0] for m in members]
+        if step_ids != ids:      # someone joined or left (most decode steps keep the same batch)
+            present = set(step_ids)
+            for rid in [r for r in slot_of if r not in present]:
+                heapq.heappush(free, slot_of.pop(rid))
+            for rid in step_ids:
+                if rid not in slot_of:
+                    if free:
+                        slot_of[rid] = heapq.heappop(free)
+                    else:
+                        slot_of[rid], width = width, width + 1
+            ids, step_cols = step_ids, [slot_of[rid] for rid in step_ids]
+            step_codes = [code_of.setdefault(rid, len(code_of)) for rid in step_ids]
+        rows += [i] * len(step_ids)
+        cols += step_cols
+        codes += step_codes
+        phases += [1 if phase[:1] == "p" else 2 for _, phase, _ in members]
+        tokens += [tok for _, _, tok in members]
+        hit = dict(hits[i]) if isinstance(hits[i], (tuple, list)) and hits[i] else None
+        cached += [hit.get(rid, 0) for rid in step_ids] if hit else [0] * len(step_ids)
     grid = SlotGrid(
         steps=num(steps, "step").astype(np.int64) if n else np.zeros(0, np.int64),
         names=np.array([*code_of, ""], dtype=str),
@@ -100,10 +105,11 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
         tokens=np.zeros((n, width), dtype=np.int64),
         cached=np.zeros((n, width), dtype=np.int64),
     )
-    grid.code[rows, cols] = codes
-    grid.phase[rows, cols] = phases
-    grid.tokens[rows, cols] = tokens
-    grid.cached[rows, cols] = cached
+    cells = (np.asarray(rows, dtype=np.intp), np.asarray(cols, dtype=np.intp))
+    grid.code[cells] = codes
+    grid.phase[cells] = phases
+    grid.tokens[cells] = tokens
+    grid.cached[cells] = cached
     return grid
 
 

@@ -108,6 +108,38 @@ def test_slot_grid_grows_when_policy_allows_more_than_max_slots():
     assert grid.ids.tolist() == [["a", "b", "c"]]
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_slot_grid_rows_follow_the_rule_under_random_joins_and_leaves(seed):
+    """Each step's cells hold exactly its members, with their phase and tokens; a request keeps
+    its row while it stays; a joining request takes the lowest row free after the leavers left."""
+    rng = np.random.default_rng(seed)
+    batch, members, n_ids = [], [], 0
+    for _ in range(60):
+        if rng.random() < 0.3:                                     # some leave, some join
+            batch = [r for r in batch if rng.random() < 0.7]
+            for _ in range(int(rng.integers(0, 4))):
+                batch.append(f"r{n_ids}")
+                n_ids += 1
+        members.append(tuple((r, P if rng.random() < 0.2 else D, int(rng.integers(1, 9))) for r in batch))
+    max_slots = int(rng.integers(1, 6))
+    grid = membership.slot_grid(make_steps(members), max_slots)
+    row_of: dict = {}
+    for i, step in enumerate(members):
+        ids = grid.ids[i].tolist()
+        assert sorted(r for r in ids if r) == sorted(r for r, _, _ in step)
+        for rid, phase, tok in step:
+            j = ids.index(rid)
+            assert (grid.phase[i, j], grid.tokens[i, j]) == ((1 if phase == P else 2), tok)
+        row_of = {r: row_of[r] for r, _, _ in step if r in row_of}    # the leavers' rows are free
+        for rid, _, _ in step:
+            if rid in row_of:
+                assert ids.index(rid) == row_of[rid]                # stays in its row
+            else:
+                lowest = min(set(range(grid.n_slots)) - set(row_of.values()))
+                assert ids.index(rid) == lowest                     # the lowest free row
+                row_of[rid] = lowest
+
+
 def test_slot_grid_of_nothing():
     grid = membership.slot_grid(make_steps([]), 4)
     assert grid.ids.shape == (0, 4)
