@@ -8,6 +8,7 @@ builders in analysis/; nothing here runs or steers the engine.
 """
 from __future__ import annotations
 
+import math
 
 import pandas as pd
 import streamlit as st
@@ -28,6 +29,7 @@ REFRESH_S = 0.5               # status, headline and batch chart: twice a second
 TIME_CHARTS_EVERY_S = 0.8     # time charts and texts are rebuilt when this old: every other refresh
 LIVE_WINDOW_STEPS = 120       # the batch-membership chart scrolls over this many recent steps
 TIMELINE_LIMIT = 80           # most recent requests on the Gantt chart
+REJECTED_COLUMNS = ["id", "tenant", "arrival_s", "prompt_tokens", "status", "reason"]
 TEXTS_SHOWN = 4
 LIVE_SPAN_S = 60.0            # the time charts show the latest minute, full width from the start
 PRESENTER_CHARTS = ("pg_ttft", "pg_tpot", "pg_queue", "pg_throughput")   # its fewer panels
@@ -249,18 +251,20 @@ def time_charts(figures: dict, presenter: bool = False) -> None:
 
 
 def latest_texts(tables: Tables, n: int = TEXTS_SHOWN) -> pd.DataFrame:
-    """Up to n requests with text: those decoding now first, then the latest finished."""
-    reqs = tables.requests
-    if len(reqs) == 0:
-        return pd.DataFrame(columns=["request", "status", "tokens", "text"])
-    finished = reqs["status"] == "finished"
-    text = reqs["output_text"].where(finished, reqs["partial_text"]).fillna("").astype(str)
-    has = text.str.len() > 0
-    live = reqs[has & ~finished].sort_values("first_token_s", ascending=False).index
-    done = reqs[has & finished].sort_values("finish_s", ascending=False).index
-    picked = reqs.loc[live.append(done)[:n]]
-    return pd.DataFrame({"request": picked["id"], "status": picked["status"],
-                         "tokens": picked["output_tokens"], "text": text.loc[picked.index]})
+    """Up to n requests with text: those decoding now first (the latest to start first), then the
+    latest finished. A loop over the rows: there are few, and each pandas selection costs more
+    than the loop on a page that refreshes while the engine runs."""
+    live, done = [], []
+    for rid, status, tokens, out, partial, first, finish in tables.requests[
+            ["id", "status", "output_tokens", "output_text", "partial_text", "first_token_s", "finish_s"]
+    ].itertuples(index=False, name=None):
+        finished = status == "finished"
+        text = out if finished else partial
+        if isinstance(text, str) and text:
+            when = finish if finished else first
+            (done if finished else live).append((-when if when == when else math.inf, rid, status, tokens, text))
+    picked = [row[1:] for row in sorted(live, key=lambda r: r[0]) + sorted(done, key=lambda r: r[0])][:n]
+    return pd.DataFrame(picked, columns=["request", "status", "tokens", "text"])
 
 
 def generated_texts(df: pd.DataFrame, simulated: bool = False) -> None:
@@ -284,11 +288,12 @@ def generated_texts(df: pd.DataFrame, simulated: bool = False) -> None:
 
 
 def rejected(tables: Tables) -> pd.DataFrame:
+    """The requests turned away or failed, with the reason (none, the usual case, costs the least)."""
     reqs = tables.requests
-    if len(reqs) == 0:
-        return pd.DataFrame(columns=["id", "tenant", "arrival_s", "prompt_tokens", "status", "reason"])
-    bad = reqs[reqs["status"].isin(metrics.UNSERVED)]
-    return bad[["id", "tenant", "arrival_s", "prompt_tokens", "status", "error"]].rename(
+    bad = reqs["status"].isin(metrics.UNSERVED) if len(reqs) else None
+    if bad is None or not bad.any():
+        return pd.DataFrame(columns=REJECTED_COLUMNS)
+    return reqs.loc[bad, ["id", "tenant", "arrival_s", "prompt_tokens", "status", "error"]].rename(
         columns={"error": "reason"})
 
 

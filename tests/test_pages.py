@@ -374,6 +374,33 @@ def test_requests_that_never_fit_are_listed_rejected_with_a_reason(app):
     assert table["reason"].str.contains("KV capacity").all()
 
 
+def test_latest_texts_shows_decoding_requests_first_then_the_latest_finished():
+    import pandas as pd
+    from analysis.tables import Tables
+    from engine.core.metrics import LIVE_REQUEST_COLUMNS
+    from playground import view
+    nan = float("nan")
+    rows = [  # id, status, output tokens, output text, text so far, first token at, finished at
+        ("a", "finished", 5, "done early", None, 1.0, 2.0),
+        ("b", "finished", 6, "done late", None, 1.5, 4.0),
+        ("c", "running", 3, None, "going", 3.0, nan),
+        ("d", "running", 1, None, "newest", 3.5, nan),
+        ("e", "running", 0, None, "", nan, nan),           # no text yet: not shown
+        ("f", "waiting", 0, None, None, nan, nan),
+        ("g", "finished", 0, "", None, nan, 3.0),          # finished with no text: not shown
+    ]
+    requests = pd.DataFrame([{c: None for c in LIVE_REQUEST_COLUMNS} | dict(zip(
+        ["id", "status", "output_tokens", "output_text", "partial_text", "first_token_s", "finish_s"], r))
+        for r in rows])
+    tables = Tables(view.empty_tables().steps, requests, view.empty_tables().marks)
+    texts = view.latest_texts(tables, n=3)
+    assert list(texts["request"]) == ["d", "c", "b"]
+    assert list(texts["text"]) == ["newest", "going", "done late"]
+    assert list(texts["tokens"]) == [1, 3, 6]
+    assert list(view.latest_texts(tables, n=9)["request"]) == ["d", "c", "b", "a"]
+    assert list(view.latest_texts(view.empty_tables()).columns) == ["request", "status", "tokens", "text"]
+
+
 def test_input_checks():
     assert check(Setup()) == []
     texts = [n.text for n in check(Setup(kv_capacity_tokens=16))]
