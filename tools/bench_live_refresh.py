@@ -7,19 +7,22 @@ times what one refresh of the Playground's live fragment does:
   snapshot   LiveRun.snapshot(summary=False), as the page takes it (under the engine's step lock)
   tables     snapshot -> DataFrames (first refresh converts every step; later ones only new steps)
   charts     every chart builder the page calls, with the page's arguments, plus the headline
-  to_json    plotly's JSON of those figures (what Streamlit sends to the browser)
+  to_json    the JSON of those figures (what the live charts send to the browser)
 
 Prints the median of several refreshes. This is an upper bound for one redraw: while the engine
-runs, the page redraws the status, headline, batch chart and texts every 0.5 s and the other
-charts every 2 s. A measurement, not a test.
+runs, the page redraws the status, headline and batch chart at every refresh, and the time
+charts and texts every other refresh or so (playground/pace.py sets how often). A measurement,
+not a test.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
 from analysis import frame_metrics
+from analysis.figure_json import figure_dict
 from analysis.tables import TraceTables
 from engine.runs.arrivals import build_requests
 from engine.core.config import EngineConfig
@@ -29,7 +32,7 @@ from playground.setup import Setup
 
 
 def long_run(n_requests: int, max_num_seqs: int, out_lo: int, out_hi: int) -> tuple[LiveRun, Setup]:
-    setup = Setup(rate=8.0, num_requests=n_requests, max_num_seqs=max_num_seqs,
+    setup = Setup(rate=8.0, continuous=False, num_requests=n_requests, max_num_seqs=max_num_seqs,
                   prompt_lo=32, prompt_hi=256, output_lo=out_lo, output_hi=out_hi,
                   kv_capacity_tokens=8192, ttft_slo_s=2.0, tpot_slo_s=0.1)
     live = LiveRun(setup.policy(), setup.workload(), model=None, config=EngineConfig(kv_pool_tokens=8192))
@@ -73,7 +76,7 @@ def refresh(live, setup, tables: TraceTables) -> dict:
         extra()
     t3 = time.perf_counter()
     for f in figs:
-        f.to_json()
+        json.dumps(figure_dict(f))
     t4 = time.perf_counter()
     return {"snapshot": t1 - t0, "tables": t2 - t1, "charts": t3 - t2, "to_json": t4 - t3}
 
