@@ -3,11 +3,17 @@ default template (the browser holds that once), every font at least MIN_FONT_PX.
 
 No Streamlit here, so a figure can be made ready once where many sessions show it (the
 classroom's board) and drawn by each with ui.live_chart.show_figure.
+
+A ReadyFigure is that JSON as text, with its height: a page that shows the same figure at its
+next refresh (the Playground's time charts between two rebuilds) sends the same text again
+instead of converting the figure again.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,3 +80,15 @@ def figure_dict(fig, font_px: int | None = None) -> dict:
 def figure_height(figure: dict) -> int:
     height = figure.get("layout", {}).get("height")
     return int(height) if isinstance(height, (int, float)) and height > 0 else DEFAULT_HEIGHT
+
+
+@dataclass(frozen=True)
+class ReadyFigure:
+    """A figure_dict as the JSON text the live chart sends, and its height in px."""
+    text: str
+    height: int
+
+
+def ready(figure: dict) -> ReadyFigure:
+    """A figure_dict, ready to send (strict JSON: figure_dict has made every NaN null)."""
+    return ReadyFigure(json.dumps(figure, allow_nan=False, separators=(",", ":")), figure_height(figure))

@@ -81,9 +81,9 @@ def summary(ref: Reference | None, now: dict, setup: Setup, tables: Tables) -> l
     return compare.run_summary(ref.headline, now, changed, policy, tables, names=(ref.name, "this run"))
 
 
-def panel(lab, tables: Tables, setup: Setup, reviewing: bool) -> None:
+def panel(lab, tables: Tables, setup: Setup, now: dict, reviewing: bool) -> None:
     """The Compare section: pin buttons, the before/after table and (paused or finished) the
-    summary. `setup`: the one in effect for this run."""
+    summary. `setup`: the one in effect for this run; `now`: its headline()."""
     ref = reference()
     st.subheader("Compare runs")
     left, right, _ = st.columns([2, 2, 6])
@@ -92,7 +92,6 @@ def panel(lab, tables: Tables, setup: Setup, reviewing: bool) -> None:
                 help="Keep this run as the grey reference line behind every later run.")
     right.button("Unpin", key="pg_unpin", width="stretch", disabled=ref is None or not ref.pinned,
                  on_click=unpin, help="Go back to comparing with the previous run.")
-    now = headline(tables, setup)
     if ref is None:
         st.caption("Start another run and this one stays behind it as a faint grey line on the "
                    "TTFT, TPOT, queue and throughput charts, with its numbers beside the new run's.")

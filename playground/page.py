@@ -229,17 +229,18 @@ def _live_view():
         tables, now = tables_at(tables, chosen), step_end(tables, chosen)
     ref = comparison.reference()
     with widgets.errors_shown("Drawing the live views"):
+        numbers = comparison.headline(tables, in_effect)     # the headline strip's and the comparison's
         if presenter:                     # the batch chart first, then the key numbers
             view.batch_chart(tables, in_effect, presenter)
-            view.headline(tables, in_effect, presenter)
+            view.headline(numbers, presenter)
         else:
-            view.headline(tables, in_effect, presenter)
+            view.headline(numbers, presenter)
             view.step_detail(tables, chosen)
             view.batch_chart(tables, in_effect, presenter)
         builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")
-        figures = _every("pg_time_figures", lambda: {k: b() for k, b in builders.items()},
+        figures = _every("pg_time_figures", lambda: view.ready_charts(builders, presenter),
                          pace.time_charts_every_s(), fresh=not running)
         view.time_charts(figures, presenter)
         if not presenter:
@@ -247,7 +248,7 @@ def _live_view():
                            fresh=not running)
             view.generated_texts(texts, simulated=bool(lab and lab.simulated))
             view.rejected_table(view.rejected(tables))
-        comparison.panel(lab, tables, in_effect, reviewing=not running and lab is not None)
+        comparison.panel(lab, tables, in_effect, numbers, reviewing=not running and lab is not None)
     if st.session_state.get(IN_FULL_RUN):
         return             # the rest of the page, the sidebar included, is still to be drawn
     if (running, _busy(lab), pace.interval_s()) != st.session_state.get("pg_drawn_as"):

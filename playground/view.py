@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from analysis import frame_metrics, kv, latency, membership, queue_charts, style
+from analysis.figure_json import figure_dict, ready
 from analysis.tables import MARK_COLUMNS, Tables
 from engine.core import metrics
 from engine.core.metrics import LIVE_REQUEST_COLUMNS, STEP_COLUMNS
 from playground import status
 from playground.setup import Setup
 from ui import widgets
-from ui.live_chart import live_chart
+from ui.live_chart import live_chart, show_figure
 
 # Each refresh reruns the page's live part, which costs the server CPU for every viewer: the
 # rates are the ones a learner needs (the batch chart twice a second, the time charts once), where
@@ -108,9 +110,8 @@ def provisional_note(h: dict) -> str | None:
     return f"provisional: {h['finished']:,} finished"
 
 
-def headline(tables: Tables, setup: Setup, presenter: bool = False) -> None:
-    h = frame_metrics.headline(tables.requests, tables.steps, setup.ttft_slo_s, setup.tpot_slo_s,
-                               setup.max_num_seqs, tables.retired, tables.now())
+def headline(h: dict, presenter: bool = False) -> None:
+    """The key numbers: h is frame_metrics.headline's (playground.comparison.headline)."""
     so_far = (" Counted from each request's first token (TTFT) or second token (TPOT) on, in flight "
               f"or finished; provisional until {frame_metrics.PROVISIONAL_UNTIL} requests have finished.")
     note = provisional_note(h)
@@ -186,11 +187,11 @@ def review_bar(tables: Tables, reviewable: bool) -> int | None:
 
 def step_detail(tables: Tables, step: int | None) -> None:
     steps = tables.steps
-    row = steps[steps["step"] == step] if step is not None else steps.iloc[0:0]
-    if len(row) == 0:
+    at = int(np.searchsorted(steps["step"].to_numpy(), step)) if step is not None else len(steps)   # steps in order
+    if at >= len(steps) or steps["step"].iat[at] != step:
         st.caption("Each engine step appears here once the run starts.")
         return
-    r = row.iloc[0]
+    r = steps.iloc[at]
     members = list(r["members"])          # (request id, phase, tokens) of each member
     who = widgets.plain(", ".join(f"{rid} ({phase} {n})" for rid, phase, n in members[:12]))
     more = f" and {len(members) - 12} more" if len(members) > 12 else ""
@@ -235,16 +236,22 @@ def time_figures(tables: Tables, setup: Setup, now_s: float | None = None, prese
     return {k: b for k, b in builders.items() if k in PRESENTER_CHARTS} if presenter else builders
 
 
-def time_charts(figures: dict, presenter: bool = False) -> None:
-    """Built time_figures: the request timeline across the page, then the others two to a row."""
+def ready_charts(builders: dict, presenter: bool = False) -> dict:
+    """time_figures' builders, built and ready to send: the page keeps these between two
+    rebuilds and sends the same text again."""
     font = style.font_px(presenter)
+    return {key: ready(figure_dict(build(), font)) for key, build in builders.items()}
+
+
+def time_charts(figures: dict, presenter: bool = False) -> None:
+    """ready_charts' figures: the request timeline across the page, then the others two to a row."""
     rows = list(figures.items())
     if rows and rows[0][0] == "pg_timeline":
-        live_chart(rows.pop(0)[1], "pg_timeline", font_px=font)
+        show_figure(rows.pop(0)[1], "pg_timeline")
     for i in range(0, len(rows), 2):
         for col, (key, fig) in zip(st.columns(2), rows[i:i + 2]):
             with col:
-                live_chart(fig, key, font_px=font)
+                show_figure(fig, key)
 
 
 # ----------------------------------------------------------------------------- texts, rejects

@@ -77,7 +77,7 @@ def status(at) -> str:
 
 def figures(at) -> list[dict]:
     """The figures of the page's live charts (ui/live_chart.py), in page order."""
-    return [json.loads(c.proto.json_args)["figure"] for c in at.get("component_instance")]
+    return [json.loads(json.loads(c.proto.json_args)["figure_json"]) for c in at.get("component_instance")]
 
 
 def rest_and_run(at):
@@ -399,6 +399,32 @@ def test_latest_texts_shows_decoding_requests_first_then_the_latest_finished():
     assert list(texts["tokens"]) == [1, 3, 6]
     assert list(view.latest_texts(tables, n=9)["request"]) == ["d", "c", "b", "a"]
     assert list(view.latest_texts(view.empty_tables()).columns) == ["request", "status", "tokens", "text"]
+
+
+STEP_DETAIL_APP = """
+import pandas as pd
+import streamlit as st
+from analysis.tables import Tables
+from engine.core.metrics import STEP_COLUMNS
+from playground import view
+rows = [dict.fromkeys(STEP_COLUMNS, 0) | {"step": n, "t_start_s": n / 10, "t_end_s": n / 10 + 0.05,
+        "members": (("r1", "decode", 1), ("r%d" % n, "prefill", 30)), "max_num_seqs": 4, "error": ""}
+        for n in (5, 6, 7)]
+tables = Tables(pd.DataFrame(rows, columns=STEP_COLUMNS), view.empty_tables().requests, view.empty_tables().marks)
+view.step_detail(tables, st.session_state.get("step"))
+"""
+
+
+@pytest.mark.parametrize("step, says", [(6, "Step 6 at 0.60–0.65 s (50 ms): a batch of 2 of 4 slots"),
+                                        (7, r"r1 \(decode 1\)\, r7 \(prefill 30\)"),   # escaped: ids are user text
+                                        (9, "Each engine step appears here"), (4, "Each engine step appears here"),
+                                        (None, "Each engine step appears here")])
+def test_step_detail_describes_the_chosen_step(step, says):
+    at = AppTest.from_string(STEP_DETAIL_APP)
+    at.session_state["step"] = step
+    at.run()
+    assert not at.exception
+    assert says in at.caption[0].value
 
 
 def test_input_checks():

@@ -21,7 +21,7 @@ import plotly.io as pio
 import streamlit.components.v1 as components
 
 from engine.runs.results import cache_dir
-from analysis.figure_json import figure_dict, figure_height, json_safe
+from analysis.figure_json import ReadyFigure, figure_dict, json_safe, ready
 
 FRONTEND = Path(__file__).with_name("live_chart")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -69,9 +69,12 @@ def _component():
 
 def live_chart(fig, key: str, font_px: int | None = None) -> None:
     """Draw `fig` (a plotly Figure or figure dict) in the chart `key`, updating it in place."""
-    show_figure(figure_dict(fig, font_px), key)
+    show_figure(ready(figure_dict(fig, font_px)), key)
 
 
-def show_figure(figure: dict, key: str) -> None:
-    """Draw a figure figure_dict already made (one made once and shown by many sessions)."""
-    _component()(figure=figure, height=figure_height(figure), config=CONFIG, key=key)
+def show_figure(figure: dict | ReadyFigure, key: str) -> None:
+    """Draw a figure already made: one figure_dict made (one made once and shown by many
+    sessions), or ready to send (analysis.figure_json.ReadyFigure). The browser gets its JSON as
+    text, so a figure sent again costs no new conversion here."""
+    r = figure if isinstance(figure, ReadyFigure) else ready(figure)
+    _component()(figure_json=r.text, height=r.height, config=CONFIG, key=key)

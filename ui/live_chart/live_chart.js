@@ -48,7 +48,7 @@
 
   function draw(args) {
     last = args;
-    var figure = JSON.parse(JSON.stringify(args.figure || {}));   // wrapped on a copy
+    var figure = JSON.parse(args.figure_json || "{}");   // a new object each time: wrapped, then drawn
     var layout = figure.layout || {};
     if (!layout.template && window.PLOTLY_TEMPLATE) layout.template = window.PLOTLY_TEMPLATE;   // one object, kept
     var height = args.height + fitSubtitle(layout, chart.clientWidth || window.innerWidth);
