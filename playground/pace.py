@@ -19,7 +19,7 @@ from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
 SHARE = 0.06          # of a core: a refresh's CPU time on its own thread over the time between refreshes
 SLOWEST_S = 1.0       # the longest time between refreshes, however costly a refresh is
 STEP_S = 0.25         # intervals are whole quarter seconds: a small change in cost moves nothing
-SAMPLES = 9           # the latest refreshes whose median cost sets the interval
+SAMPLES = 9           # the latest refreshes whose mean cost sets the interval
 FIRST = 5             # refreshes measured before the interval moves from REFRESH_S
 SETTLE = 0.85         # a faster interval is taken only where it would keep the share this far under
                       # SHARE: a cost near a boundary does not switch back and forth (each switch
@@ -43,8 +43,14 @@ class RefreshPace:
             self.every = wanted
 
     def cost_s(self) -> float | None:
-        """The median CPU time of a refresh, or None before FIRST have been measured."""
-        return statistics.median(self.costs) if len(self.costs) >= FIRST else None
+        """The mean CPU time of the latest refreshes less the cheapest and the costliest one, or None
+        before FIRST have been measured. A mean, because refreshes that rebuild the time charts
+        alternate with refreshes that do not, and a median of such a mix jumps from one kind to
+        the other as the window moves; the CPU share is the mean. Without the extremes, because
+        one refresh that waited on something else says nothing about the next."""
+        if len(self.costs) < FIRST:
+            return None
+        return statistics.fmean(sorted(self.costs)[1:-1])
 
     def interval_s(self) -> float:
         return self.every
@@ -60,6 +66,6 @@ class RefreshPace:
             return f"The charts refresh every {every:g} s."
         if every > REFRESH_S:
             return (f"The charts refresh every {every:g} s: a refresh takes {1000 * cost:.0f} ms of this machine's "
-                    f"CPU, so refreshing every {REFRESH_S:g} s would take at least {100 * cost / REFRESH_S:.0f}% of "
+                    f"CPU on average, so refreshing every {REFRESH_S:g} s would take at least {100 * cost / REFRESH_S:.0f}% of "
                     f"a core from the engine.")
-        return f"The charts refresh every {every:g} s (a refresh takes {1000 * cost:.0f} ms of this machine's CPU)."
+        return f"The charts refresh every {every:g} s (a refresh takes {1000 * cost:.0f} ms of this machine's CPU on average)."

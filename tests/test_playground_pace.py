@@ -2,6 +2,7 @@
 costs more, so that the refreshes' share of a core stays near pace.SHARE (playground/pace.py)."""
 from __future__ import annotations
 
+import math
 import random
 
 from playground.pace import FIRST, SAMPLES, SETTLE, SHARE, SLOWEST_S, STEP_S, RefreshPace
@@ -63,6 +64,18 @@ def test_a_cost_near_a_boundary_does_not_switch_the_interval_back_and_forth():
     for _ in range(SAMPLES):                     # clearly cheaper: faster again
         pace.record(0.5 * boundary)
     assert pace.interval_s() == 0.5
+
+
+def test_refreshes_that_alternate_between_two_costs_keep_one_interval():
+    """Every other refresh rebuilds the time charts and costs more: the interval is the one for
+    their mean, and stays there (each switch would redraw the whole page)."""
+    cheap, dear = 0.5 * SHARE, 0.9 * SHARE        # alone, each would call for a different interval
+    pace = pace_of(*[cheap, dear] * SAMPLES)
+    held = pace.interval_s()
+    assert held == math.ceil((cheap + dear) / 2 / SHARE / STEP_S) * STEP_S
+    for i in range(40):
+        pace.record(cheap if i % 2 else dear)
+        assert pace.interval_s() == held
 
 
 def test_one_slow_refresh_does_not_move_the_pace():
