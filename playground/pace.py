@@ -16,8 +16,12 @@ from collections import deque
 
 from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
 
-SHARE = 0.06          # of a core: a refresh's CPU time on its own thread over the time between refreshes
-SLOWEST_S = 1.0       # the longest time between refreshes, however costly a refresh is
+SHARE = 0.04          # of a core: a refresh's CPU time on its own thread over the time between refreshes.
+                      # The engine loses more than this: the server's websocket work comes on top, and
+                      # so does the browser's drawing, which even on another core shares the memory
+                      # bandwidth the engine's steps need: so SHARE is well under the tenth of the
+                      # engine's steps that one viewer may cost.
+SLOWEST_S = 1.5       # the longest time between refreshes, however costly a refresh is
 STEP_S = 0.25         # intervals are whole quarter seconds: a small change in cost moves nothing
 SAMPLES = 9           # the latest refreshes whose mean cost sets the interval
 FIRST = 5             # refreshes measured before the interval moves from REFRESH_S

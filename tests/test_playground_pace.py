@@ -48,7 +48,7 @@ def test_the_interval_keeps_the_share_under_its_bound_and_is_no_slower_than_that
                 continue
             assert every == SLOWEST_S or cost / every <= SHARE + 1e-12        # the share holds, or it is capped
             assert every == REFRESH_S or cost / (every - STEP_S) > SHARE * SETTLE   # no faster one holds it with room
-    assert seen == {0.5, 0.75, 1.0}
+    assert seen == {REFRESH_S + k * STEP_S for k in range(round((SLOWEST_S - REFRESH_S) / STEP_S) + 1)}
 
 
 def test_a_cost_near_a_boundary_does_not_switch_the_interval_back_and_forth():
