@@ -237,10 +237,11 @@ def _live_view():
             view.headline(numbers, presenter)
             view.step_detail(tables, chosen)
             view.batch_chart(tables, in_effect, presenter)
+        # The built time charts are kept per mode: presenter mode has its own charts and fonts.
         builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
                                      ghost=ref.tables if ref else None,
                                      ghost_name=ref.name if ref else "previous run")
-        figures = _every("pg_time_figures", lambda: view.ready_charts(builders, presenter),
+        figures = _every(f"pg_time_figures_{presenter}", lambda: view.ready_charts(builders, presenter),
                          pace.time_charts_every_s(), fresh=not running)
         view.time_charts(figures, presenter)
         if not presenter:
