@@ -2,7 +2,7 @@
 
 Steps never change once recorded, so their rows are converted once and kept: a refresh
 converts only the steps taken since the last one, and drops the rows of steps that left the
-live run's window, so a refresh costs O(window), not O(run). Requests still running change every step
+live run's window. Requests still running change every step
 and are read fresh from each snapshot. Step members stay (request id, phase, tokens) tuples
 in the tables; they become "id:phase:n" text only in steps.csv. No Streamlit here.
 """
@@ -44,7 +44,6 @@ class Tables:
 
 class TraceTables:
     def __init__(self):
-        self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
         self._first = self._next = 0     # step numbers held: first, ..., next - 1
         self._steps = pd.DataFrame({c: [] for c in STEP_COLUMNS})
 
@@ -57,14 +56,13 @@ class TraceTables:
                 return self._steps
         first, nxt = records[0].step, records[-1].step + 1
         if (first, nxt) != (self._first, self._next):
-            drop = min(max(0, first - self._first), self._next - self._first)
-            for col in self._cols.values():
-                del col[:drop]
-            for rec in records[max(0, self._next - first):]:
-                for c, v in step_row(rec).items():
-                    self._cols[c].append(v)
+            # The rows held, less those that left the window, then the new steps' rows: a refresh
+            # converts only the new steps and copies the rest as whole columns.
+            kept = self._steps.iloc[min(max(0, first - self._first), len(self._steps)):]
+            added = pd.DataFrame([step_row(rec) for rec in records[max(0, self._next - first):]],
+                                 columns=STEP_COLUMNS)
+            self._steps = pd.concat([kept, added], ignore_index=True) if len(kept) else added
             self._first, self._next = first, nxt
-            self._steps = pd.DataFrame(self._cols, copy=True)
         return self._steps
 
     def update(self, snapshot) -> Tables:

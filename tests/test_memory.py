@@ -6,6 +6,7 @@ import types
 import weakref
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -89,6 +90,7 @@ def test_snapshot_rows_and_tables_follow_the_window():
         snap = live.snapshot(summary=False)
         steps = tables.steps(snap.steps)
         assert list(steps["step"]) == [s.step for s in snap.steps]
+        pd.testing.assert_frame_equal(steps, TraceTables().steps(snap.steps))   # kept rows = a fresh conversion
         assert {r["id"] for r in snap.requests} == set(live._rows) | {
             r["id"] for r in snap.requests if r["status"] in ("waiting", "running")}
         if snap.steps:
