@@ -26,7 +26,9 @@ A measurement, not a test: on a shared machine, run it a few times.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import signal
 
 import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
@@ -260,6 +262,8 @@ def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int
         cpu["server"] = (cpu_s(server_pid) - s0) / dt
         cpu["engine"] = (engine_cpu_s(server_pid) - e0) / dt     # its threads; the rest is the app's
         cpu["browser"] = (sum(map(cpu_s, chrome)) - c0) / dt
+        paced = re.search(r"The charts refresh every ([\d.]+) s", page.locator("[data-testid=stMain]").inner_text())
+        cpu["refresh_s"] = float(paced.group(1)) if paced else math.nan    # the page's pace (playground/pace.py)
     steps = download_steps(page) if window_s else None
     page.get_by_role("button", name="Reset", exact=True).click()   # a closed page's run would go on for
     context.close()                                                  # the reload grace period (playground.reattach)
@@ -322,7 +326,8 @@ def main(argv=None):
                 print(f"round {i + 1}: headless {a:5.2f} steps/s   page open {b:5.2f} steps/s   "
                       f"ratio {b / a:.2f}{vs_cli}   (CPU, cores: headless engine {engine_cpu:.2f}, "
                       f"server {cpu['server']:.2f} = engine threads {cpu['engine']:.2f} + app "
-                      f"{cpu['server'] - cpu['engine']:.2f}, Chromium {cpu['browser']:.2f})", flush=True)
+                      f"{cpu['server'] - cpu['engine']:.2f}, Chromium {cpu['browser']:.2f}; "
+                      f"refresh interval at the end {cpu['refresh_s']:g} s)", flush=True)
                 apps.append(cpu["server"] - cpu["engine"])
             browser.close()
     finally:
