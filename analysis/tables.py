@@ -61,7 +61,8 @@ class TraceTables:
             kept = self._steps.iloc[min(max(0, first - self._first), len(self._steps)):]
             added = pd.DataFrame([step_row(rec) for rec in records[max(0, self._next - first):]],
                                  columns=STEP_COLUMNS)
-            self._steps = pd.concat([kept, added], ignore_index=True) if len(kept) else added
+            parts = [part for part in (kept, added) if len(part)]    # an empty piece would make every column object
+            self._steps = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
             self._first, self._next = first, nxt
         return self._steps
 

@@ -109,6 +109,8 @@ def test_trace_tables_drop_rows_that_left_the_window_and_restart_for_a_new_run()
     tables = TraceTables()
     assert list(tables.steps(recs(0, 5))["step"]) == [0, 1, 2, 3, 4]
     assert list(tables.steps(recs(3, 9))["step"]) == [3, 4, 5, 6, 7, 8]
+    for window in (recs(4, 9), recs(4, 12)):        # the start moves with no new step, then both move
+        pd.testing.assert_frame_equal(tables.steps(window), TraceTables().steps(window))
     assert list(tables.steps(recs(20, 23))["step"]) == [20, 21, 22]      # jumped past it all
     assert list(tables.steps(recs(0, 2))["step"]) == [0, 1]              # a new run
     assert len(tables.steps(())) == 0
