@@ -19,12 +19,12 @@ from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
 SHARE = 0.04          # of a core: a refresh's CPU time on its own thread over the time between refreshes.
                       # The engine loses more than this: the server's websocket work comes on top, and
                       # so does the browser's drawing, which even on another core shares the memory
-                      # bandwidth the engine's steps need: so SHARE is well under the tenth of the
-                      # engine's steps that one viewer may cost.
+                      # bandwidth the engine's steps need.
 SLOWEST_S = 1.5       # the longest time between refreshes, however costly a refresh is
 STEP_S = 0.25         # intervals are whole quarter seconds: a small change in cost moves nothing
 SAMPLES = 9           # the latest refreshes whose mean cost sets the interval
 FIRST = 5             # refreshes measured before the interval moves from REFRESH_S
+TRIM = 2              # the cheapest and the costliest refreshes left out of the mean, each side
 SETTLE = 0.85         # a faster interval is taken only where it would keep the share this far under
                       # SHARE: a cost near a boundary does not switch back and forth (each switch
                       # redraws the whole page)
@@ -47,14 +47,15 @@ class RefreshPace:
             self.every = wanted
 
     def cost_s(self) -> float | None:
-        """The mean CPU time of the latest refreshes less the cheapest and the costliest one, or None
-        before FIRST have been measured. A mean, because refreshes that rebuild the time charts
-        alternate with refreshes that do not, and a median of such a mix jumps from one kind to
-        the other as the window moves; the CPU share is the mean. Without the extremes, because
-        one refresh that waited on something else says nothing about the next."""
+        """The mean CPU time of the latest refreshes less the TRIM cheapest and the TRIM costliest,
+        or None before FIRST have been measured. A mean, because refreshes that rebuild the time
+        charts alternate with refreshes that do not, and a median of such a mix jumps from one
+        kind to the other as the window moves; the CPU share is the mean. Without the extremes,
+        because an unusual refresh (a garbage collection, the first after the page was drawn)
+        says nothing about the next."""
         if len(self.costs) < FIRST:
             return None
-        return statistics.fmean(sorted(self.costs)[1:-1])
+        return statistics.fmean(sorted(self.costs)[TRIM:len(self.costs) - TRIM])
 
     def interval_s(self) -> float:
         return self.every

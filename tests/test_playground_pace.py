@@ -78,8 +78,9 @@ def test_refreshes_that_alternate_between_two_costs_keep_one_interval():
         assert pace.interval_s() == held
 
 
-def test_one_slow_refresh_does_not_move_the_pace():
+def test_a_slow_refresh_or_two_do_not_move_the_pace():
     assert pace_of(*[0.01] * (SAMPLES - 1), 5.0).interval_s() == REFRESH_S
+    assert pace_of(*[0.01] * (SAMPLES - 2), 5.0, 5.0).interval_s() == REFRESH_S
 
 
 def test_the_page_says_how_often_it_refreshes_and_why_from_the_measured_cost():
