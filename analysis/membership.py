@@ -73,12 +73,12 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     width = max_slots
     per_step = steps["members"].tolist() if n and "members" in steps.columns else [()] * n
     hits = steps["prefix_hits"].tolist() if n and "prefix_hits" in steps.columns else [()] * n
-    # The live page rebuilds this every refresh over hundreds of steps, and most decode steps
-    # keep the previous step's batch: such a step reuses its rows and codes.
+    # The live page rebuilds this every refresh over hundreds of steps: a step that keeps the
+    # previous step's batch (most decode steps) reuses its rows and codes.
     ids, step_cols, step_codes = [], [], []     # the previous step's request ids, their rows and codes
     for i, members in enumerate(per_step):
         step_ids = [m[0] for m in members]
-        if step_ids != ids:      # someone joined or left (most decode steps keep the same batch)
+        if step_ids != ids:      # someone joined or left
             present = set(step_ids)
             for rid in [r for r in slot_of if r not in present]:
                 heapq.heappush(free, slot_of.pop(rid))

@@ -110,8 +110,9 @@ def test_slot_grid_grows_when_policy_allows_more_than_max_slots():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_slot_grid_rows_follow_the_rule_under_random_joins_and_leaves(seed):
-    """Each step's cells hold exactly its members, with their phase and tokens; a request keeps
-    its row while it stays; a joining request takes the lowest row free after the leavers left."""
+    """Each step's cells hold exactly its members, with their phase, tokens and prefix-cache hit;
+    a request keeps its row while it stays; a joining request takes the lowest row free after the
+    leavers left."""
     rng = np.random.default_rng(seed)
     batch, members, n_ids = [], [], 0
     for _ in range(60):
@@ -121,8 +122,9 @@ def test_slot_grid_rows_follow_the_rule_under_random_joins_and_leaves(seed):
                 batch.append(f"r{n_ids}")
                 n_ids += 1
         members.append(tuple((r, P if rng.random() < 0.2 else D, int(rng.integers(1, 9))) for r in batch))
+    hits = [tuple((r, int(rng.integers(1, 50))) for r, _, _ in step if rng.random() < 0.2) for step in members]
     max_slots = int(rng.integers(1, 6))
-    grid = membership.slot_grid(make_steps(members), max_slots)
+    grid = membership.slot_grid(make_steps(members, prefix_hits=hits), max_slots)
     row_of: dict = {}
     for i, step in enumerate(members):
         ids = grid.ids[i].tolist()
@@ -130,6 +132,7 @@ def test_slot_grid_rows_follow_the_rule_under_random_joins_and_leaves(seed):
         for rid, phase, tok in step:
             j = ids.index(rid)
             assert (grid.phase[i, j], grid.tokens[i, j]) == ((1 if phase == P else 2), tok)
+            assert grid.cached[i, j] == dict(hits[i]).get(rid, 0)
         row_of = {r: row_of[r] for r, _, _ in step if r in row_of}    # the leavers' rows are free
         for rid, _, _ in step:
             if rid in row_of:
