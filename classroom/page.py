@@ -214,7 +214,7 @@ def draw_top() -> None:
     status_line(board, me)
     # Charts that update in place (ui/live_chart.py): each viewer's browser redraws only what
     # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
-    # The board's figures are ready to send: built once per refresh for every session.
+    # The board's figures are built once per refresh for every session; each session sends them.
     show_figure(board.membership_for(me), key="cr_membership")
 
 

@@ -243,7 +243,7 @@ def _live_view():
                                      ghost_name=ref.name if ref else "previous run")
         figures = _every(f"pg_time_figures_{presenter}", lambda: view.ready_charts(builders, presenter),
                          pace.time_charts_every_s(), fresh=not running)
-        view.time_charts(figures, presenter)
+        view.time_charts(figures)
         if not presenter:
             texts = _every("pg_texts", lambda: view.latest_texts(tables), pace.time_charts_every_s(),
                            fresh=not running)

@@ -243,7 +243,7 @@ def ready_charts(builders: dict, presenter: bool = False) -> dict:
     return {key: ready(figure_dict(build(), font)) for key, build in builders.items()}
 
 
-def time_charts(figures: dict, presenter: bool = False) -> None:
+def time_charts(figures: dict) -> None:
     """ready_charts' figures: the request timeline across the page, then the others two to a row."""
     rows = list(figures.items())
     if rows and rows[0][0] == "pg_timeline":

@@ -477,8 +477,7 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
     # pace the page says it keeps: the batch chart at every refresh, the time charts every other.
     # At the fastest pace (2 and 1 redraws a second) half of that is the bar, where a loaded
     # machine slows the page's own clock; at a slower pace, most of it. Either way it fails a
-    # chart that lags as the old page did (the batch chart every 1.5 s, the time charts every
-    # 2.5-3 s).
+    # chart that lags behind the pace the page states.
     assert draws["pg_batch"] >= min(1.0, 0.75 / every, 0.5 * step_rate), (draws, step_rate, every)
     assert draws["pg_queue"] >= min(0.5, 0.85 / (2 * every), 0.5 * step_rate), (draws, step_rate, every)
     reset_and_close(page, context)

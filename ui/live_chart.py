@@ -73,8 +73,7 @@ def live_chart(fig, key: str, font_px: int | None = None) -> None:
 
 
 def show_figure(figure: dict | ReadyFigure, key: str) -> None:
-    """Draw a figure already made: one figure_dict made (one made once and shown by many
-    sessions), or ready to send (analysis.figure_json.ReadyFigure). The browser gets its JSON as
-    text, so a figure sent again costs no new conversion here."""
+    """Draw a figure already made: a figure_dict (serialized here), or a ReadyFigure, its JSON text
+    made once (analysis.figure_json), which a refresh that shows it again sends as it is."""
     r = figure if isinstance(figure, ReadyFigure) else ready(figure)
     _component()(figure_json=r.text, height=r.height, config=CONFIG, key=key)
