@@ -59,6 +59,7 @@ class LabStream:
         got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
         if self.run is not None and got["run"] != self.run:      # the server was reset
             self.steps.clear()
+            self._tables = TraceTables()    # its rows are the old run's, whatever their step numbers
             self.origin_s, self.from_start = None, False
             got = self._get("/lab/steps", {"stream": "false", "since": 0})
         self.run = got["run"]

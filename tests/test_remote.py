@@ -201,3 +201,29 @@ def test_controls_need_the_token_and_drive_background_load_and_reset(smol):
     gen.send_prompt("Hi", max_tokens=3, ignore_eos=True)[0].result(timeout=60)
     fresh = stream.poll()
     assert list(fresh.steps["step"]) == [0, 1, 2] and list(fresh.requests["tenant"]) == ["dee"]
+
+
+def test_after_a_reset_the_stream_shows_only_the_new_runs_steps_even_when_it_runs_past_the_old_one():
+    """The old run's window started at step 0 and the new run soon has more steps: its table must
+    hold the new run's rows, not keep the old run's rows for the step numbers they share."""
+    from engine.core.engine import StepRecord
+    from engine.server.lab_feed import step_json
+
+    def steps(run, lo, hi):
+        return [step_json(StepRecord(i, run + i * 0.1, run + i * 0.1 + 0.1, 0, 1, 0, 1, 1, 8,
+                                     ((f"run{run}-r", "decode", 1),))) for i in range(lo, hi)]
+    server = {"run": 1, "steps": steps(1, 0, 3)}
+
+    def answer(path, params):
+        if path == "/lab/requests":
+            return {"requests": []}
+        since = params.get("since", 0)
+        sent = [d for d in server["steps"] if d["step"] >= since]
+        return {"run": server["run"], "steps": sent, "next": len(server["steps"]), "marks": []}
+    stream = LabStream("http://127.0.0.1:9")
+    stream._get = answer
+    assert list(stream.poll().steps["t_start_s"]) == [1.0, 1.1, 1.2]
+    server.update(run=2, steps=steps(2, 0, 5))           # reset, and the new run is already longer
+    table = stream.poll().steps
+    assert list(table["step"]) == [0, 1, 2, 3, 4]
+    assert [m[0][0] for m in table["members"]] == ["run2-r"] * 5
