@@ -7,7 +7,7 @@ times what one refresh of the Playground's live fragment does:
   snapshot   LiveRun.snapshot(summary=False), as the page takes it (under the engine's step lock)
   tables     snapshot -> DataFrames (first refresh converts every step; later ones only new steps)
   charts     every chart builder the page calls, with the page's arguments, plus the headline
-  to_json    the JSON of those figures (what the live charts send to the browser)
+  to_json    the JSON text of those figures (analysis.figure_json.ready: what the live charts send)
 
 Prints the median of several refreshes. This is an upper bound for one redraw: while the engine
 runs, the page redraws the status, headline and batch chart at every refresh, and the time
@@ -17,12 +17,11 @@ not a test.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 from analysis import frame_metrics
-from analysis.figure_json import figure_dict
+from analysis.figure_json import figure_dict, ready
 from analysis.tables import TraceTables
 from engine.runs.arrivals import build_requests
 from engine.core.config import EngineConfig
@@ -76,7 +75,7 @@ def refresh(live, setup, tables: TraceTables) -> dict:
         extra()
     t3 = time.perf_counter()
     for f in figs:
-        json.dumps(figure_dict(f))
+        ready(figure_dict(f))
     t4 = time.perf_counter()
     return {"snapshot": t1 - t0, "tables": t2 - t1, "charts": t3 - t2, "to_json": t4 - t3}
 

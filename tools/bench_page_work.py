@@ -12,7 +12,6 @@ the reader's CPU (its thread's own time). A measurement, not a test.
 from __future__ import annotations
 
 import argparse
-import json
 
 import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
 import statistics  # noqa: E402
@@ -22,7 +21,7 @@ import time  # noqa: E402
 from playground import view  # noqa: E402
 from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S  # noqa: E402
 from tools.bench_ui_overhead import SETUP  # noqa: E402
-from analysis.figure_json import figure_dict  # noqa: E402
+from analysis.figure_json import figure_dict, ready  # noqa: E402
 
 
 def read_like_the_page(lab, stop: threading.Event, out: dict) -> None:
@@ -35,7 +34,7 @@ def read_like_the_page(lab, stop: threading.Event, out: dict) -> None:
             figures += [build() for build in view.time_figures(tables, lab.setup).values()]
             last_time_charts = t
         for fig in figures:
-            json.dumps(figure_dict(fig))
+            ready(figure_dict(fig))
         refreshes += 1
         time.sleep(max(0.0, REFRESH_S - (time.monotonic() - t)))
     out["cpu_s"], out["refreshes"] = time.thread_time() - cpu0, refreshes
