@@ -67,7 +67,6 @@
     // A page that did not rebuild a figure sends the same text again: nothing to redraw.
     if (last && data.args.figure_json === last.figure_json && data.args.height === last.height) return;
     draw(data.args);
-    chart.dataset.draws = (Number(chart.dataset.draws) || 0) + 1;   // how often new data was drawn
   });
   window.addEventListener("resize", function () { if (last) draw(last); });
 
