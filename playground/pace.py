@@ -11,10 +11,13 @@ proportion). Never less often than SLOWEST_S, so that a learner still sees the r
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import deque
 
 from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
+
+SAYS = "The charts refresh every"   # how words() starts; interval_said() reads it back
 
 SHARE = 0.04          # of a core: a refresh's CPU time on its own thread over the time between refreshes.
                       # The engine loses more than this: the server's websocket work comes on top, and
@@ -68,9 +71,15 @@ class RefreshPace:
         """What the page says about its refresh: the interval and, once measured, why."""
         cost, every = self.cost_s(), self.interval_s()
         if cost is None:
-            return f"The charts refresh every {every:g} s."
+            return f"{SAYS} {every:g} s."
         if every > REFRESH_S:
-            return (f"The charts refresh every {every:g} s: a refresh takes {1000 * cost:.0f} ms of this machine's "
+            return (f"{SAYS} {every:g} s: a refresh takes {1000 * cost:.0f} ms of this machine's "
                     f"CPU on average, so refreshing every {REFRESH_S:g} s would take at least {100 * cost / REFRESH_S:.0f}% of "
                     f"a core from the engine.")
-        return f"The charts refresh every {every:g} s (a refresh takes {1000 * cost:.0f} ms of this machine's CPU on average)."
+        return f"{SAYS} {every:g} s (a refresh takes {1000 * cost:.0f} ms of this machine's CPU on average)."
+
+
+def interval_said(text: str) -> float | None:
+    """The interval a page's text says its charts refresh at (RefreshPace.words), or None."""
+    found = re.search(re.escape(SAYS) + r" ([\d.]+) s", text)
+    return float(found.group(1)) if found else None

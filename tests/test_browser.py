@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import pytest
 
 from engine.model.model import cache_root
+from playground.pace import interval_said
 from playground.run import REST_S
 from playground.view import REFRESH_S
 from playground.setup import Setup
@@ -420,8 +421,8 @@ def headline_values(page) -> list[str]:
 
 def refresh_interval_s(page) -> float:
     """The interval between refreshes the page says it keeps (playground/pace.py), in its engine note."""
-    found = re.search(r"The charts refresh every ([\d.]+) s", page.locator("[data-testid=stMain]").inner_text())
-    return float(found.group(1)) if found else REFRESH_S
+    said = interval_said(page.locator("[data-testid=stMain]").inner_text())
+    return REFRESH_S if said is None else said
 
 
 def test_live_charts_update_in_place_without_blank_frames(server, browser, left):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from playground.pace import FIRST, SAMPLES, SETTLE, SHARE, SLOWEST_S, STEP_S, RefreshPace
+from playground.pace import FIRST, SAMPLES, SETTLE, SHARE, SLOWEST_S, STEP_S, RefreshPace, interval_said
 from playground.view import REFRESH_S, TIME_CHARTS_EVERY_S
 
 
@@ -89,3 +89,9 @@ def test_the_page_says_how_often_it_refreshes_and_why_from_the_measured_cost():
     assert f"every {REFRESH_S:g} s" in fast and "20 ms" in fast and "would take" not in fast
     slow = pace_of(*[0.07] * SAMPLES).words()
     assert f"every {SLOWEST_S:g} s" in slow and "70 ms" in slow and "at least 14% of a core" in slow
+
+
+def test_the_interval_the_page_says_reads_back_as_the_interval_it_keeps():
+    for pace in (pace_of(), pace_of(*[0.02] * SAMPLES), pace_of(*[0.07] * SAMPLES), pace_of(*[0.04] * SAMPLES)):
+        assert interval_said("Real engine. " + pace.words()) == pace.interval_s()
+    assert interval_said("Real engine.") is None

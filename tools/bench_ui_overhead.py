@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import signal
 
 import engine  # noqa: E402,F401  (first, as app.py: the engine's OpenMP wait, before torch loads)
@@ -46,6 +45,7 @@ from urllib.parse import urlencode
 import pandas as pd
 
 from engine.model.threads import OS_THREAD_NAME
+from playground.pace import interval_said
 from playground.setup import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,8 +262,8 @@ def with_page(browser, url: str, warm_s: float, window_s: float, server_pid: int
         cpu["server"] = (cpu_s(server_pid) - s0) / dt
         cpu["engine"] = (engine_cpu_s(server_pid) - e0) / dt     # its threads; the rest is the app's
         cpu["browser"] = (sum(map(cpu_s, chrome)) - c0) / dt
-        paced = re.search(r"The charts refresh every ([\d.]+) s", page.locator("[data-testid=stMain]").inner_text())
-        cpu["refresh_s"] = float(paced.group(1)) if paced else math.nan    # the page's pace (playground/pace.py)
+        said = interval_said(page.locator("[data-testid=stMain]").inner_text())
+        cpu["refresh_s"] = math.nan if said is None else said    # the page's pace (playground/pace.py)
     steps = download_steps(page) if window_s else None
     page.get_by_role("button", name="Reset", exact=True).click()   # a closed page's run would go on for
     context.close()                                                  # the reload grace period (playground.reattach)
