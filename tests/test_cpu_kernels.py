@@ -224,6 +224,28 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
     close(results[0][1], results[1][1], torch.float32)
 
 
+
+def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_kernels(monkeypatch):
+    """Steps that mix a prompt's later chunk (it starts past position 0, so PyTorch's path masks
+    its keys), a whole prompt, a chunk held back from sampling, and decodes: the same logits on
+    both paths, step after step, whatever the index bookkeeping does."""
+    from engine.model.model import load_model
+    from engine.model.runner import ModelRunner, SeqInput
+    lm = load_model("tiny", device="cpu", dtype="fp32")
+    p = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((40, 7, 50))]
+    t = [[3 * i, 3 * i + 1, 3 * i + 2, 20 + i] for i in range(3)]
+    steps = [[SeqInput("r0", p[0][:20], 0, t[0], False), SeqInput("r1", p[1], 0, t[1], True)],
+             [SeqInput("r0", p[0][20:], 20, t[0], True), SeqInput("r1", [9], 7, t[1], True),
+              SeqInput("r2", p[2][:30], 0, t[2], False)],
+             [SeqInput("r2", p[2][30:], 30, t[2], True), SeqInput("r1", [9], 8, t[1], True)]]
+    results = []
+    for use in ("1", "0"):
+        monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
+        runner = ModelRunner(lm, 32, block_size=16)
+        results.append([runner.forward_logits(step) for step in steps])
+    for ours, plain in zip(*results):
+        close(ours, plain, torch.float32)
+
 @needs_gcc
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):

@@ -31,6 +31,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -163,7 +164,7 @@ class ModelRunner:
         # on a GPU, decode steps replay CUDA graphs (BATCHING_LAB_CUDA_GRAPHS=0 turns them off)
         self.graphs = DecodeGraphs(self, record=True) if graphs_on(self.device) else None
 
-    # ---- index bookkeeping: Python over sequences, torch over tokens ----
+    # ---- index bookkeeping: Python over sequences, numpy over tokens ----
 
     def _prepare(self, seqs: list[SeqInput]) -> _Step:
         assert seqs, "a step needs at least one sequence"
@@ -173,45 +174,44 @@ class ModelRunner:
         for s, n in zip(seqs, lens):
             assert n > 0 and len(s.block_table) * bs >= s.start_pos + n, f"{s.request_id}: too few blocks"
             assert s.start_pos + n <= self.model.max_model_len, f"{s.request_id}: longer than max_model_len"
-        # one tensor with everything per sequence: start, length, padded block table
-        meta = torch.tensor([[s.start_pos, n] + s.block_table + [0] * (max_blocks - len(s.block_table))
-                             for s, n in zip(seqs, lens)], dtype=torch.long, device=dev)
-        starts, counts, tables = meta[:, 0], meta[:, 1], meta[:, 2:]
-        # output_size: known here, so a GPU need not be waited for to learn it
-        seq_of = torch.repeat_interleave(torch.arange(len(seqs), device=dev), counts, output_size=sum(lens))  # [T]
-        first_row = torch.cumsum(counts, 0) - counts
-        positions = starts[seq_of] + torch.arange(len(seq_of), device=dev) - first_row[seq_of]
+        # The bookkeeping in numpy, then each array onto the device once: on a step's few small
+        # arrays a numpy operation takes a microsecond or two, a torch operation ten or more.
+        starts = np.array([s.start_pos for s in seqs], dtype=np.int64)
+        counts = np.array(lens, dtype=np.int64)
+        tables = np.array([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs], dtype=np.int64)
+        seq_of = np.repeat(np.arange(len(seqs)), counts)                       # [T] each token's sequence
+        first_row = np.cumsum(counts) - counts
+        positions = starts[seq_of] + np.arange(len(seq_of)) - first_row[seq_of]
         slots = tables[seq_of, positions // bs] * bs + positions % bs
-        sample_idx = [i for i, s in enumerate(seqs) if s.sample]
-        sample_rows = (first_row + counts - 1)[sample_idx]
+        sample_rows = (first_row + counts - 1)[[i for i, s in enumerate(seqs) if s.sample]]
+        on_device = lambda a: torch.from_numpy(a).to(dev)
 
         if self.kernels is not None:
             # The C kernel needs no more: every token attends to its own sequence's keys up to
             # its own position, read in place through the block table. That is causal prefill
             # and decode alike, for the whole step in one call.
-            return _Step(positions, slots, sample_rows, row_tables=tables[seq_of].contiguous(),
-                         row_lens=(positions + 1).contiguous())
-        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+            return _Step(on_device(positions), on_device(slots), on_device(sample_rows),
+                         row_tables=on_device(tables[seq_of]), row_lens=on_device(positions + 1))
+        positions_on = on_device(positions)
+        cos, sin = self.cos[positions_on][:, None, :], self.sin[positions_on][:, None, :]
         dec = [i for i, n in enumerate(lens) if n == 1]
         dec_rows = dec_slots = dec_mask = None
         if dec:
-            d = torch.tensor(dec, device=dev)
-            ctx = starts[d] + 1                                  # keys each decode token sees
-            dec_rows = first_row[d]
-            dec_slots, dec_mask = self._decode_keys(tables[d], ctx, max(seqs[i].start_pos for i in dec) + 1)
+            ctx = starts[dec] + 1                                # keys each decode token sees
+            dec_rows = on_device(first_row[dec])
+            dec_slots, dec_mask = self._decode_keys(on_device(tables[dec]), on_device(ctx), int(ctx.max()))
         prefills, row = [], 0
         for i, s in enumerate(seqs):
             n, row = lens[i], row + lens[i]
             if n == 1:
                 continue
-            total = s.start_pos + n
-            j = torch.arange(total, device=dev)
-            kv_slots = tables[i, j // bs] * bs + j % bs
+            j = np.arange(s.start_pos + n)
+            kv_slots = on_device(tables[i, j // bs] * bs + j % bs)
             # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
-            mask = None if s.start_pos == 0 else (j[None, :] <= j[s.start_pos:, None])
+            mask = None if s.start_pos == 0 else on_device(j[None, :] <= j[s.start_pos:, None])
             prefills.append((row - n, n, kv_slots, mask))
-        return _Step(positions, slots, sample_rows, cos, sin, dec_rows=dec_rows, dec_slots=dec_slots,
-                     dec_mask=dec_mask, prefills=prefills)
+        return _Step(positions_on, on_device(slots), on_device(sample_rows), cos, sin, dec_rows=dec_rows,
+                     dec_slots=dec_slots, dec_mask=dec_mask, prefills=prefills)
 
     # ---- the forward, top to bottom ----
 
