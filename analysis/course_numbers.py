@@ -18,6 +18,14 @@ from engine.core.validation import kv_bytes_per_token
 from engine.runs.workload import SHORT_SPAN
 
 
+# Lesson 3's worked example supposes these (a faster machine than this course's, on purpose)
+EX_DECODING = 30          # sequences decoding when the long prompt arrives
+EX_PROMPT = 2048          # the long prompt's tokens
+EX_BUDGET = 512           # the token budget of the chunked run
+EX_PEAK_GFLOPS = 2100     # what the processor reaches on full steps
+EX_DECODE_MS = 50         # a step of the decodes alone: thin products, far below that peak
+
+
 def _r(x: float, digits: int = 0):
     return round(x) if digits == 0 else round(x, digits)
 
@@ -65,6 +73,16 @@ def numbers() -> dict:
              + str(lengths[-1]), grid_static_steps=grids["static"]["steps"],
              grid_cont_steps=grids["continuous"]["steps"], grid_used=grids["static"]["used"],
              grid_static_held=grids["static"]["held"], grid_cont_held=grids["continuous"]["held"])
+    # lesson 3: what follows from the worked example's suppositions, with the per-token GFLOP as the
+    # lesson shows it, so that its sums check by hand
+    per_token, chunk = n["gflop_token_no_head"], EX_BUDGET - EX_DECODING
+    all_gflop, step_gflop = (EX_PROMPT + EX_DECODING) * per_token, EX_BUDGET * per_token
+    n.update(ex_decoding=EX_DECODING, ex_prompt=EX_PROMPT, ex_budget=EX_BUDGET, ex_peak=EX_PEAK_GFLOPS,
+             ex_decode_ms=EX_DECODE_MS, ex_all_tokens=EX_PROMPT + EX_DECODING, ex_all_gflop=_r(all_gflop),
+             ex_all_s=_r(all_gflop / EX_PEAK_GFLOPS, 2), ex_chunk=chunk, ex_chunk_ratio=_r(EX_PROMPT / chunk, 2),
+             ex_chunk_steps=math.ceil(EX_PROMPT / chunk), ex_step_gflop=_r(step_gflop),
+             ex_step_ms=_r(1000 * step_gflop / EX_PEAK_GFLOPS),
+             ex_step_max_ms=_r(EX_DECODE_MS + 1000 * step_gflop / EX_PEAK_GFLOPS))
     # lesson 4
     rows4, moments4, row = lifecycle_run()
     times = token_times(row, moments4)
