@@ -5,8 +5,9 @@ every session shows the same objects. Every student has one colour on the batch 
 its legend and on its cells; what differs per student (a small dot on their own cells, "(you)"
 in the legend) is an overlay added to a copy of the shared figure, looked up from `cells`, which
 is worked out once for every tenant. Times are seconds since the class's run began. The
-figures are made ready for the live chart here, once (analysis.figure_json), so a session only draws
-them (ui.live_chart.show_figure).
+figures are made ready for the live chart here, once (analysis.figure_json: plain JSON data, then
+its text), so a session only sends them (ui.live_chart.show_figure); a student's own dots are the
+one part made per session.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kv, membership, queue_charts
-from analysis.figure_json import figure_dict
+from analysis.figure_json import ReadyFigure, figure_dict, ready
 from analysis.membership import OTHER_HUE
 from analysis.style import REQUEST_COLORS, ink_on
 from analysis.tables import Tables
@@ -38,7 +39,8 @@ class Board:
     tables: Tables                                   # times in seconds since the class's run began
     policy: dict
     load: dict
-    figures: dict = field(default_factory=dict)      # name -> figure ready to show (analysis.figure_json; shared: copy before changing)
+    figures: dict = field(default_factory=dict)      # name -> figure_dict (shared: copy before changing)
+    texts: dict = field(default_factory=dict)        # name -> the same figure as the JSON text every session sends
     tenants: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TENANT_COLUMNS))
     cells: dict = field(default_factory=dict)         # tenant -> (steps, slots) of its cells in the batch chart
     colors: dict = field(default_factory=dict)        # student -> their colour on every chart
@@ -58,6 +60,11 @@ class Board:
         data = [{**t, "name": f"{tenant} (you)"} if t.get("name") == tenant and t.get("mode") == "markers"
                 else t for t in fig["data"]]
         return {**fig, "data": [*data, overlay]}
+
+    def batch_chart(self, tenant: str) -> dict | ReadyFigure:
+        """What `tenant`'s session sends for the batch chart: the shared text, or, where they have
+        requests on it, a copy with their own dots (membership_for)."""
+        return self.membership_for(tenant) if len(self.cells.get(tenant, ((), ()))[0]) else self.texts["membership"]
 
 
 def last_cells(xs, ys) -> tuple[list, list]:
@@ -102,8 +109,8 @@ def build(version: int, tables: Tables, policy: dict, load: dict, hue_of: dict |
                "queue": figure_dict(_on_class_axis(queue_charts.queue_over_time(steps, marks=marks))),
                "kv": figure_dict(_on_class_axis(kv.kv_usage(steps, marks=marks)))}
     colors = {who: REQUEST_COLORS[h] for who, h in hue_of.items()}
-    return Board(version, tables, policy, load, figures, tenant_table(requests), tenant_cells(shared, requests),
-                 colors)
+    return Board(version, tables, policy, load, figures, {name: ready(f) for name, f in figures.items()},
+                 tenant_table(requests), tenant_cells(shared, requests), colors)
 
 
 def _on_class_axis(fig: dict) -> dict:

@@ -214,8 +214,9 @@ def draw_top() -> None:
     status_line(board, me)
     # Charts that update in place (ui/live_chart.py): each viewer's browser redraws only what
     # changed, where st.plotly_chart drew three new plots for every viewer at every refresh.
-    # The board's figures are built once per refresh for every session; each session sends them.
-    show_figure(board.membership_for(me), key="cr_membership")
+    # The board's figures are built, and their JSON text made, once per refresh for every session;
+    # each session sends them.
+    show_figure(board.batch_chart(me), key="cr_membership")
 
 
 def draw_rest() -> None:
@@ -228,9 +229,9 @@ def draw_rest() -> None:
     me = st.session_state.get("cr_me", "")
     left, right = st.columns(2)
     with left:
-        show_figure(board.figures["queue"], key="cr_queue")
+        show_figure(board.texts["queue"], key="cr_queue")
     with right:
-        show_figure(board.figures["kv"], key="cr_kv")
+        show_figure(board.texts["kv"], key="cr_kv")
     tenant_table(board, me)
     own_requests()
     if abs(feed.interval_s() - st.session_state.get("cr_every", 0)) > 0.25:

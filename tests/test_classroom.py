@@ -2,6 +2,7 @@
 one poll per refresh for every viewer, and the page: a student cannot change the policy,
 the instructor can."""
 import base64
+import json
 import time
 from pathlib import Path
 
@@ -101,6 +102,10 @@ def test_the_board_outlines_each_tenants_own_cells(server):
         texts = {str(t) for tr in board.figures["membership"]["data"] if tr.get("mode") == "text" for t in tr["text"]}
         assert texts <= {"amy", "bob"}
     assert len(board.figures["membership"]["data"]) == len(board.membership_for("nobody")["data"])
+    # every session sends the text made once per board: the same figure, and a student's own dots on top
+    assert {name: json.loads(t.text) for name, t in board.texts.items()} == board.figures
+    assert board.batch_chart("nobody") is board.texts["membership"]
+    assert board.batch_chart("amy") == board.membership_for("amy")
     # times are seconds since the class's run began, as the axes say
     assert board.tables.steps["t_start_s"].min() >= 0 and board.tables.steps["t_start_s"].min() < 60
     assert board.tables.requests["arrival_s"].min() >= 0
