@@ -18,6 +18,10 @@ from engine.core.validation import kv_bytes_per_token
 from engine.runs.workload import SHORT_SPAN
 
 
+# Lesson 1's worked example supposes these
+EX1_BANDWIDTH_GBS = 28    # memory copied per second
+EX1_PEAK_GFLOPS = 2500    # a processor's bf16 peak
+
 # Lesson 3's worked example supposes these (a faster machine than this course's, on purpose)
 EX_DECODING = 30          # sequences decoding when the long prompt arrives
 EX_PROMPT = 2048          # the long prompt's tokens
@@ -50,6 +54,10 @@ def numbers() -> dict:
     body = 2 * SMOLLM2.layers * SMOLLM2.layer_params
     n.update(gflop_token=_r((body + head) / 1e9, 2), gflop_token_no_head=_r(body / 1e9, 2),
              kv_bytes_bf16=kv_bytes_per_token(SMOLLM2.layers, SMOLLM2.kv_heads, SMOLLM2.head_dim, 2))
+    floor_ms = {dt: SMOLLM2.params * b / 1e6 / EX1_BANDWIDTH_GBS for dt, b in (("fp32", 4), ("bf16", 2))}
+    n.update(params_m=_r(SMOLLM2.params / 1e6), weights_gb_bf16=_r(SMOLLM2.params * 2 / 1e9, 2), ex1_bandwidth=EX1_BANDWIDTH_GBS, ex1_peak=EX1_PEAK_GFLOPS,
+             ex1_floor_fp32_ms=_r(floor_ms["fp32"]), ex1_floor_bf16_ms=_r(floor_ms["bf16"]),
+             ex1_tok_s_bf16=_r(1000 / floor_ms["bf16"]), ex1_balance=_r(EX1_PEAK_GFLOPS / EX1_BANDWIDTH_GBS))
     # lesson 2
     runs = static_vs_continuous_runs()
     for mode, (rs, ms) in runs.items():
