@@ -224,7 +224,6 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
     close(results[0][1], results[1][1], torch.float32)
 
 
-
 def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_kernels(monkeypatch):
     """Steps that mix a prompt's later chunk (it starts past position 0, so PyTorch's path masks
     its keys), a whole prompt, a chunk held back from sampling, and decodes: the same logits on
@@ -242,9 +241,11 @@ def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_ker
     for use in ("1", "0"):
         monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
         runner = ModelRunner(lm, 32, block_size=16)
+        assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
         results.append([runner.forward_logits(step) for step in steps])
     for ours, plain in zip(*results):
         close(ours, plain, torch.float32)
+
 
 @needs_gcc
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

@@ -174,8 +174,8 @@ class ModelRunner:
         for s, n in zip(seqs, lens):
             assert n > 0 and len(s.block_table) * bs >= s.start_pos + n, f"{s.request_id}: too few blocks"
             assert s.start_pos + n <= self.model.max_model_len, f"{s.request_id}: longer than max_model_len"
-        # The bookkeeping in numpy, then each array onto the device once: on a step's few small
-        # arrays a numpy operation takes a microsecond or two, a torch operation ten or more.
+        # The bookkeeping in numpy, whose operations on a step's few small arrays cost far less
+        # than torch's dispatch of each one; then onto the device together (on_device).
         starts = np.array([s.start_pos for s in seqs], dtype=np.int64)
         counts = np.array(lens, dtype=np.int64)
         tables = np.array([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs], dtype=np.int64)
@@ -184,34 +184,41 @@ class ModelRunner:
         positions = starts[seq_of] + np.arange(len(seq_of)) - first_row[seq_of]
         slots = tables[seq_of, positions // bs] * bs + positions % bs
         sample_rows = (first_row + counts - 1)[[i for i, s in enumerate(seqs) if s.sample]]
-        on_device = lambda a: torch.from_numpy(a).to(dev)
 
         if self.kernels is not None:
             # The C kernel needs no more: every token attends to its own sequence's keys up to
             # its own position, read in place through the block table. That is causal prefill
             # and decode alike, for the whole step in one call.
-            return _Step(on_device(positions), on_device(slots), on_device(sample_rows),
-                         row_tables=on_device(tables[seq_of]), row_lens=on_device(positions + 1))
-        positions_on = on_device(positions)
-        cos, sin = self.cos[positions_on][:, None, :], self.sin[positions_on][:, None, :]
+            positions, slots, sample_rows, row_tables, row_lens = self.on_device(
+                positions, slots, sample_rows, tables[seq_of], positions + 1)
+            return _Step(positions, slots, sample_rows, row_tables=row_tables, row_lens=row_lens)
         dec = [i for i, n in enumerate(lens) if n == 1]
-        dec_rows = dec_slots = dec_mask = None
+        ctx = starts[dec] + 1                                    # keys each decode token sees
+        chunks = [(i, np.arange(seqs[i].start_pos + n)) for i, n in enumerate(lens) if n > 1]   # prefill chunks
+        positions, slots, sample_rows, dec_rows, dec_tables, ctx, *kv_slots = self.on_device(
+            positions, slots, sample_rows, first_row[dec], tables[dec], ctx,
+            *[tables[i, j // bs] * bs + j % bs for i, j in chunks])
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        dec_slots = dec_mask = None
         if dec:
-            ctx = starts[dec] + 1                                # keys each decode token sees
-            dec_rows = on_device(first_row[dec])
-            dec_slots, dec_mask = self._decode_keys(on_device(tables[dec]), on_device(ctx), int(ctx.max()))
-        prefills, row = [], 0
-        for i, s in enumerate(seqs):
-            n, row = lens[i], row + lens[i]
-            if n == 1:
-                continue
-            j = np.arange(s.start_pos + n)
-            kv_slots = on_device(tables[i, j // bs] * bs + j % bs)
+            dec_slots, dec_mask = self._decode_keys(dec_tables, ctx, int(starts[dec].max()) + 1)
+        prefills = []
+        for (i, j), chunk_slots in zip(chunks, kv_slots):
+            s, n = seqs[i], lens[i]
             # query q (at position start_pos+q) sees key k iff k <= start_pos+q; None = plain causal
-            mask = None if s.start_pos == 0 else on_device(j[None, :] <= j[s.start_pos:, None])
-            prefills.append((row - n, n, kv_slots, mask))
-        return _Step(positions_on, on_device(slots), on_device(sample_rows), cos, sin, dec_rows=dec_rows,
+            keys = torch.arange(len(j), device=dev)
+            mask = None if s.start_pos == 0 else keys[None, :] <= keys[s.start_pos:, None]
+            prefills.append((int(first_row[i]), n, chunk_slots, mask))
+        return _Step(positions, slots, sample_rows, cos, sin, dec_rows=dec_rows if dec else None,
                      dec_slots=dec_slots, dec_mask=dec_mask, prefills=prefills)
+
+    def on_device(self, *arrays: np.ndarray) -> list[torch.Tensor]:
+        """Integer arrays as tensors on the runner's device: on a CPU the same memory, elsewhere all
+        of them in one copy (a copy from the host's memory waits for the device)."""
+        if self.device.type == "cpu":
+            return [torch.from_numpy(a) for a in arrays]
+        flat = torch.from_numpy(np.concatenate([a.reshape(-1) for a in arrays])).to(self.device)
+        return [part.view(a.shape) for part, a in zip(flat.split([a.size for a in arrays]), arrays)]
 
     # ---- the forward, top to bottom ----
 
