@@ -23,11 +23,11 @@ EX1_BANDWIDTH_GBS = 28    # memory copied per second
 EX1_PEAK_GFLOPS = 2500    # a processor's bf16 peak
 
 # Lesson 3's worked example supposes these (a faster machine than this course's, on purpose)
-EX_DECODING = 30          # sequences decoding when the long prompt arrives
-EX_PROMPT = 2048          # the long prompt's tokens
-EX_BUDGET = 512           # the token budget of the chunked run
-EX_PEAK_GFLOPS = 2100     # what the processor reaches on full steps
-EX_DECODE_MS = 50         # a step of the decodes alone: thin products, far below that peak
+EX3_DECODING = 30          # sequences decoding when the long prompt arrives
+EX3_PROMPT = 2048          # the long prompt's tokens
+EX3_BUDGET = 512           # the token budget of the chunked run
+EX3_PEAK_GFLOPS = 2100     # what the processor reaches on full steps
+EX3_DECODE_MS = 50         # a step of the decodes alone: thin products, far below that peak
 
 
 def _r(x: float, digits: int = 0):
@@ -54,10 +54,13 @@ def numbers() -> dict:
     body = 2 * SMOLLM2.layers * SMOLLM2.layer_params
     n.update(gflop_token=_r((body + head) / 1e9, 2), gflop_token_no_head=_r(body / 1e9, 2),
              kv_bytes_bf16=kv_bytes_per_token(SMOLLM2.layers, SMOLLM2.kv_heads, SMOLLM2.head_dim, 2))
-    floor_ms = {dt: SMOLLM2.params * b / 1e6 / EX1_BANDWIDTH_GBS for dt, b in (("fp32", 4), ("bf16", 2))}
-    n.update(params_m=_r(SMOLLM2.params / 1e6), weights_gb_bf16=_r(SMOLLM2.params * 2 / 1e9, 2), ex1_bandwidth=EX1_BANDWIDTH_GBS, ex1_peak=EX1_PEAK_GFLOPS,
-             ex1_floor_fp32_ms=_r(floor_ms["fp32"]), ex1_floor_bf16_ms=_r(floor_ms["bf16"]),
-             ex1_tok_s_bf16=_r(1000 / floor_ms["bf16"]), ex1_balance=_r(EX1_PEAK_GFLOPS / EX1_BANDWIDTH_GBS))
+    weights_mb = {"fp32": SMOLLM2.params * 4 / 1e6, "bf16": SMOLLM2.params * 2 / 1e6}
+    floor_ms = {dtype: mb / EX1_BANDWIDTH_GBS for dtype, mb in weights_mb.items()}
+    n.update(params_m=_r(SMOLLM2.params / 1e6), weights_mb_fp32=_r(weights_mb["fp32"]),
+             weights_gb_bf16=_r(weights_mb["bf16"] / 1000, 2), ex1_bandwidth=EX1_BANDWIDTH_GBS,
+             ex1_peak=EX1_PEAK_GFLOPS, ex1_floor_fp32_ms=_r(floor_ms["fp32"], 1),
+             ex1_floor_bf16_ms=_r(floor_ms["bf16"], 1), ex1_tok_s_bf16=_r(1000 / floor_ms["bf16"]),
+             ex1_balance=_r(EX1_PEAK_GFLOPS / EX1_BANDWIDTH_GBS))
     # lesson 2
     runs = static_vs_continuous_runs()
     for mode, (rs, ms) in runs.items():
@@ -83,14 +86,14 @@ def numbers() -> dict:
              grid_static_held=grids["static"]["held"], grid_cont_held=grids["continuous"]["held"])
     # lesson 3: what follows from the worked example's suppositions, with the per-token GFLOP as the
     # lesson shows it, so that its sums check by hand
-    per_token, chunk = n["gflop_token_no_head"], EX_BUDGET - EX_DECODING
-    all_gflop, step_gflop = (EX_PROMPT + EX_DECODING) * per_token, EX_BUDGET * per_token
-    n.update(ex_decoding=EX_DECODING, ex_prompt=EX_PROMPT, ex_budget=EX_BUDGET, ex_peak=EX_PEAK_GFLOPS,
-             ex_decode_ms=EX_DECODE_MS, ex_all_tokens=EX_PROMPT + EX_DECODING, ex_all_gflop=_r(all_gflop),
-             ex_all_s=_r(all_gflop / EX_PEAK_GFLOPS, 2), ex_chunk=chunk, ex_chunk_ratio=_r(EX_PROMPT / chunk, 2),
-             ex_chunk_steps=math.ceil(EX_PROMPT / chunk), ex_step_gflop=_r(step_gflop),
-             ex_step_ms=_r(1000 * step_gflop / EX_PEAK_GFLOPS),
-             ex_step_max_ms=_r(EX_DECODE_MS + 1000 * step_gflop / EX_PEAK_GFLOPS))
+    per_token, chunk = n["gflop_token_no_head"], EX3_BUDGET - EX3_DECODING
+    all_gflop, step_gflop = (EX3_PROMPT + EX3_DECODING) * per_token, EX3_BUDGET * per_token
+    n.update(ex3_decoding=EX3_DECODING, ex3_prompt=EX3_PROMPT, ex3_budget=EX3_BUDGET, ex3_peak=EX3_PEAK_GFLOPS,
+             ex3_decode_ms=EX3_DECODE_MS, ex3_all_tokens=EX3_PROMPT + EX3_DECODING, ex3_all_gflop=_r(all_gflop),
+             ex3_all_s=_r(all_gflop / EX3_PEAK_GFLOPS, 2), ex3_chunk=chunk, ex3_chunk_ratio=_r(EX3_PROMPT / chunk, 2),
+             ex3_chunk_steps=math.ceil(EX3_PROMPT / chunk), ex3_step_gflop=_r(step_gflop),
+             ex3_step_ms=_r(1000 * step_gflop / EX3_PEAK_GFLOPS),
+             ex3_step_max_ms=_r(EX3_DECODE_MS + 1000 * step_gflop / EX3_PEAK_GFLOPS))
     # lesson 4
     rows4, moments4, row = lifecycle_run()
     times = token_times(row, moments4)
@@ -161,6 +164,6 @@ def numbers() -> dict:
              gw_30s_queue=_r(30 * (g["rates"][1] - REPLICAS * g["mu"])),
              gw_30s_wait=_r(30 * (g["rates"][1] - REPLICAS * g["mu"]) / (REPLICAS * g["mu"]), 1),
              gw_routed=f"{g['routed'][0]} and {g['routed'][1]}",
-             weights_mb_fp32=_r(SMOLLM2.params * 4 / 1e6), kv_pool_mb_fp32=_r(EngineConfig().kv_pool_tokens
+             kv_pool_mb_fp32=_r(EngineConfig().kv_pool_tokens
                                                                                   * kv_bytes_per_token(30, 3, 64, 4) / 1e6))
     return n

@@ -50,9 +50,9 @@ class Board:
         their stretches has got to, and their name
         in the legend read "(you)" (a new dict; the shared one is untouched)."""
         fig = self.figures["membership"]
-        xs, ys = self.cells.get(tenant, ((), ()))
-        if not len(xs):
+        if not self.has_cells(tenant):
             return fig
+        xs, ys = self.cells[tenant]
         ink = ink_on(self.colors.get(tenant, REQUEST_COLORS[OTHER_HUE]))
         xs, ys = last_cells(xs, ys)
         overlay = {"type": "scatter", "mode": "markers", "x": xs, "y": ys, "name": OWN_MARK,
@@ -61,10 +61,14 @@ class Board:
                 else t for t in fig["data"]]
         return {**fig, "data": [*data, overlay]}
 
+    def has_cells(self, tenant: str) -> bool:
+        """Has `tenant` any requests on the batch chart's window?"""
+        return len(self.cells.get(tenant, ((), ()))[0]) > 0
+
     def batch_chart(self, tenant: str) -> dict | ReadyFigure:
         """What `tenant`'s session sends for the batch chart: the shared text, or, where they have
         requests on it, a copy with their own dots (membership_for)."""
-        return self.membership_for(tenant) if len(self.cells.get(tenant, ((), ()))[0]) else self.texts["membership"]
+        return self.membership_for(tenant) if self.has_cells(tenant) else self.texts["membership"]
 
 
 def last_cells(xs, ys) -> tuple[list, list]:
