@@ -69,7 +69,7 @@ def _component():
 
 def live_chart(fig, key: str, font_px: int | None = None) -> None:
     """Draw `fig` (a plotly Figure or figure dict) in the chart `key`, updating it in place."""
-    show_figure(ready(figure_dict(fig, font_px)), key)
+    show_figure(figure_dict(fig, font_px), key)
 
 
 def show_figure(figure: dict | ReadyFigure, key: str) -> None:
