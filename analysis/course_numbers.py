@@ -122,11 +122,13 @@ def numbers() -> dict:
         n[f"sim_q_{key}"] = _r(sum(r["queue_s"] for r in rs) / len(rs), 2)
         n[f"sim_lam_{key}"] = _r(rate, 2)
         n[f"sim_l_{key}"] = _r(rate * w, 1)
+        # Little's law over the running requests alone: only they hold KV blocks
+        n[f"sim_lrun_{key}"] = _r(rate * sum(r["e2e_s"] - r["queue_s"] for r in rs) / len(rs), 1)
     n["sim_q_ratio"] = _r(load_example(LOADS[1])["queue"] / load_example(LOADS[0])["queue"], 1)
     tokens = QUEUE_SPEC.prompt_hi + QUEUE_SPEC.output_hi
     pool = EngineConfig().kv_pool_tokens
-    n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_l_95'] * tokens):,}",
-             l_long_tokens=f"{round(n['sim_l_95'] * (1000 + QUEUE_SPEC.output_hi)):,}")
+    n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_lrun_95'] * tokens):,}",
+             l_long_tokens=f"{round(n['sim_lrun_95'] * (1000 + QUEUE_SPEC.output_hi)):,}")
     # lesson 6
     sweep = knee_sweep()
     k = next(r for r in sweep if r["knee"])
@@ -149,7 +151,7 @@ def numbers() -> dict:
              tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
              tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
     # lesson 8
-    n["sv_faster_pct"] = _r(100 * (STARVE_LOAD - 1))
+    n["sv_load_pct"] = _r(100 * STARVE_LOAD)
     for order in ("fcfs", "sjf"):
         _, ages, longest = oldest_wait(order)
         n[f"sv_{order}_oldest_s"] = _r(max(ages))

@@ -44,10 +44,11 @@ def tail_stats(rows: list[dict]) -> dict:
 
 # ---- lesson 8: starvation -----------------------------------------------------------------------
 
-STARVE_SPEC = WorkloadSpec(num_requests=120, rate=0, prompt_kind="longtail", prompt_lo=32, prompt_hi=1024,
+STARVE_SPEC = WorkloadSpec(num_requests=240, rate=0, prompt_kind="longtail", prompt_lo=32, prompt_hi=1024,
                            output_kind="uniform", output_lo=8, output_hi=24, seed=9)
 STARVE_SLOTS = 8
-STARVE_LOAD = 1.2          # arrivals this many times what the engine serves
+STARVE_LOAD = 0.9          # arrivals this share of what the engine serves: below capacity, so that a
+                           # wait that keeps growing comes from the order, not from overload
 
 
 @functools.lru_cache(maxsize=4)

@@ -172,9 +172,11 @@ def starvation() -> Picture:
                       xaxis=dict(title=dict(text="seconds (simulated)")),
                       yaxis=dict(title=dict(text="age of the oldest waiting request (s)"), rangemode="tozero"))
     alt = (f"The same {course_serving.STARVE_SPEC.num_requests} requests, most with short prompts and a few long ones, "
-           f"arriving {100 * (course_serving.STARVE_LOAD - 1):.0f}% faster than the engine serves them, under two orders: " + "; ".join(words) +
-           ". Shortest-job-first keeps passing over the long prompt while short ones keep arriving.")
-    return Picture(fig, alt, "Starvation over time: shortest-job-first lets the long prompts wait longest.")
+           f"arriving at {100 * course_serving.STARVE_LOAD:.0f}% of what the engine serves, under two orders: " + "; ".join(words) +
+           ". Below capacity first-come, first-served empties its queue again and again; shortest-job-first keeps "
+           "passing over the long prompts while short ones keep arriving.")
+    return Picture(fig, alt, "Starvation below capacity: on the same requests, first-come, first-served keeps its "
+                             "oldest wait bounded while shortest-job-first lets the long prompts wait longest.")
 
 
 def two_schedulers() -> Picture:
@@ -184,19 +186,22 @@ def two_schedulers() -> Picture:
     g = course_serving.gateway_run()
     fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.1,
                         subplot_titles=["who decides what", "waiting requests per replica (simulated)"])
-    boxes = {"gateway": (0.5, 4.4, "#d9ead3", "routes each request<br>to a replica"),
-             "replica 0": (0.0, 2.7, "#cfe2f3", "its engine batches<br>every step"),
-             "replica 1": (1.0, 2.7, "#cfe2f3", "its engine batches<br>every step"),
-             "autoscaler": (0.0, 0.6, "#f4cccc", "reads the waiting count,<br>asks for a replica"),
-             "cluster scheduler": (1.0, 0.6, "#f2e6c9", "places each new pod<br>on a node, once")}
+    # four deciders (gateway, each engine, autoscaler, cluster scheduler); the ReplicaSet only carries out
+    # the autoscaler's count
+    boxes = {"gateway": (0.5, 6.1, "#d9ead3", "decides which replica<br>gets each request"),
+             "replica 0": (0.0, 4.4, "#cfe2f3", "its engine decides<br>every step's batch"),
+             "replica 1": (1.0, 4.4, "#cfe2f3", "its engine decides<br>every step's batch"),
+             "autoscaler": (0.0, 2.3, "#f4cccc", "decides how many replicas,<br>from the waiting count"),
+             "Deployment / ReplicaSet": (1.0, 2.3, "#eeeeee", "creates pods to match<br>the count (decides nothing)"),
+             "cluster scheduler": (1.0, 0.6, "#f2e6c9", "decides which node<br>runs each new pod")}
     for name, (x, y, color, what) in boxes.items():
         fig.add_shape(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.55, y1=y + 0.55, fillcolor=color,
                       line=dict(color="#777"), layer="below", row=1, col=1)
         fig.add_annotation(x=x, y=y, text=f"<b>{name}</b><br>{what}", showarrow=False, font=dict(size=11),
                            row=1, col=1)
-    arrows = [((0.5, 5.35), (0.5, 4.95), "requests in"), ((0.1, 3.25), (0.35, 3.85), ""),
-              ((0.9, 3.25), (0.65, 3.85), ""), ((0.0, 1.15), (0.0, 2.15), "waiting"),
-              ((0.53, 0.6), (0.47, 0.6), ""), ((1.0, 2.15), (1.0, 1.15), "new pod")]
+    arrows = [((0.5, 7.05), (0.5, 6.65), "requests in"), ((0.1, 4.95), (0.35, 5.55), ""),
+              ((0.9, 4.95), (0.65, 5.55), ""), ((0.0, 2.85), (0.0, 3.85), "waiting"),
+              ((0.53, 2.3), (0.47, 2.3), ""), ((1.0, 1.15), (1.0, 1.75), "new pod")]
     for (x1, y1), (x0, y0), label in arrows:
         head, tail = ((x0, y0), (x1, y1)) if label == "requests in" else ((x1, y1), (x0, y0))
         fig.add_annotation(x=head[0], y=head[1], ax=tail[0], ay=tail[1], xref="x", yref="y", axref="x",
@@ -205,7 +210,7 @@ def two_schedulers() -> Picture:
             fig.add_annotation(x=(x0 + x1) / 2 + 0.12, y=(y0 + y1) / 2, text=label, showarrow=False,
                                xanchor="left", font=dict(size=10, color="#555"), row=1, col=1)
     fig.update_xaxes(visible=False, range=[-0.55, 1.55], row=1, col=1)
-    fig.update_yaxes(visible=False, range=[-0.1, 5.5], row=1, col=1)
+    fig.update_yaxes(visible=False, range=[-0.1, 7.2], row=1, col=1)
     per = {}
     for t, k, w, _ in g["samples"]:
         per.setdefault(k, ([], []))
@@ -236,16 +241,18 @@ def two_schedulers() -> Picture:
             f"at {g['alarm_s']:.0f} s." if g["alarm_s"] is not None else
             f"Their summed waiting count never stays at {course_serving.WAITING_ALARM} or more for "
             f"{course_serving.ALARM_FOR_S:.0f} s, so an autoscaler watching it asks for nothing.")
-    alt = ("Above: the cluster scheduler places the model-server pods on nodes, once, when they start; it never sees "
-           "a request. A gateway routes each arriving request to a replica. Inside each replica the engine's own "
-           "scheduler decides at every step which sequences run. An autoscaler reads the replicas' waiting counts "
-           "and asks for more replicas, which the cluster scheduler then places. Below: two replicas of "
+    alt = ("Above, four deciders: a gateway decides which replica gets each arriving request; inside each replica "
+           "the engine's own scheduler decides at every step which sequences run; an autoscaler reads the replicas' "
+           "waiting counts and decides how many replicas there should be; the Deployment's ReplicaSet creates pods "
+           "to match that count, deciding nothing itself; the cluster scheduler decides which node runs each new "
+           "pod, once, and never sees a request. Below: two replicas of "
            f"{course.QUEUE_SLOTS} slots, each serving {g['mu']:.2f} requests/s, behind a gateway that sends each "
            f"request to the replica holding fewer ({g['routed'][0]} and {g['routed'][1]} requests). Traffic is "
            f"{before:.2f} requests/s until {course_serving.RAMP_AT_S:.0f} s, then {after:.2f}: the waiting queues, near "
            "zero before, start to climb. " + asks)
-    return Picture(fig, alt, "Three deciders at three time scales: placement once per pod, routing once per "
-                             "request, batching every step; the waiting queue is what tells the autoscaler.")
+    return Picture(fig, alt, "Four deciders at four time scales: how many replicas now and then, which node once "
+                             "per pod, which replica once per request, which sequences every step; the waiting "
+                             "queue is what tells the autoscaler to add one.")
 
 
 PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,

@@ -100,7 +100,7 @@ def test_mm1_widget_shows_w_and_p99():
 
 def test_kv_budget_widget_is_littles_law_times_the_tokens_each_holds():
     at = calculator("kv_budget", calc_kv_lam=9.5, calc_kv_w=4.0, calc_kv_tokens=512, calc_kv_pool=8192)
-    assert metrics(at) == {"Requests inside L = λW": "38.0", "KV tokens held on average": "19,456",
+    assert metrics(at) == {"Requests running L = λ × run time": "38.0", "KV tokens held on average": "19,456",
                            "Share of the cache": "238%"}
     assert "does not fit" in text(at)
     at.slider(key="calc_kv_pool").set_value(32768).run()

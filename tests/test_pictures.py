@@ -62,12 +62,16 @@ def test_show_picture_draws_chart_caption_and_words():
 def test_two_schedulers_has_the_gateway_route_and_the_autoscaler_read_the_queue():
     pic = PICTURES["two_schedulers"]()
     words = pic.alt
-    assert "cluster scheduler places" in words and "gateway routes each arriving request" in words
-    assert "never sees a request" in words and "autoscaler reads" in words
+    assert "four deciders" in words and "gateway decides which replica gets each arriving request" in words
+    assert "never sees a request" in words and "autoscaler reads" in words and "ReplicaSet creates pods" in words
     assert "least-loaded" not in words
-    labels = " ".join(a.text.replace("<br>", " ") for a in pic.figure.layout.annotations if a.text)
-    assert "routes each request to a replica" in labels and "places each new pod on a node" in labels
-    assert "reads the waiting count" in labels
+    boxes = [a.text.replace("<br>", " ") for a in pic.figure.layout.annotations if a.text and a.text.startswith("<b>")]
+    labels = " ".join(boxes)
+    assert "which replica gets each request" in labels and "which node runs each new pod" in labels
+    assert "from the waiting count" in labels and "Deployment / ReplicaSet" in labels
+    deciders = [b for b in boxes if "decides" in b and "decides nothing" not in b]
+    assert len(deciders) == 5 and len({b.split("</b>")[1] for b in deciders}) == 4   # two replicas, one kind
+    assert pic.caption.startswith("Four deciders")
     g = course_serving.gateway_run()
     assert sum(g["routed"]) == len(course_serving.ramp_requests(g["mu"]))     # every request routed once
     assert g["alarm_s"] is not None and g["alarm_s"] > course_serving.RAMP_AT_S

@@ -32,9 +32,35 @@ def test_shown_positions_are_spread_for_any_learner():
         assert max(position_shares(shown).values()) <= 0.5, (seed, shown)
 
 
-def test_the_right_choice_is_not_systematically_the_longest():
-    longest = [q for q in QUESTIONS if max(range(len(q.choices)), key=lambda i: len(q.choices[i])) == q.answer]
-    assert len(longest) / len(QUESTIONS) <= 0.3, [q.question for q in longest]
+def shown_choices(q) -> tuple[list[str], int]:
+    """The choices as a learner reads them (a measured question worked out from its example) and the right one."""
+    if q.measured_with:
+        s = q.shown(q.example)
+        return list(s.choices), s.answer
+    return list(q.choices), q.answer
+
+
+def right_is_the_longest(choices: list[str], answer: int) -> bool:
+    """True when the right choice is longer than every other one: a learner who picks the longest wins."""
+    return len(choices[answer]) > max(len(c) for i, c in enumerate(choices) if i != answer)
+
+
+# lesson 6's quiz is being rewritten with its lesson; its first question still gives itself away
+LENGTH_ELSEWHERE = {"batch-policy"}
+
+
+@pytest.mark.parametrize("lesson", [pytest.param(l, marks=pytest.mark.xfail(
+    reason="rewritten with lesson 6", strict=False)) if l.id in LENGTH_ELSEWHERE else l for l in LESSONS],
+    ids=lambda l: l.id)
+def test_no_right_choice_is_the_longest(lesson):
+    longest = [q.question for q in lesson.quiz if right_is_the_longest(*shown_choices(q))]
+    assert not longest, f"{lesson.path.name}: the right choice is the longest in {longest}"
+
+
+def test_the_length_check_can_fail():
+    assert right_is_the_longest(["no", "the right one, spelled out", "nope"], 1)
+    assert not right_is_the_longest(["a long wrong answer", "right", "no"], 1)
+    assert not right_is_the_longest(["same", "size"], 0)     # a tie gives nothing away
 
 
 def test_every_wrong_choice_says_why():

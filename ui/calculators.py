@@ -173,11 +173,14 @@ def slots() -> None:
 @st.fragment
 def kv_budget() -> None:
     with st.container(border=True):
-        st.markdown("**Try it: the KV cache Little's Law asks for**")
+        st.markdown("**Try it: the KV cache Little's Law asks for** (waiting requests hold none, so count "
+                    "only the time each one runs)")
         ex = course.load_example(course.LOADS[-1])
         a, b = st.columns(2)
         lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, round(ex["rate"], 2), 0.01, key="calc_kv_lam")
-        w = b.slider("Time in system W (s)", 0.1, 30.0, round(ex["w"], 2), 0.01, key="calc_kv_w")
+        # only running requests hold KV blocks: the time that counts starts at a request's first step
+        w = b.slider("Time each request runs, first step to last token (s)", 0.1, 30.0,
+                     round(ex["w"] - ex["queue"], 2), 0.01, key="calc_kv_w")
         c, d = st.columns(2)
         tokens = c.slider("Tokens each request holds (prompt + output)", 16, 4096,
                           course.QUEUE_SPEC.prompt_hi + course.QUEUE_SPEC.output_hi, 16, key="calc_kv_tokens")
@@ -186,7 +189,7 @@ def kv_budget() -> None:
         need = inside * tokens
         kib = course.kv_bytes_bf16() / 1024
         cols = st.columns(3)
-        cols[0].metric("Requests inside L = λW", f"{inside:.1f}")
+        cols[0].metric("Requests running L = λ × run time", f"{inside:.1f}")
         cols[1].metric("KV tokens held on average", f"{need:,.0f}", help=f"{need * kib / 1024:,.0f} MiB in bf16")
         cols[2].metric("Share of the cache", f"{need / pool:.0%}")
         st.markdown((":red[**The average alone does not fit:** the engine must queue, preempt or shed load.]"
