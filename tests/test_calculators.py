@@ -211,7 +211,8 @@ def test_queueing_lesson_embeds_its_calculators():
     assert mu == round(course.capacity(), 1) and lam == round(0.9 * mu, 1)   # the lesson's own engine
     assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == f"{1 / (mu - lam):.2f} s"
     ex = course.load_example(course.LOADS[-1])
-    assert metrics(at)["Requests inside L = λW"] == f"{round(ex['rate'], 2) * round(ex['w'], 2):.1f}"
+    running = round(ex["w"] - ex["queue"], 2)           # waiting requests hold no KV: only the time running counts
+    assert metrics(at)["Requests running L = λ × run time"] == f"{round(ex['rate'], 2) * running:.1f}"
     assert not at.warning and "{{" not in text(at)
     at.slider(key="calc_mm1_mu").set_value(10.0).run()
     at.slider(key="calc_mm1_lam").set_value(9.9).run()
@@ -236,4 +237,4 @@ def test_an_unknown_calculator_marker_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = lesson("queueing")
     assert len(at.warning) == 1 and "calculator 'no_such' is not available" in at.warning[0].value
-    assert "Requests inside L = λW" in metrics(at), "the other calculator still shows"
+    assert "Requests running L = λ × run time" in metrics(at), "the other calculator still shows"
