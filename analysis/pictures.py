@@ -84,7 +84,7 @@ def static_vs_continuous(spec: WorkloadSpec = PICTURE_SPEC, slots: int = SLOTS) 
            f"batching starts a waiting request as soon as any slot frees; the last finishes at "
            f"{ends['continuous']:.2f} s.")
     return Picture(fig, alt, "The same requests, static (top) and continuous (bottom). Grey: waiting; dark: "
-                             "prefill; light: decode. Time from the cost model.")
+                             "prefill; light: decode. Simulated: time from the engine's hand-set cost model, no machine's.")
 
 
 def request_lifecycle() -> Picture:

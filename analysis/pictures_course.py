@@ -97,7 +97,7 @@ def queue_growth() -> Picture:
            f"requests/s, arriving at random: " + "; ".join(words) + ". The busier run's queue builds in bigger "
            "waves and drains more slowly: little slack is left to empty it.")
     return Picture(fig, alt, "The queue at a moderate and at a high utilization: the same requests, arriving at "
-                             "random, on the simulator with the course's step model.")
+                             "random, simulated on the course's recorded step model (this engine in fp32 on a two-core CPU).")
 
 
 def knee_curve() -> Picture:

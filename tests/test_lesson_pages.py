@@ -266,4 +266,4 @@ def test_pictures_render_and_an_unknown_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = goto(start(), LESSON_URL_PREFIX + "static-vs-continuous")
     assert len(at.warning) == 1 and "'no_such_picture' is not available" in at.warning[0].value
-    assert any("## Continuous batching" in m.value for m in at.main.markdown), "the text around it still shows"
+    assert any("## Membership decided before every step" in m.value for m in at.main.markdown), "the text around it still shows"
