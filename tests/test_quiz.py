@@ -162,3 +162,15 @@ def test_only_a_right_first_try_scores():
     a = Attempts(answer=2, tries=[0, 1])
     assert a.revealed and not a.solved
     assert not Attempts(answer=0).first_try_right
+
+
+def measured_positions(lessons) -> list[int]:
+    return [n for l in lessons for n, q in enumerate(l.quiz) if q.measured_with]
+
+
+def test_the_measured_question_is_not_one_template_in_one_place():
+    """A learner should not meet the same plug-in question in the same place in every lesson."""
+    places = measured_positions(LESSONS)
+    assert len(set(places)) >= 3 and max(Counter(places).values()) <= len(LESSONS) // 2, places
+    leads = [q.measured_with.split()[:3] for l in LESSONS for q in l.quiz if q.measured_with]
+    assert max(Counter(map(tuple, leads)).values()) <= len(LESSONS) // 2, "most leads open the same way"
