@@ -173,8 +173,8 @@ def starvation() -> Picture:
                       yaxis=dict(title=dict(text="age of the oldest waiting request (s)"), rangemode="tozero"))
     alt = (f"The same {course_serving.STARVE_SPEC.num_requests} requests, most with short prompts and a few long ones, "
            f"arriving at {100 * course_serving.STARVE_LOAD:.0f}% of what the engine serves, under two orders: " + "; ".join(words) +
-           ". Below capacity first-come, first-served empties its queue again and again; shortest-job-first keeps "
-           "passing over the long prompts while short ones keep arriving.")
+           ". Below capacity first-come, first-served keeps its oldest wait bounded; shortest-job-first keeps "
+           "passing over the long prompts while short ones keep arriving, and their wait climbs until a lull lets them in.")
     return Picture(fig, alt, "Starvation below capacity: on the same requests, first-come, first-served keeps its "
                              "oldest wait bounded while shortest-job-first lets the long prompts wait longest.")
 
@@ -191,8 +191,8 @@ def two_schedulers() -> Picture:
     boxes = {"gateway": (0.5, 6.1, "#d9ead3", "decides which replica<br>gets each request"),
              "replica 0": (0.0, 4.4, "#cfe2f3", "its engine decides<br>every step's batch"),
              "replica 1": (1.0, 4.4, "#cfe2f3", "its engine decides<br>every step's batch"),
-             "autoscaler": (0.0, 2.3, "#f4cccc", "decides how many replicas,<br>from the waiting count"),
-             "Deployment / ReplicaSet": (1.0, 2.3, "#eeeeee", "creates pods to match<br>the count (decides nothing)"),
+             "autoscaler": (0.0, 2.3, "#f4cccc", "decides how many<br>replicas (waiting)"),
+             "ReplicaSet": (1.0, 2.3, "#eeeeee", "the Deployment's;<br>creates pods only"),
              "cluster scheduler": (1.0, 0.6, "#f2e6c9", "decides which node<br>runs each new pod")}
     for name, (x, y, color, what) in boxes.items():
         fig.add_shape(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.55, y1=y + 0.55, fillcolor=color,

@@ -68,8 +68,8 @@ def test_two_schedulers_has_the_gateway_route_and_the_autoscaler_read_the_queue(
     boxes = [a.text.replace("<br>", " ") for a in pic.figure.layout.annotations if a.text and a.text.startswith("<b>")]
     labels = " ".join(boxes)
     assert "which replica gets each request" in labels and "which node runs each new pod" in labels
-    assert "from the waiting count" in labels and "Deployment / ReplicaSet" in labels
-    deciders = [b for b in boxes if "decides" in b and "decides nothing" not in b]
+    assert "replicas (waiting)" in labels and "<b>ReplicaSet</b> the Deployment's; creates pods only" in labels
+    deciders = [b for b in boxes if "decides" in b]
     assert len(deciders) == 5 and len({b.split("</b>")[1] for b in deciders}) == 4   # two replicas, one kind
     assert pic.caption.startswith("Four deciders")
     g = course_serving.gateway_run()
