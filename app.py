@@ -14,6 +14,7 @@ import streamlit as st  # noqa: E402
 
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
+from ui import learner  # noqa: E402
 from ui.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
 # The tab icon is a file of the project's: a Material icon or an emoji would be fetched from the web,
@@ -40,6 +41,7 @@ page = st.navigation({
     "About": [st.Page("app_pages/about.py", title="About this machine", icon=":material/memory:",
                       url_path="about")],
 }, position="top")
+learner.begin()        # this browser's learner and what they did before (records/, ui/learner.py)
 if page.url_path != PLAYGROUND.url_path:    # the Playground's sidebar holds its Setup alone
     lesson_views.search_sidebar()
     lesson_views.progress_sidebar()
