@@ -27,6 +27,8 @@ def lab_page(lab) -> st.Page:
     return st.Page(lab.path, title=lab.title, icon=lab.icon, url_path=lab.url_path)
 
 
+learner.begin()        # this browser's learner and what they did before (records/, ui/learner.py), before any page reads it
+
 # A bar across the top: the Playground is its first entry, one click from any page and never
 # folded away under "View more", and the sidebar is left to each page (the Playground's Setup).
 page = st.navigation({
@@ -41,7 +43,6 @@ page = st.navigation({
     "About": [st.Page("app_pages/about.py", title="About this machine", icon=":material/memory:",
                       url_path="about")],
 }, position="top")
-learner.begin()        # this browser's learner and what they did before (records/, ui/learner.py)
 if page.url_path != PLAYGROUND.url_path:    # the Playground's sidebar holds its Setup alone
     lesson_views.search_sidebar()
     lesson_views.progress_sidebar()
