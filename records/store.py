@@ -19,23 +19,29 @@ from pathlib import Path
 from records import database
 
 
+POLL_S = 0.002           # how often a busy write lock is tried again
+
+
 class StoreError(Exception):
     """The database could not be read or written; the message says why, in plain words."""
 
 
-def _patiently(step, deadline: float):
-    """step(), again while SQLite says busy, until the deadline. SQLite answers busy at once, without
-    waiting, where waiting could deadlock (processes switching a new file to WAL, or taking the
-    write lock together): started afresh a moment later, the step goes through."""
-    pause = 0.005
-    while True:
-        try:
-            return step()
-        except sqlite3.OperationalError as exc:
-            if not ("locked" in str(exc) or "busy" in str(exc)) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
+def _patiently(conn, step, deadline: float):
+    """step(), again every few ms while SQLite says busy, until the deadline. SQLite's own wait polls
+    ever more slowly (up to 100 ms apart), so among many processes a waiter kept missing the lock
+    and gave up; and where waiting could deadlock (processes switching a new file to WAL, or taking
+    the write lock together) it answers busy at once. So its wait is off while we poll."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        while True:
+            try:
+                return step()
+            except sqlite3.OperationalError as exc:
+                if not ("locked" in str(exc) or "busy" in str(exc)) or time.monotonic() + POLL_S > deadline:
+                    raise
+            time.sleep(POLL_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(max(deadline - time.monotonic(), 0.1) * 1000)}")
 
 
 def _why(exc: BaseException) -> str:
@@ -84,9 +90,9 @@ class Store:
     """The database at `path`. Opens a connection per call (threads never share one) and runs the
     migrations on the first call that finds the schema behind."""
 
-    def __init__(self, path: Path | str, timeout_s: float = database.TIMEOUT_S):
+    def __init__(self, path: Path | str, timeout_s: float | None = None):
         self.path = Path(path)
-        self.timeout_s = timeout_s
+        self.timeout_s = database.TIMEOUT_S if timeout_s is None else timeout_s
         self._migrated = False
         self._lock = _writers(self.path)
 
@@ -102,7 +108,7 @@ class Store:
             deadline = time.monotonic() + self.timeout_s
             if not self._migrated:
                 with self._lock:
-                    _patiently(lambda: database.migrate(conn), deadline)
+                    _patiently(conn, lambda: database.migrate(conn), deadline)
                     self._migrated = True
             if write:
                 # This process's writers queue here, in turn; SQLite's lock then only sorts out other
@@ -110,7 +116,7 @@ class Store:
                 took = self._lock.acquire(timeout=self.timeout_s)
                 if not took:
                     raise sqlite3.OperationalError("database is locked (this app's own writers queued too long)")
-                _patiently(lambda: conn.execute("BEGIN IMMEDIATE"), deadline)   # the write lock now, not halfway
+                _patiently(conn, lambda: conn.execute("BEGIN IMMEDIATE"), deadline)   # the write lock now, not halfway
             yield conn
             if write:
                 conn.execute("COMMIT")
