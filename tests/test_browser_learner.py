@@ -119,6 +119,6 @@ def test_a_committed_prediction_survives_a_reload_and_a_restart(tmp_path):
             page.screenshot(path=str(shots / "after-restart.png"))
     rows = sqlite3.connect(db).execute("SELECT learner, question, guess, answer_shown, source FROM predictions "
                                        "ORDER BY question").fetchall()
-    assert [(r[0], r[1], r[4]) for r in rows] == [(cookies[COOKIE], "why_batch", "simulated"),
-                                                  (cookies[COOKIE], "why_batch_knee", "simulated")]
-    assert rows[0][2] == GUESS and all(r[3] for r in rows), rows
+    assert [(r[0], r[1]) for r in rows] == [(cookies[COOKIE], "why_batch"), (cookies[COOKIE], "why_batch_knee")]
+    # the answer shown: the simulator's, or this machine's stored measurement where the cache holds one
+    assert rows[0][2] == GUESS and all(r[3] and r[4] in ("simulated", "measured") for r in rows), rows
