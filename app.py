@@ -14,6 +14,7 @@ import streamlit as st  # noqa: E402
 
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
+from ui import learner  # noqa: E402
 from ui.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
 # The tab icon is a file of the project's: a Material icon or an emoji would be fetched from the web,
@@ -25,6 +26,8 @@ st.set_page_config(page_title="Batching Lab", page_icon=str(Path(__file__).paren
 def lab_page(lab) -> st.Page:
     return st.Page(lab.path, title=lab.title, icon=lab.icon, url_path=lab.url_path)
 
+
+learner.begin()        # this browser's learner and what they did before (records/, ui/learner.py), before any page reads it
 
 # A bar across the top: the Playground is its first entry, one click from any page and never
 # folded away under "View more", and the sidebar is left to each page (the Playground's Setup).

@@ -22,7 +22,8 @@ from engine.runs.workload import WorkloadSpec
 from remote import attach
 from remote.lab_control import LabControl, LabRefused
 from remote.load import LoadGenerator, served_model
-from ui import widgets
+from classroom import teacher
+from ui import learner, widgets
 from ui.live_chart import show_figure
 
 INSTRUCTOR_KNOBS = ("mode", "max_num_seqs", "order", "enable_chunked_prefill", "kv_capacity_tokens")
@@ -75,6 +76,7 @@ def generator(name: str) -> LoadGenerator:
 
 def who_are_you() -> str:
     """The name box and the send buttons; returns the student's checked name ("" for none)."""
+    st.session_state.setdefault("cr_name", learner.remembered_name())     # this learner's name, kept
     name = st.text_input("Your name (your requests carry it as their tenant)", key="cr_name", max_chars=64)
     me = ""
     if name:
@@ -83,6 +85,7 @@ def who_are_you() -> str:
         except ValueError as exc:
             st.error(widgets.plain(exc))
     if me:
+        learner.keep_name(me)
         with st.container(border=True, key="cr_send"):
             prompt = st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
             cols = st.columns(3)
@@ -141,6 +144,7 @@ def instructor_panel(board: Board) -> None:
                 st.toast("Done: the whole class sees it from the next refresh.")
         if token:
             per_student(board)
+            teacher.view(control)
 
 
 def per_student(board: Board) -> None:

@@ -1,9 +1,10 @@
-"""A learner's progress through the lessons, kept in st.session_state for the browser session.
+"""A learner's progress through the lessons, in st.session_state and in the learners' store.
 
 {"read": set of lesson ids, "checks": {"<lesson id>:<n>": Attempts}}. A lesson counts as read
 when the learner presses "Mark as read" at its end or has answered every check in it, never
 merely by opening it. A check counts as correct only when its first try was right: a retry
-after a wrong answer can solve it, but does not score.
+after a wrong answer can solve it, but does not score. Each lesson read and each checked choice is
+written to the store as it happens (ui/learner.py), and a new session starts from what it holds.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
+from ui import learner
+
 PROGRESS_KEY = "lesson_progress"
-SEED_KEY = "quiz_seed"       # this session's seed for shuffling quiz choices
+SEED_KEY = "quiz_seed"       # the seed for shuffling quiz choices
 
 
 @dataclass(slots=True)
@@ -37,14 +40,18 @@ class Attempts:
 
 def progress() -> dict:
     if PROGRESS_KEY not in st.session_state:
-        st.session_state[PROGRESS_KEY] = {"read": set(), "checks": {}}
+        kept = learner.record()
+        st.session_state[PROGRESS_KEY] = {
+            "read": set(kept.read),
+            "checks": {check_key(lesson, n): Attempts(answer, list(tries)) for (lesson, n), (answer, tries)
+                       in kept.tries.items()}}
     return st.session_state[PROGRESS_KEY]
 
 
 def session_seed() -> str:
-    """A seed drawn once per browser session: the same learner sees the same choice order."""
+    """The learner's seed for shuffling: the same learner sees the same choice order, after a reload too."""
     if SEED_KEY not in st.session_state:
-        st.session_state[SEED_KEY] = secrets.token_hex(4)
+        st.session_state[SEED_KEY] = (learner.learner_id() or secrets.token_hex(4))[:8]
     return st.session_state[SEED_KEY]
 
 
@@ -63,13 +70,16 @@ def record_try(lesson_id: str, n: int, choice: int, answer: int, checks_in_lesso
     a = p["checks"].setdefault(check_key(lesson_id, n), Attempts(answer))
     if not a.revealed and (not a.tries or a.tries[-1] != choice):
         a.tries.append(choice)
+        learner.save("add_try", lesson_id, n, choice, answer)
     if all(check_key(lesson_id, k) in p["checks"] for k in range(checks_in_lesson)):
-        p["read"].add(lesson_id)
+        mark_read(lesson_id)
     return a
 
 
 def mark_read(lesson_id: str) -> None:
-    progress()["read"].add(lesson_id)
+    if lesson_id not in progress()["read"]:
+        progress()["read"].add(lesson_id)
+        learner.save("mark_read", lesson_id)
 
 
 def is_read(lesson_id: str) -> bool:

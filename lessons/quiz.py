@@ -63,6 +63,9 @@ def _question(lesson: Lesson, n: int, seed: str) -> None:
     q = lesson.quiz[n]
     s = shown(q)
     order = choice_order(len(q.choices), f"{seed}:{lesson.id}:{n}")
+    tried = progress.attempts(lesson.id, n)
+    if tried is not None and tried.tries and _checked_key(lesson.id, n) not in st.session_state:
+        st.session_state[_checked_key(lesson.id, n)] = tried.tries[-1]    # a new session: the last check, kept
     checked = st.session_state.get(_checked_key(lesson.id, n))
     with st.container(border=True):
         choice = st.radio(f"**{n + 1}.** " + (f"{s.lead} {s.question}" if s.lead else s.question), order,

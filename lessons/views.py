@@ -5,9 +5,10 @@ ui/registry.py, keyed by lab id, and every page calls search_sidebar() and progr
 
 URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossary at /glossary
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
-read, checks answered) lives in st.session_state (lessons/progress.py), so it lasts as long as the
-browser session; the quiz is lessons/quiz.py. A body line `{{picture:<id>}}` shows that picture
-(ui.lesson_pictures), `{{calculator:<id>}}` that calculator (ui.calculators).
+read, checks answered) lives in st.session_state and the learners' store (lessons/progress.py), so it
+comes back after a reload or a restart; "Start over" forgets it; the quiz is lessons/quiz.py. A body
+line `{{picture:<id>}}` shows that picture (ui.lesson_pictures), `{{calculator:<id>}}` that
+calculator (ui.calculators).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -26,7 +27,7 @@ import streamlit as st
 from lessons import catalog, progress
 from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
 from lessons.quiz import show_quiz
-from ui import calculators, lesson_pictures, predict
+from ui import calculators, learner, lesson_pictures, predict
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -343,3 +344,6 @@ def progress_sidebar() -> None:
                 st.page_link(lessons[l.id], label=f"{l.order} · {l.title} — checks {done}/{len(l.quiz)}"
                              + (f", {right} right first time" if done else ""),
                              icon=READ_ICON if progress.is_read(l.id) else UNREAD_ICON)
+            st.button("Start over", key="learner_start_over", icon=":material/restart_alt:", on_click=learner.start_over,
+                      help="Forget this browser's progress, predictions, quiz answers and lab results, here and in "
+                           "the app's database, and begin as a new learner.")

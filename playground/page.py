@@ -8,11 +8,11 @@ import time
 import streamlit as st
 
 from engine.runs.live import KEEP_STEPS, TERMINAL
-from playground import comparison, controls, engines, slot, view
+from playground import comparison, controls, engines, prediction, slot, view
 from playground.checks import check
 from playground.pace import RefreshPace
 from playground.review import step_end, tables_at
-from ui import predict, session, widgets
+from ui import session, widgets
 from ui.instant_feedback import instant_feedback
 
 PAUSED = ("Paused: the run's clock is stopped, arrivals included, so nothing arrives and no wait "
@@ -125,7 +125,7 @@ starting = st.session_state.get(STARTING, False)
 # them to their first choices and minimums (static mode, max_num_seqs 1) under the learner's run.
 setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
 controls.write_link(setup, slot.token(), *controls.current_engine())
-predict.playground(step_model, setup.policy(), setup.workload())
+prediction.show(step_model, setup.policy(), setup.workload())
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",

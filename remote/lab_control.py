@@ -38,6 +38,10 @@ class LabControl:
     def stop_load(self) -> dict:
         return self._call("PUT", "/lab/load", {"running": False})
 
+    def check_token(self) -> dict:
+        """Whether this token is the instructor's: LabRefused (401 or 403) if not."""
+        return self._call("GET", "/lab/instructor")
+
     def reset(self) -> dict:
         return self._call("POST", "/lab/reset")
 

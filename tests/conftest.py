@@ -29,8 +29,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """A pytest-xdist worker multiplies on one torch thread: two workers on two cores then share
+    """The learners' database of every test run is a file of its own, never the user's
+    (BATCHING_LAB_DB; apps a test starts inherit it unless the test names another).
+    A pytest-xdist worker multiplies on one torch thread: two workers on two cores then share
     the machine without each spinning a second thread on the other's core."""
+    import tempfile
+    os.environ["BATCHING_LAB_DB"] = os.path.join(tempfile.mkdtemp(prefix="batching-lab-test-db-"), "learners.sqlite3")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
         torch.set_num_threads(1)

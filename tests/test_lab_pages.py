@@ -39,6 +39,12 @@ def test_registry_lists_every_lesson_lab_once():
         assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")
 
 
+def kept(at: AppTest, question: str) -> dict:
+    """The prediction kept for `question` (one per question here: the settings never change)."""
+    [entry] = [e for e in at.session_state[PREDICTIONS_KEY].values() if e["id"] == question]
+    return entry
+
+
 def commit(at: AppTest) -> AppTest:
     """Press the page's "Commit my prediction" buttons, one question after another (each guess stays
     at its default), until the page asks nothing more."""
@@ -68,12 +74,15 @@ def test_page_asks_for_a_prediction_before_anything_else(lab_env, lab_id, path):
     assert any(b.key.endswith("__commit") for b in at.button), [b.key for b in at.button]
     assert not any(b.key.endswith("__run") for b in at.button)
     assert not at.metric and not at.get("plotly_chart")
+    assert any(c.value.startswith(":material/tune: Scored on: ") for c in at.caption), "the question names its settings"
     for s in at.slider:
         assert s.help, f"slider {s.label!r} needs a help tooltip"
     # committed: the guess is kept and the page offers its run; nothing is measured yet
     commit(at)
     assert not at.exception, [e.message for e in at.exception]
     assert at.session_state[PREDICTIONS_KEY], "the prediction is kept in the session's progress"
+    assert all(e["settings"] for e in at.session_state[PREDICTIONS_KEY].values()), \
+        "every prediction names the settings it is scored on"
     assert any(b.key.endswith("__run") for b in at.button), [b.key for b in at.button]
     assert "Expected run time: about" in texts(at)
     assert not list(lab_env.glob("results/run-*.json")) and not list(lab_env.glob("results/scaling-*.json"))
@@ -90,8 +99,8 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     labels = [m.label for m in at.metric]
     assert "tokens/s at batch 8" in labels and "the knee" in labels
     assert "You predicted" in labels and "Measured" in labels      # the guess beside the result
-    assert at.session_state[PREDICTIONS_KEY]["why_batch"]["guess"] == 3.0
-    assert at.session_state[PREDICTIONS_KEY]["why_batch"]["measured"] > 0
+    assert kept(at, "why_batch")["guess"] == 3.0
+    assert kept(at, "why_batch")["measured"] > 0
     assert at.session_state[MEASUREMENTS_KEY]["why_batch"]["step_ms_1"].endswith(" ms"), "kept for the quiz"
     assert "Measured just now" in texts(at)
     assert len(at.get("plotly_chart")) == 2
@@ -122,7 +131,7 @@ def test_knee_sweep_runs_and_marks_the_knee(lab_env):
     assert not at.exception, [e.message for e in at.exception]
     knee = next(m for m in at.metric if m.label == "Knee (max_num_seqs)")
     assert knee.value in ("1", "4")
-    assert at.session_state[PREDICTIONS_KEY]["knee"]["measured"] == int(knee.value)
+    assert kept(at, "knee")["measured"] == int(knee.value)
     assert len(at.get("plotly_chart")) == 2
     assert len(list(lab_env.glob("results/run-*.json"))) == 4, "two settings, two runs each"
 
@@ -166,7 +175,7 @@ def test_dynamic_batching_sweeps_max_wait(lab_env):
     assert any("simulated" in n for n in names) and any("simulated" not in n for n in names), names
     assert not at.exception, [e.message for e in at.exception]
     from labs.dynamic_batching.experiment import OUTCOMES
-    assert at.session_state[PREDICTIONS_KEY]["dynamic_batching"]["measured"] in OUTCOMES
+    assert kept(at, "dynamic_batching")["measured"] in OUTCOMES
     assert len(at.get("plotly_chart")) == 1
     assert len(list(lab_env.glob("results/run-*.json"))) == 2
 

@@ -5,6 +5,13 @@ from streamlit.testing.v1 import AppTest
 from ui.predict import PREDICTIONS_KEY, number_verdict
 
 
+def entry_of(at, question: str = "demo"):
+    """The one prediction kept for `question` (whatever settings it was asked with), or None."""
+    mine = [e for e in at.session_state[PREDICTIONS_KEY].values() if e["id"] == question]
+    assert len(mine) <= 1, mine
+    return mine[0] if mine else None
+
+
 def test_number_verdict_is_close_within_a_factor():
     assert number_verdict(10, 12)[0] and number_verdict(10, 8)[0]
     close, words = number_verdict(10, 40)
@@ -33,15 +40,15 @@ def test_gate_hides_the_result_until_the_learner_commits():
     at.radio(key="predict_demo__guess").set_value("static").run()
     at.button(key="predict_demo__commit").click().run()
     assert "RESULT SHOWN" in [m.value for m in at.markdown]
-    entry = at.session_state[PREDICTIONS_KEY]["demo"]
+    entry = entry_of(at)
     assert entry["guess"] == "static" and entry["measured"] == "continuous" and entry["verdict"] == "not what happened"
     assert [m.value for m in at.metric] == ["static", "continuous"]
     assert any("✗" in m.value for m in at.markdown), "the verdict is said in text, not by colour alone"
 
 
 def playground_script():
-    from ui import predict
-    predict.playground(None, None, None)     # before a guess is in it reads none of them
+    from playground import prediction
+    prediction.show(None, None, None)     # before a guess is in it reads none of them
 
 
 def test_the_control_says_whether_the_page_waits_for_the_guess():
@@ -60,11 +67,11 @@ def test_a_guess_locks_once_its_result_is_shown_and_a_new_run_asks_again():
     at.radio(key="predict_demo__guess").set_value("static").run()
     at.button(key="predict_demo__commit").click().run()
     assert "RESULT SHOWN" in [m.value for m in at.markdown]
-    assert at.session_state[PREDICTIONS_KEY]["demo"]["locked"]
+    assert entry_of(at)["locked"]
     assert not any(b.key == "predict_demo__again" for b in at.button), "no second guess once the answer is out"
     assert any("Locked" in c.value for c in at.caption)
     at.run()
-    assert at.session_state[PREDICTIONS_KEY]["demo"]["guess"] == "static", "the guess stays as it was"
+    assert entry_of(at)["guess"] == "static", "the guess stays as it was"
     at.session_state["question_text"] = "Another question?"      # other settings: a new run, a new guess
     at.run()
     assert "RESULT SHOWN" not in [m.value for m in at.markdown], "a guess answers only its own question"
@@ -98,7 +105,7 @@ def test_predict_again_works_until_the_result_is_shown_and_re_measure_asks_anew(
     at.session_state["new_run"] = True
     at.run()
     assert "PAGE END" not in [m.value for m in at.markdown], "a new run needs a new guess"
-    assert "demo" not in at.session_state[PREDICTIONS_KEY]
+    assert entry_of(at) is None
 
 
 def measured_script():
@@ -130,3 +137,55 @@ def test_a_tie_for_the_best_makes_every_tied_choice_right():
     assert _score(q, "c", ("a", "b")) == (False, "not what happened")
     assert _score(q, "a", "a") == (True, "right")
     assert q.show(("a", "b")) == "a and b (a tie)" and q.show("a") == "a"
+
+
+def settings_script():
+    import streamlit as st
+
+    from ui import predict
+    q = predict.question("knee", choices=("1", "8", "64"), settings={"requests": st.session_state.get("n", 200),
+                                                                     "prompts": "32–128 tokens"})
+    guess = predict.gate(q)
+    predict.reveal(q, guess, st.session_state.get("answer", "8"), "because")
+    st.markdown("PAGE END")
+
+
+def test_a_prediction_names_its_settings_and_a_new_setting_opens_a_new_one():
+    """Issue 50: a guess locked for one setting was scored against the next setting's run. Each
+    prediction now belongs to the settings it was asked with, named on the page."""
+    at = AppTest.from_function(settings_script).run()
+    words = " ".join(c.value for c in at.caption)
+    assert "Scored on: requests 200 · prompts 32–128 tokens" in words, words
+    at.radio(key="predict_knee__guess").set_value("64").run()
+    at.button(key="predict_knee__commit").click().run()
+    assert "PAGE END" in [m.value for m in at.markdown]
+    assert any("Locked" in c.value and "requests 200" in c.value for c in at.caption)
+    at.session_state["n"], at.session_state["answer"] = 400, "64"        # another setting, another answer
+    at.run()
+    assert "PAGE END" not in [m.value for m in at.markdown], "the old guess is not scored against the new run"
+    assert "Scored on: requests 400" in " ".join(c.value for c in at.caption)
+    at.radio(key="predict_knee__guess").set_value("8").run()
+    at.button(key="predict_knee__commit").click().run()
+    entries = sorted(at.session_state[PREDICTIONS_KEY].values(), key=lambda e: e["made_s"])
+    assert [(dict(e["settings"])["requests"], e["guess"], e["measured"]) for e in entries] == \
+        [("200", "64", "8"), ("400", "8", "64")], "each guess scored against its own setting's answer"
+    at.session_state["n"], at.session_state["answer"] = 200, "8"        # back: the first guess, still locked
+    at.run()
+    assert "PAGE END" in [m.value for m in at.markdown]
+    assert any("Locked" in c.value and "requests 200" in c.value for c in at.caption)
+
+
+def test_every_lesson_asks_its_labs_questions_and_never_says_predict_again_without_one():
+    """Issue 50: lessons said "predict again" where no widget asks, and lesson 10's questions were
+    not declared, so the lesson could not show them or end with them."""
+    import re
+
+    from lessons.catalog import find_predictions, load_lessons
+    from ui.questions import ASKS
+    lessons, _ = load_lessons()
+    asked = {a for l in lessons for a in find_predictions(l.body)}
+    assert set(ASKS) - asked == set(), "a lab question that no lesson shows"
+    for l in lessons:
+        for para in l.body.split("\n\n"):
+            if re.search(r"predict again", para, re.I):
+                assert "{{predict:" in para, f"{l.id}: 'predict again' with no question: {para[:80]}"

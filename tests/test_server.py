@@ -325,6 +325,17 @@ def test_a_policy_change_needs_the_instructor_token(server):
     assert httpx.put(url + "/lab/policy", json={"max_num_seqs": 32}, headers=auth).status_code == 200
 
 
+def test_the_instructor_check_answers_only_the_token(server):
+    """The app's teacher view shows the class's progress only when the server says the token is its own."""
+    from remote.lab_control import LabControl, LabRefused
+    url, _ = server
+    assert LabControl(url, TOKEN).check_token() == {"instructor": True}
+    for token, status in (("", 401), ("wrong", 403)):
+        with pytest.raises(LabRefused) as refused:
+            LabControl(url, token).check_token()
+        assert refused.value.status == status
+
+
 def test_lab_steps_stream_live_records_with_structured_members(server):
     url, service = server
     start = service.engine.step_count

@@ -7,28 +7,35 @@ then does the page offer its run (or reveal the stored result). Once a result is
 `reveal(...)` (the real engine's) or `simulated(...)` (the simulator's) shows the guess beside it,
 says how far apart they are, and explains the gap.
 
-A guess is locked once a result has been shown beside it: there is no "Predict again" then. A new
-guess needs a new run: other settings (the question's text changes with them) or Re-measure
-(`unlock`, which the measure button calls).
+Every prediction names the settings it is scored on (`question(..., settings={label: value})`,
+shown under the question and beside the locked guess). A prediction belongs to the question as
+asked: its text, its choices and those settings (`Question.asked`). Change a setting and the
+question is a new one: a new prediction opens, and the guess made for the old settings stays with
+them, never scored against the new run. A guess is locked once a result has been shown beside it;
+Re-measure (`unlock`, which the measure button calls) sets the lab's guesses aside and asks again.
 
-Predictions are kept in the session's progress, in st.session_state[PREDICTIONS_KEY]:
-{question id: {"question": text, "lab": lab id, "guess": value, "measured": value or None,
-"verdict": text or None, "locked": bool}}. A question whose text changed is asked again.
-Each lab's claim verdicts are kept too (`record_verdict`), so a lesson can end with them.
+Predictions are kept in the session, in st.session_state[PREDICTIONS_KEY]:
+{"<question id>|<asked>": {"id", "question" (text), "settings", "lab", "guess", "measured",
+"shown", "source", "verdict", "locked"}}, and each one in the learners' store as it is committed
+and revealed (ui/learner.py), so a reload or a restart brings them back.
+Each lab's claim verdicts are kept in the session too (`record_verdict`), so a lesson can end with them.
 
 Each lab also keeps a few of its measured values, worded with their units, in
 st.session_state[MEASUREMENTS_KEY] ({lab id: {name: "1.23 s"}}): `record` writes them when the
-lab shows its result, `measurement(lab, name)` reads them (a quiz question can open with the
-learner's own number).
+lab shows its result (and the store keeps them as that lab run's headline), `measurement(lab,
+name)` reads them (a quiz question can open with the learner's own number).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import time
 from dataclasses import dataclass
 
 import streamlit as st
 
-from ui import questions
+from ui import learner, questions
 
 PREDICTIONS_KEY = "lab_predictions"
 MEASUREMENTS_KEY = "lab_measurements"
@@ -49,10 +56,24 @@ class Question:
     unit: str = ""               # shown after a number, e.g. "×" or "s"
     help: str = ""
     lab_id: str = ""             # the lab that asks it (the question id when empty)
+    settings: tuple = ()         # ((label, value as shown), ...): what the answer is scored on
 
     @property
     def key(self) -> str:
         return f"predict_{self.lab}"
+
+    @property
+    def asked(self) -> str:
+        """This question as asked: a digest of its text, choices and settings. Any change is a new question."""
+        blob = json.dumps([self.text, [str(c) for c in self.choices], [list(map(str, p)) for p in self.settings]])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def slot(self) -> str:
+        return f"{self.lab}|{self.asked}"
+
+    def settings_text(self) -> str:
+        return " · ".join(f"{label} {value}" for label, value in self.settings)
 
     def show(self, value) -> str:
         if self.choices:
@@ -62,56 +83,88 @@ class Question:
         return f"{value:g} {self.unit}".strip()
 
 
-def question(ask_id: str, choices=None, help: str = "", **fields) -> Question:
+def _settings(settings) -> tuple:
+    return tuple((str(k), v if isinstance(v, str) else f"{v:,g}" if isinstance(v, (int, float)) else str(v))
+                 for k, v in (settings.items() if isinstance(settings, dict) else settings or ()))
+
+
+def question(ask_id: str, choices=None, help: str = "", settings=None, **fields) -> Question:
     """The declared question `ask_id` (ui/questions.py) with the page's settings filled in;
-    `choices` for a choice whose options depend on the settings."""
+    `choices` for a choice whose options depend on the settings; `settings` ({label: value}) the
+    settings its answer is scored on, named beside it."""
     a = questions.ASKS[ask_id]
     return Question(a.id, a.render(**fields), tuple(choices if choices is not None else a.choices), a.lo, a.hi,
-                    a.default, a.unit, help, a.lab)
+                    a.default, a.unit, help, a.lab, _settings(settings))
 
 
 def predictions() -> dict:
-    """Every committed prediction of this session, by lab id."""
-    return st.session_state.setdefault(PREDICTIONS_KEY, {})
+    """Every prediction of this learner (this session's, and those the store brought back), by slot."""
+    if PREDICTIONS_KEY not in st.session_state:
+        st.session_state[PREDICTIONS_KEY] = {f"{p['id']}|{p['settings_key']}": dict(p)
+                                             for p in learner.record().predictions}
+    return st.session_state[PREDICTIONS_KEY]
+
+
+def _entry(q: Question) -> dict | None:
+    return predictions().get(q.slot)
+
+
+def latest(question_id: str) -> dict | None:
+    """The learner's most recent prediction for a question, whatever settings it was asked with."""
+    mine = [e for e in predictions().values() if e.get("id") == question_id]
+    return max(mine, key=lambda e: e.get("made_s", 0.0)) if mine else None
 
 
 def committed(q: Question):
-    """The learner's committed guess for this very question, or None."""
-    entry = predictions().get(q.lab)
-    return entry["guess"] if entry and entry["question"] == q.text else None
+    """The learner's committed guess for this very question (text, choices, settings), or None."""
+    entry = _entry(q)
+    return entry["guess"] if entry else None
 
 
-def record(lab: str, **values: str) -> None:
-    """Keep measured values of `lab`, as worded text with units (e.g. step_ms_1="21 ms")."""
-    st.session_state.setdefault(MEASUREMENTS_KEY, {}).setdefault(lab, {}).update(values)
+def record(lab: str, settings=None, **values: str) -> None:
+    """Keep measured values of `lab`, as worded text with units (e.g. step_ms_1="21 ms"), with the
+    settings of the run they come from; the store keeps them as that run's headline."""
+    kept = st.session_state.setdefault(MEASUREMENTS_KEY, {}).setdefault(lab, {})
+    if any(kept.get(k) != v for k, v in values.items()) or st.session_state.get(f"_{lab}__settings") != settings:
+        learner.save("record_lab", lab, _settings(settings), values)
+        st.session_state[f"_{lab}__settings"] = settings
+    kept.update(values)
 
 
 def measurement(lab: str, name: str) -> str | None:
-    """A value `lab` measured in this session (see record), or None if it has not shown one."""
-    return st.session_state.get(MEASUREMENTS_KEY, {}).get(lab, {}).get(name)
+    """A value `lab` measured (see record), or None if it has not shown one."""
+    if MEASUREMENTS_KEY not in st.session_state:
+        st.session_state[MEASUREMENTS_KEY] = {lab: dict(v) for lab, v in learner.record().labs.items()}
+    return st.session_state[MEASUREMENTS_KEY].get(lab, {}).get(name)
 
 
 def _commit(q: Question) -> None:
     guess = st.session_state[f"{q.key}__guess"]
-    predictions()[q.lab] = {"question": q.text, "lab": q.lab_id or q.lab, "guess": guess, "guess_shown": q.show(guess),
-                            "measured": None, "verdict": None, "locked": False}
+    entry = {"id": q.lab, "settings_key": q.asked, "settings": q.settings, "question": q.text,
+             "lab": q.lab_id or q.lab, "guess": guess, "guess_shown": q.show(guess), "made_s": time.time(),
+             "measured": None, "verdict": None, "locked": False}
+    predictions()[q.slot] = entry
+    learner.save("commit_prediction", {"question": q.lab, **{k: entry[k] for k in (
+        "settings_key", "settings", "lab", "guess", "guess_shown")}, "text": q.text})
 
 
 def _forget(q: Question) -> None:
-    entry = predictions().get(q.lab)
+    entry = _entry(q)
     if entry is not None and not entry.get("locked"):
-        predictions().pop(q.lab, None)
+        predictions().pop(q.slot, None)
+        learner.save("withdraw_prediction", q.lab, q.asked)
 
 
 def locked(q: Question) -> bool:
-    entry = predictions().get(q.lab)
-    return bool(entry and entry["question"] == q.text and entry.get("locked"))
+    entry = _entry(q)
+    return bool(entry and entry.get("locked"))
 
 
 def unlock(lab: str) -> None:
     """A new run of `lab` is coming: its guesses are set aside, so the learner guesses again."""
     for key in [k for k, e in predictions().items() if e.get("lab", k) == lab]:
         predictions().pop(key)
+    learner.save("set_aside", lab)
 
 
 def record_verdict(v, source: str) -> None:
@@ -134,8 +187,9 @@ def lesson_summary(lesson_id: str) -> None:
     st.subheader("Your predictions and what the labs measured", anchor="your-predictions")
     rows = []
     for a in asks:
-        entry = predictions().get(a.id)
+        entry = latest(a.id)
         rows.append({"question": entry["question"] if entry else a.render(),
+                     "scored on": " · ".join(f"{k} {v}" for k, v in entry.get("settings", ())) if entry else "—",
                      "your guess": "—" if not entry else entry.get("guess_shown", str(entry["guess"])),
                      "answer": "—" if not entry or entry.get("shown") is None else
                      f"{entry['shown']} ({entry.get('source', 'measured')})",
@@ -145,18 +199,24 @@ def lesson_summary(lesson_id: str) -> None:
     for v in mine:
         mark = {"shown": "✓ shown", "not shown": "✗ not shown"}.get(v["outcome"], "? not shown by that run")
         st.markdown(f"- **{v['claim']}** — {mark} ({v['source']}, {v['value']}): {v['words']}")
-    if not any(predictions().get(a.id) for a in asks):
+    if not any(latest(a.id) for a in asks):
         st.caption("Open the lab, commit your guesses, and run it: they appear here beside the answers.")
 
 
 _SLOTS_KEY = "_predict_slots"
 
 
+def _scored_on(q: Question) -> None:
+    if q.settings:
+        st.caption(f":material/tune: Scored on: {q.settings_text()}. Change any of these and a new prediction opens.")
+
+
 def _locked_line(where, q: Question, guess) -> None:
     with where:
         st.markdown(f":material/lock: **Your prediction:** {q.text} → **{q.show(guess)}**")
-        st.caption("Locked: a result has been shown beside it. A new guess needs a new run: change a "
-                   "setting, or press Re-measure.")
+        st.caption("Locked: a result has been shown beside it"
+                   + (f" for {q.settings_text()}" if q.settings else "")
+                   + ". A new guess needs a new run: change a setting, or press Re-measure.")
 
 
 def ask(q: Question, holds_results: bool = True):
@@ -173,10 +233,13 @@ def ask(q: Question, holds_results: bool = True):
         cols[0].markdown(f":material/psychology: **Your prediction:** {q.text} → **{q.show(guess)}**")
         cols[1].button("Predict again", key=f"{q.key}__again", on_click=_forget, args=(q,),
                        help="Forget this guess and make a new one; once a result is shown, it is locked.")
+        with slot.container():
+            _scored_on(q)
         st.session_state.setdefault(_SLOTS_KEY, {})[q.key] = slot
         return guess
     with st.container(border=True):
         st.markdown(f":material/psychology: **Predict first.** {q.text}")
+        _scored_on(q)
         if q.choices:
             st.radio("Your prediction", list(q.choices), key=f"{q.key}__guess", help=q.help or None)
         else:
@@ -242,11 +305,17 @@ def reveal(q: Question, guess, measured, why: str, measured_text: str | None = N
     wrong; a number is close within CLOSE_FACTOR. Returns right/close."""
     right, words = _score(q, guess, measured)
     shown = measured_text or q.show(measured)
-    entry = predictions().setdefault(q.lab, {"question": q.text, "lab": q.lab_id or q.lab, "guess": guess})
+    entry = predictions().setdefault(q.slot, {"id": q.lab, "settings_key": q.asked, "settings": q.settings,
+                                              "question": q.text, "lab": q.lab_id or q.lab, "guess": guess,
+                                              "guess_shown": q.show(guess), "made_s": time.time()})
+    before = (entry.get("shown"), entry.get("source"), entry.get("locked"))
     if source == "measured" or entry.get("source") != "measured":
         entry.update(measured=measured if not isinstance(measured, float) else round(measured, 4), verdict=words,
-                     shown=shown, source=source)
+                     shown=shown, source=source, close=right)
     entry["locked"] = True
+    if (entry.get("shown"), entry.get("source"), True) != before:       # a reveal is kept once, not every rerun
+        learner.save("reveal_prediction", q.lab, q.asked, guess, entry["measured"], entry["shown"], entry["source"],
+                     entry["verdict"], entry.get("close", right))
     slot = st.session_state.get(_SLOTS_KEY, {}).pop(q.key, None)
     if slot is not None:      # the "Predict again" line drawn above in this run: now locked
         _locked_line(slot.container(), q, guess)
@@ -281,45 +350,3 @@ def show_verdict(v, source: str = "measured") -> None:
         st.markdown(f"{icon} **Claim:** {v.claim.text}")
         st.markdown(f"**{mark} {outcome[0].upper() + outcome[1:]}** ({v.claim.metric}: {v.value_text()}; the claim "
                     f"needs {v.claim.threshold_text()}). " + ("Why: " if v.outcome == "undecided" else "") + v.words)
-
-
-def capacity_req_s(step_model, policy, workload) -> float:
-    """Requests per second an engine with `policy` finishes of `workload`'s requests with its queue never
-    empty, as `step_model` predicts it: the simulator (engine.simulate) runs four full batches of them,
-    all at once, and counts finishes over the middle half."""
-    from dataclasses import replace
-
-    from engine.runs.arrivals import build_requests
-    from engine.core.config import EngineConfig
-    from engine.sim.simulate import SimProfile, simulate
-
-    spec = replace(workload, num_requests=max(16, 4 * policy.max_num_seqs), rate=0.0)
-    name = getattr(step_model, "label", "") or "step model"
-    engine = simulate(EngineConfig(), policy, SimProfile(name, name, step_model), build_requests(spec))
-    done = sorted(r.finish_s for r in engine.requests.values() if r.finish_s is not None)
-    a, b = len(done) // 4, (3 * len(done)) // 4
-    return (b - a) / (done[b] - done[a]) if len(done) >= 4 and done[b] > done[a] else math.nan
-
-
-def playground(step_model, policy, workload) -> None:
-    """The Playground's prediction (lesson 9 asks it too): the arrival rate at which the waiting queue
-    stops emptying. It never holds the page up: the learner commits when they like, and "Show the
-    answer" puts the step model's capacity for the current settings beside the guess, locked."""
-    q = question("playground")
-    with st.expander(":material/psychology: Predict first: when does the queue stop emptying?",
-                     expanded=committed(q) is None):
-        guess = ask(q, holds_results=False)
-        if guess is None:
-            return
-        entry = predictions()[q.lab]
-        if not entry.get("locked") and not st.button("Show the answer", key=f"{q.key}__show",
-                                                      help="The step model's answer for the settings on the "
-                                                           "left; your guess is locked beside it."):
-            st.caption("Run the Playground and raise the arrival rate until waiting stops returning to zero; "
-                       "then press Show the answer.")
-            return
-        mu = capacity_req_s(step_model, policy, workload)
-        reveal(q, guess, mu, f"With max_num_seqs {policy.max_num_seqs} and this workload, the step model says the "
-               f"engine finishes about {mu:.2f} requests/s with its queue never empty: arrivals faster than that "
-               "pile up. (A prediction from the step model; what you saw on the waiting chart is the measurement.)",
-               measured_text=f"{mu:.2f} requests/s", source="simulated")

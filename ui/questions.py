@@ -75,6 +75,8 @@ ASKS = _asks(
     Ask("dynamic_batching", "dynamic_batching", "two-schedulers",
         "Raise max_wait_ms from {first} to {last} ms. What happens to the median TTFT and to the tokens "
         "delivered per second?", defaults={"first": "0", "last": "2,000"}),
+    Ask("cluster", "cluster", "beyond-one-replica", "Which router gives the lowest p95 TTFT here?"),
+    Ask("cluster_scale", "cluster", "beyond-one-replica", "Which autoscaler spends fewer replica-seconds over the ramp?"),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

@@ -7,6 +7,7 @@
     GET  /lab/requests    recent request rows, in the requests.csv columns (?limit=N, 0-5000)
     GET  /lab/policy      the live scheduler policy
     PUT  /lab/policy      change some knobs; needs the instructor token (Authorization: Bearer ...)
+    GET  /lab/instructor  200 with the instructor token, 401 without, 403 with a wrong one
     GET  /lab/load        the background load: running or not, its workload, requests sent
     PUT  /lab/load        start it ({"running": true, workload knobs...}) or stop it; instructor
     POST /lab/reset       abort everything in flight and start a fresh engine; instructor
@@ -318,6 +319,12 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
             raise oa.ApiError(400, str(exc)) from None
         service.set_background(spec)
         return {"running": running}
+
+    @app.get("/lab/instructor")
+    async def instructor(http: HttpRequest):
+        """Whether the caller holds the instructor token (the app's teacher view asks before it shows)."""
+        check_instructor(http, instructor_token, "the instructor's view")
+        return {"instructor": True}
 
     @app.post("/lab/reset")
     async def reset(http: HttpRequest):

@@ -68,14 +68,15 @@ st.markdown(f"The workload: multi-turn chat. Every request starts with one of {s
             f"to {spec.turns} turns), then a new question. Traffic runs at {lab.LOAD:.0%} of what the replicas serve "
             "together; prefix caching is on in every replica. The routers: "
             + "; ".join(f"**{p}**: {POLICY_HELP[p]}" for p in POLICIES) + ".")
-question = predict.Question("cluster", "Which router gives the lowest p95 TTFT here?", choices=POLICIES,
+question = predict.question("cluster", choices=POLICIES, settings={"replica": profile, "replicas": replicas,
+                                                                   "load bound": f"{bound:g}"},
                             help="Think about what each router knows: nothing, the load, the queue, or the prompt.")
 guess = predict.gate(question)
 with st.spinner(f"Simulating {len(POLICIES)} routers…"):
     runs = routing_runs(profile, replicas, bound)
 best = predict.best_of({p: runs[p].summary["ttft_p95_s"] for p in runs})     # a tuple where routers tie
 rr, aff = runs["round_robin"].summary, runs["prefix_affinity"].summary
-predict.record("cluster", best_router=" and ".join(predict.tied(best)), hit_round_robin=f"{rr['prefix_hit_rate']:.0%}",
+predict.record("cluster", {"replica": profile, "replicas": replicas, "load bound": f"{bound:g}"}, best_router=" and ".join(predict.tied(best)), hit_round_robin=f"{rr['prefix_hit_rate']:.0%}",
                hit_affinity=f"{aff['prefix_hit_rate']:.0%}")
 predict.reveal(question, guess, best,
                "p95 TTFT: " + ", ".join(f"{p} {runs[p].summary['ttft_p95_s']:.2f} s" for p in runs)
@@ -133,8 +134,8 @@ st.markdown(f"Traffic ramps from {lows:g}× what one replica serves to {peak:g}�
             "(vllm:num_requests_waiting; target "
             f"{lab.AUTOSCALERS['waiting'].target:g}). Both look every "
             f"{lab.AUTOSCALERS['busy'].interval_s:g} s and scale as Kubernetes' HPA does.")
-q2 = predict.Question("cluster_scale", "Which autoscaler spends fewer replica-seconds over the ramp?",
-                      choices=tuple(lab.AUTOSCALER_NAMES.values()),
+q2 = predict.question("cluster_scale", choices=tuple(lab.AUTOSCALER_NAMES.values()),
+                      settings={"replica": profile, "start-up delay": f"{startup:g} s"},
                       help="A replica-second is one replica running (or starting) for one second: what you pay for.")
 guess2 = predict.gate(q2)
 with st.spinner("Simulating the ramp under both autoscalers…"):

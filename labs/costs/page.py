@@ -57,7 +57,8 @@ st.markdown(f"{lab.DECODE_STREAMS} requests start decoding at t = 0 ({lab.DECODE
             f"steps. **Off**: a prompt must fit in one step whole, so the budget is raised to {off_budget} "
             f"(as vLLM requires). Step priority **{priority}**: in each step {first}.")
 settings = (arrivals, long_len, budget, priority)
-stall_q = predict.question("costs_stall")
+named = {"long prompt": f"{long_len} tokens", "token budget": budget, "step priority": priority}
+stall_q = predict.question("costs_stall", settings=named)
 stall_guess = predict.ask(stall_q)
 if stall_guess is not None:
     got, stall_source = widgets.measured_or_simulated(
@@ -70,7 +71,7 @@ if stall_guess is not None:
     off, on = summ["off"], summ["on"]
     stall_ratio = off["decode_gap_max_ms"] / off["decode_gap_p50_ms"]
     if stall_measured:
-        predict.record("costs", max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
+        predict.record("costs", named, max_gap_off=f"{off['decode_gap_max_ms']:.0f} ms",
                        max_gap_on=f"{on['decode_gap_max_ms']:.0f} ms")
     predict.reveal(stall_q, stall_guess, stall_ratio, f"The usual gap was {off['decode_gap_p50_ms']:.0f} ms, the "
                    f"longest {off['decode_gap_max_ms']:.0f} ms.", measured_text=f"×{stall_ratio:.1f}", source=stall_source)
@@ -99,7 +100,7 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lab.KV_SLOTS} running together. "
             f"The cache may hold **{capacity} tokens**; all {lab.KV_SLOTS} at their longest need about "
             f"{lab.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
-kv_q = predict.question("costs_kv", capacity=f"{capacity:,}")
+kv_q = predict.question("costs_kv", capacity=f"{capacity:,}", settings={"KV capacity": f"{capacity:,} tokens"})
 kv_guess = predict.ask(kv_q)
 if kv_guess is not None:
     got_kv, kv_source = widgets.measured_or_simulated(

@@ -46,7 +46,9 @@ st.markdown(f"The workload: {spec.num_requests} requests arriving at random at {
             f"{lab.LOAD:.0%} of what this machine's step model says the batcher serves with {slots} slots; prompts "
             f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, {spec.output_len.lo} output tokens each "
             f"(all the same length, so no batch waits for one long member). Each max_wait_ms is run {repeats} times.")
-question = predict.question("dynamic_batching", choices=lab.OUTCOMES, first=f"{waits[0]:g}", last=f"{waits[-1]:,g}")
+named = {"max_wait_ms": ", ".join(f"{w:g}" for w in waits), "batch slots": slots, "runs per setting": repeats}
+question = predict.question("dynamic_batching", choices=lab.OUTCOMES, first=f"{waits[0]:g}", last=f"{waits[-1]:,g}",
+                            settings=named)     # what the prediction is scored on
 guess = predict.gate(question)
 settings = (rate, tuple(waits), slots, repeats)
 sim = simulated_table(step_model, *settings)

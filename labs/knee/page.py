@@ -42,9 +42,11 @@ st.markdown(f"The workload: for each setting, {lab.FILL} full batches of request
             f"{widgets.plural(repeats, 'time')} ({'seed 0' if repeats == 1 else f'seeds 0–{repeats - 1}'}), the "
             "simulation once (seed 0). "
             f"**The knee** here: {knee_rule.RULE}.")
-question = predict.question("knee", choices=tuple(values), help=f"Remember the rule: {knee_rule.RULE}.")
+named = {"max_num_seqs": ", ".join(map(str, values)), "runs per setting": repeats}     # what the predictions are scored on
+slos = {**named, "TPOT SLO": f"{tpot * 1000:g} ms", "TTFT SLO": f"{ttft:g} s"}
+question = predict.question("knee", choices=tuple(values), settings=named, help=f"Remember the rule: {knee_rule.RULE}.")
 guess = predict.gate(question)
-goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"),
+goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"), settings=slos,
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
 step_model, profiled = calculators.saved_step_model()
@@ -67,7 +69,7 @@ k = table[table.max_num_seqs == knee].iloc[0]
 top = table.iloc[-1]
 best_good = table.loc[table.goodput_req_s.idxmax()]
 if measured:
-    predict.record("knee", knee=str(knee), tpot_p95_knee=f"{k.tpot_p95_ms:.0f} ms")
+    predict.record("knee", named, knee=str(knee), tpot_p95_knee=f"{k.tpot_p95_ms:.0f} ms")
 predict.reveal(question, guess, knee, f"max_num_seqs {knee} makes {k.output_tok_s:.0f} tok/s, "
                f"{k.output_tok_s / table.output_tok_s.max():.0%} of the best ({table.output_tok_s.max():.0f})"
                + ("" if measured else f"; over the simulated sweep of {int(sim.max_num_seqs.min())}–"

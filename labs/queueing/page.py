@@ -52,6 +52,7 @@ def _estimate() -> str:
 
 lo, hi = rhos[0], rhos[-1]
 question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
+                            settings={"utilizations": ", ".join(f"{r:.0%}" for r in rhos)},
                             help="ρ is the share of the engine's capacity the arrivals ask for. The lesson's "
                                  "M/M/1 table is one way to reason about it.")
 guess = predict.gate(question)
@@ -68,7 +69,7 @@ ratio = last.queue_mean_s / first.queue_mean_s if first.queue_mean_s > 0 else fl
 because = (f"Mean queue time was {first.queue_mean_s:.3g} s at {first.rho:.0%} and {last.queue_mean_s:.3g} s at "
            f"{last.rho:.0%}.")
 if measured:
-    predict.record("queueing", mu=f"{mu:.2f} requests/s")
+    predict.record("queueing", {"utilizations": ", ".join(f"{r:.0%}" for r in rhos)}, mu=f"{mu:.2f} requests/s")
 predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}", source=source)
 predict.show_verdict(lab.explodes_verdict(points, mu), source)
 cols = st.columns(3)

@@ -56,9 +56,10 @@ st.markdown(
       f"the real engine {lab.REQUESTS}.")
 st.markdown("\n".join(f"- **{o}**: {ORDER_HELP[o]}" for o in orders))
 settings = (tuple(orders), rate, seed)
-question = predict.question("scheduler_orders", choices=tuple(t for t, _, _, _ in lab.TENANTS))
+named = {"orders": ", ".join(orders), "load": f"{load:.0%} of capacity", "seed": seed}    # what the predictions are scored on
+question = predict.question("scheduler_orders", choices=tuple(t for t, _, _, _ in lab.TENANTS), settings=named)
 guess = predict.gate(question)
-starve_q = predict.question("orders_starve", choices=tuple(orders))
+starve_q = predict.question("orders_starve", choices=tuple(orders), settings=named)
 starve_guess = predict.gate(starve_q)
 got, source = widgets.measured_or_simulated(
     "orders", settings, lambda m, **kw: lab.order_runs(m, rate, orders, seed, **kw), "Run every order",
@@ -72,7 +73,7 @@ table = lab.tenant_table(got)
 fcfs_p95 = table[table["order"] == lab.BASELINE].set_index("tenant")["ttft_p95_s"]
 worst = predict.best_of(fcfs_p95.to_dict(), highest=True)            # a tuple where tenants tie
 if measured:
-    predict.record("scheduler_orders", fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
+    predict.record("scheduler_orders", named, fcfs_ttft_p95=f"{got['fcfs'][0].summary['ttft_s']['p95']:.2f} s")
 predict.reveal(question, guess, worst, f"p95 TTFT under {lab.BASELINE}: "
                + ", ".join(f"{t} {v:.2f} s" for t, v in fcfs_p95.sort_values(ascending=False).items()) + ".",
                source=source)

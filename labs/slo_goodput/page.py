@@ -42,9 +42,10 @@ st.markdown(f"The workload: {spec.num_requests} requests (prompts {spec.prompt_l
             f"{', '.join(f'{r:g}' for r in rates)} requests/s ("
             f"{', '.join(f'{x:.0%}' for x in lab.LOADS)} of the capacity this machine's step model predicts), "
             f"continuous batching with {lab.POLICY.max_num_seqs} slots.")
-question = predict.question("slo_goodput", choices=(*rates, "none of them"))
+named = {"TTFT SLO": f"{ttft * 1000:g} ms", "TPOT SLO": f"{tpot * 1000:g} ms"}     # what the predictions are scored on
+question = predict.question("slo_goodput", choices=(*rates, "none of them"), settings=named)
 guess = predict.gate(question)
-miss_q = predict.question("slo_first_miss")
+miss_q = predict.question("slo_first_miss", settings=named)
 miss_guess = predict.gate(miss_q)
 sim = lab.goodput_table(simulated_runs(step_model), ttft, tpot)
 sim_name = simulated_name(step_model)
@@ -76,7 +77,7 @@ res = next(r for x, r, _ in got if x == rate)
 g = table[table["rate"] == rate].iloc[0]
 if measured:
     top_res = got[-1][1]
-    predict.record("slo_goodput", top_rate=f"{top.rate:g} requests/s",
+    predict.record("slo_goodput", named, top_rate=f"{top.rate:g} requests/s",
                    ttft_p95_top_rate=f"{top_res.summary['ttft_s']['p95']:.2f} s")
 
 cols = st.columns(4)

@@ -41,10 +41,11 @@ st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arr
             f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}.")
 
 settings = (workload, slots, seed)
-question = predict.question("static_vs_continuous", choices=lab.FINISH_CHOICES,
+named = {"workload": workload, "batch slots": slots, "seed": seed}      # what the predictions are scored on
+question = predict.question("static_vs_continuous", choices=lab.FINISH_CHOICES, settings=named,
                             help=f"\"{lab.SAME}\": the two finish within {lab.SAME_WITHIN:.0%} of each other.")
 guess = predict.gate(question)
-ttft_q = predict.question("svc_ttft")
+ttft_q = predict.question("svc_ttft", settings=named)
 ttft_guess = predict.gate(ttft_q)
 step_model, profiled = calculators.saved_step_model()
 sim = simulated_modes(step_model, *settings)
@@ -65,7 +66,7 @@ summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in shown.items()}
 s, c = summ["static"], summ["continuous"]
 first = lab.first_to_finish({"static": s["duration_s"], "continuous": c["duration_s"]})
 if measured:
-    predict.record("static_vs_continuous", ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
+    predict.record("static_vs_continuous", named, ttft_p95_static=f"{s['ttft_p95_s']:.2f} s",
                    ttft_p95_continuous=f"{c['ttft_p95_s']:.2f} s")
 predict.reveal(question, guess, first, f"Static took {s['duration_s']:.2f} s and continuous {c['duration_s']:.2f} s.",
                source=source)

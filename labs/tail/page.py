@@ -51,10 +51,11 @@ st.markdown(f"The workload: requests at {rate:g} per second in all ({lab.LOAD:.0
             f"{lab.POLICY.max_num_seqs} slots. The simulator runs {lab.SIM_REQUESTS} requests, the real engine "
             f"{lab.REQUESTS}.")
 settings = (rate, share, bursty, seed)
-question = predict.question("tail", help="p99: the time that 99 of 100 requests beat. Its distance from the median "
+named = {"long-prompt share": f"{share:.0%}", "bursty tenant": "on" if bursty else "off", "seed": seed}   # scored on
+question = predict.question("tail", settings=named, help="p99: the time that 99 of 100 requests beat. Its distance from the median "
                                          "is how uneven the service is.")
 guess = predict.gate(question)
-group_q = predict.question("tail_group", choices=tuple(name for _, _, name in lab.PROMPT_BUCKETS))
+group_q = predict.question("tail_group", choices=tuple(name for _, _, name in lab.PROMPT_BUCKETS), settings=named)
 group_guess = predict.gate(group_q)
 got, source = widgets.measured_or_simulated(
     "tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw), "Run this workload",
@@ -65,7 +66,7 @@ res, _ = got if measured else simulated_run(step_model, *settings)
 reqs, _ = frames(res)
 ttft = lab.percentile_table(reqs, "ttft_s").iloc[0]
 if measured:
-    predict.record("tail", ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
+    predict.record("tail", named, ttft_p50=f"{ttft.p50:.2f} s", ttft_p99=f"{ttft.p99:.2f} s")
 predict.reveal(question, guess, ttft.p99 / ttft.p50, f"p50 TTFT {ttft.p50:.2f} s, p99 {ttft.p99:.2f} s, from "
                f"{int(ttft.n)} requests.", measured_text=f"×{ttft.p99 / ttft.p50:.1f}", source=source)
 by_prompt = lab.percentile_table(reqs, "ttft_s", lab.prompt_bucket(reqs["prompt_tokens"])).iloc[1:]

@@ -25,10 +25,12 @@ widgets.write_link(["wb_sizes", "wb_context", "wb_steps", "wb_repeats"])
 
 sizes = sorted(st.session_state.wb_sizes) or [1]
 settings = (sizes, st.session_state.wb_context, st.session_state.wb_steps, st.session_state.wb_repeats)
-question = predict.question("why_batch", help="If the step took no longer with 8 sequences, the answer would be 1×; "
+named = {"batch sizes": ", ".join(map(str, sizes)), "context": f"{settings[1]} tokens", "timed steps": settings[2],
+         "passes": settings[3]}        # what the predictions are scored on
+question = predict.question("why_batch", settings=named, help="If the step took no longer with 8 sequences, the answer would be 1×; "
                             "if it took 8× as long, batching would gain nothing.")
 guess = predict.gate(question)
-knee_q = predict.question("why_batch_knee", choices=tuple(sizes), share=f"{knee_rule.KNEE_SHARE:.0%}",
+knee_q = predict.question("why_batch_knee", choices=tuple(sizes), settings=named, share=f"{knee_rule.KNEE_SHARE:.0%}",
                           help=f"The rule: {knee_rule.RULE}.")
 knee_guess = predict.gate(knee_q)
 step_model, profiled = calculators.saved_step_model()
@@ -50,7 +52,7 @@ ratio = last.tokens_per_s / first.tokens_per_s
 at = table.set_index("batch")
 step_ratio = (at.step_ms[lab.CLAIM_BATCH] / at.step_ms[1]) if {1, lab.CLAIM_BATCH} <= set(at.index) else float("nan")
 if measured:
-    predict.record("why_batch", **{f"step_ms_{int(r.batch)}": f"{r.step_ms:.1f} ms" for r in table.itertuples()})
+    predict.record("why_batch", named, **{f"step_ms_{int(r.batch)}": f"{r.step_ms:.1f} ms" for r in table.itertuples()})
 if step_ratio == step_ratio:
     predict.reveal(question, guess, step_ratio, f"Batch {lab.CLAIM_BATCH}: {at.step_ms[lab.CLAIM_BATCH]:.1f} ms a step; "
                    f"batch 1: {at.step_ms[1]:.1f} ms.", measured_text=f"×{step_ratio:.2f}", source=source)

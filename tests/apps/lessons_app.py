@@ -7,6 +7,7 @@ fallback. A test moves between pages by setting st.session_state["goto"] to a ur
 import streamlit as st
 
 from lessons.views import LAB_URL_PATHS, lesson_pages, progress_sidebar, search_sidebar
+from ui import learner
 
 
 def home() -> None:
@@ -17,6 +18,7 @@ def why_batch_lab() -> None:
     st.title("Why batch lab")
 
 
+learner.begin()
 labs = {"why_batch": st.Page(why_batch_lab, title="Why batch lab", icon=":material/science:",
                              url_path=LAB_URL_PATHS["why_batch"])}
 pages = [st.Page(home, title="Home", url_path="home", default=True), *lesson_pages(labs),
