@@ -38,7 +38,9 @@ SLO_TARGETS = SLO_KNOBS
 # A knob that only matters in some setups is greyed out in the others.
 ONLY_WHEN = {"max_wait_ms": lambda s: s.mode == "static",
              "long_prefill_token_threshold": lambda s: s.enable_chunked_prefill,
-             "num_requests": lambda s: not s.endless}
+             "num_requests": lambda s: not s.endless,
+             **{name: (lambda s: s.speculative_method != "off")
+                for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")}}
 
 
 def _key(name: str) -> str:

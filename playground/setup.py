@@ -68,7 +68,9 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
         return {name: getattr(self, name) for name in knobs}
 
     def policy(self) -> SchedulerPolicy:
-        return SchedulerPolicy(**self._values(POLICY_KNOBS)).validate()
+        values = self._values(POLICY_KNOBS)     # a longest n-gram below the shortest is raised to match
+        values["prompt_lookup_max"] = max(values["prompt_lookup_min"], values["prompt_lookup_max"])
+        return SchedulerPolicy(**values).validate()
 
     def workload(self) -> WorkloadSpec:
         values = self._values(WORKLOAD_KNOBS)
