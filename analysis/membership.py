@@ -198,15 +198,15 @@ def _runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 HIT_MARK = dict(symbol="diamond", color="white", line=dict(color="black", width=1.5))
 DRAFT_MARK = dict(symbol="triangle-up", color="white", line=dict(color="black", width=1.5))
-ALL_REJECTED_MARK = dict(symbol="triangle-down-open", color="black", line=dict(color="black", width=1.5))
+ALL_REJECTED_MARK = dict(symbol="triangle-down", color="black", line=dict(color="white", width=1))
 
 
 def _legend(phase: np.ndarray, shapes: list, hits: bool = False, drafts: tuple[bool, bool] = (False, False)) -> list:
     """One legend entry for each kind of thing drawn, drawn the way the chart draws it."""
     entries = [
         ("prefix-cache hit (◆): prompt tokens not computed", hits, dict(size=10, **HIT_MARK)),
-        ("drafts checked, some accepted (▲)", drafts[0], dict(size=10, **DRAFT_MARK)),
-        ("drafts checked, all rejected (▽)", drafts[1], dict(size=10, **ALL_REJECTED_MARK)),
+        ("drafts checked, some accepted (△)", drafts[0], dict(size=10, **DRAFT_MARK)),
+        ("drafts checked, all rejected (▼)", drafts[1], dict(size=10, **ALL_REJECTED_MARK)),
         ("prefill step (╱)", (phase == 1).any(), dict(symbol="line-ne", size=12,
                                                        line=dict(color="black", width=2))),
         ("decode step (plain)", (phase == 2).any(), dict(symbol="square", size=12, color="white",
@@ -336,7 +336,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                             f"{tokens[i, j]} computed" for i, j in zip(hit_step, hit_slot)],
                       hovertemplate="step %{x} · slot %{y}<br>%{text}<extra></extra>")] if len(hit_step) else []
     # Speculative decoding: a triangle on each cell whose request had drafts checked in that step,
-    # up where the model accepted some, down where it rejected them all; its hover gives the counts.
+    # white and up where the model accepted some, black and down where it rejected them all; its hover gives the counts.
     drafts = []
     for some, mark in ((True, DRAFT_MARK), (False, ALL_REJECTED_MARK)):
         d_step, d_slot = np.nonzero((drafted > 0) & ((accepted > 0) == some))

@@ -249,7 +249,7 @@ def test_membership_chart_marks_every_checked_draft_with_counts_that_add_up():
                                          text).groups()
         assert (int(d), int(a)) == want[(int(x), rid)] and int(a) + int(r) == int(d) and int(new) == int(a) + 1
     legend = {t["name"] for t in fig["data"] if t.get("name")}
-    assert {"drafts checked, some accepted (▲)", "drafts checked, all rejected (▽)"} <= legend
+    assert {"drafts checked, some accepted (△)", "drafts checked, all rejected (▼)"} <= legend
 
 
 def test_drafts_chart_adds_up_at_every_step_and_matches_the_summary():
