@@ -291,3 +291,12 @@ def test_metrics_page_counts_drafts_under_vllms_names():
     assert value("vllm:spec_decode_num_accepted_tokens_total") == 6
     per_pos = [value("vllm:spec_decode_num_accepted_tokens_per_pos_total", f'position="{p}"') for p in range(4)]
     assert per_pos == [2, 2, 1, 1]
+
+
+def test_playground_link_with_the_lookup_upside_down_is_raised_and_said():
+    from playground.setup import Setup
+    setup, problems = Setup.from_query({"speculative_method": "ngram", "prompt_lookup_min": "6",
+                                        "prompt_lookup_max": "3"})
+    assert (setup.prompt_lookup_min, setup.prompt_lookup_max) == (6, 6)
+    assert "lookup 'to' was below 'from': raised to match" in problems
+    assert setup.policy().speculative_method == "ngram" and setup.policy().prompt_lookup_max == 6
