@@ -43,6 +43,8 @@ class SlotGrid:
     phase: np.ndarray  # (n_steps, n_slots) 0 empty, 1 prefill, 2 decode
     tokens: np.ndarray  # (n_steps, n_slots) tokens the request carried in that step
     cached: np.ndarray = None  # (n_steps, n_slots) prompt tokens a prefix-cache hit saved it, as it started
+    drafted: np.ndarray = None   # (n_steps, n_slots) tokens guessed ahead and checked in that step (speculation)
+    accepted: np.ndarray = None  # (n_steps, n_slots) of them, those the model agreed with; the rest were rejected
 
     @property
     def ids(self) -> np.ndarray:
@@ -66,13 +68,14 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
     grows to fit.
     """
     n = 0 if steps is None else len(steps)
-    rows, cols, codes, phases, tokens, cached = [], [], [], [], [], []
+    rows, cols, codes, phases, tokens, cached, drafted, accepted = [], [], [], [], [], [], [], []
     code_of: dict[str, int] = {}  # request id -> its index in names
     slot_of: dict[str, int] = {}  # request id -> row, for requests in the batch
     free = list(range(max_slots))  # a heap: lowest free row first
     width = max_slots
     per_step = steps["members"].tolist() if n and "members" in steps.columns else [()] * n
     hits = steps["prefix_hits"].tolist() if n and "prefix_hits" in steps.columns else [()] * n
+    drafts = steps["drafts"].tolist() if n and "drafts" in steps.columns else [()] * n
     # The live page rebuilds this every refresh over hundreds of steps: a step that keeps the
     # previous step's batch (most decode steps) reuses its rows and codes.
     ids, step_cols, step_codes = [], [], []     # the previous step's request ids, their rows and codes
@@ -97,6 +100,9 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
         tokens += [tok for _, _, tok in members]
         hit = dict(hits[i]) if isinstance(hits[i], (tuple, list)) and hits[i] else None
         cached += [hit.get(rid, 0) for rid in step_ids] if hit else [0] * len(step_ids)
+        checked = {d[0]: (d[1], d[2]) for d in drafts[i]} if isinstance(drafts[i], (tuple, list)) else {}
+        drafted += [checked.get(rid, (0, 0))[0] for rid in step_ids]
+        accepted += [checked.get(rid, (0, 0))[1] for rid in step_ids]
     grid = SlotGrid(
         steps=num(steps, "step").astype(np.int64) if n else np.zeros(0, np.int64),
         names=np.array([*code_of, ""], dtype=str),
@@ -104,12 +110,16 @@ def slot_grid(steps: pd.DataFrame, max_slots: int) -> SlotGrid:
         phase=np.zeros((n, width), dtype=np.int8),
         tokens=np.zeros((n, width), dtype=np.int64),
         cached=np.zeros((n, width), dtype=np.int64),
+        drafted=np.zeros((n, width), dtype=np.int64),
+        accepted=np.zeros((n, width), dtype=np.int64),
     )
     cells = (np.asarray(rows, dtype=np.intp), np.asarray(cols, dtype=np.intp))
     grid.code[cells] = codes
     grid.phase[cells] = phases
     grid.tokens[cells] = tokens
     grid.cached[cells] = cached
+    grid.drafted[cells] = drafted
+    grid.accepted[cells] = accepted
     return grid
 
 
@@ -187,12 +197,16 @@ def _runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 HIT_MARK = dict(symbol="diamond", color="white", line=dict(color="black", width=1.5))
+DRAFT_MARK = dict(symbol="triangle-up", color="white", line=dict(color="black", width=1.5))
+ALL_REJECTED_MARK = dict(symbol="triangle-down", color="black", line=dict(color="white", width=1))
 
 
-def _legend(phase: np.ndarray, shapes: list, hits: bool = False) -> list:
+def _legend(phase: np.ndarray, shapes: list, hits: bool = False, drafts: tuple[bool, bool] = (False, False)) -> list:
     """One legend entry for each kind of thing drawn, drawn the way the chart draws it."""
     entries = [
         ("prefix-cache hit (◆): prompt tokens not computed", hits, dict(size=10, **HIT_MARK)),
+        ("drafts checked, some accepted (△)", drafts[0], dict(size=10, **DRAFT_MARK)),
+        ("drafts checked, all rejected (▼)", drafts[1], dict(size=10, **ALL_REJECTED_MARK)),
         ("prefill step (╱)", (phase == 1).any(), dict(symbol="line-ne", size=12,
                                                        line=dict(color="black", width=2))),
         ("decode step (plain)", (phase == 2).any(), dict(symbol="square", size=12, color="white",
@@ -263,7 +277,7 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
     grid = slot_grid(steps.iloc[start:hi], max_slots)
     keep = slice(lo - start, None)
     code, phase, tokens, x = grid.code[keep], grid.phase[keep], grid.tokens[keep], grid.steps[keep]
-    cached = grid.cached[keep]
+    cached, drafted, accepted = grid.cached[keep], grid.drafted[keep], grid.accepted[keep]
 
     by_owner = owners is not None
     if by_owner:
@@ -321,6 +335,19 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                       text=[f"{grid.names[code[i, j]]}: {cached[i, j]} prompt tokens from the prefix cache, "
                             f"{tokens[i, j]} computed" for i, j in zip(hit_step, hit_slot)],
                       hovertemplate="step %{x} · slot %{y}<br>%{text}<extra></extra>")] if len(hit_step) else []
+    # Speculative decoding: a triangle on each cell whose request had drafts checked in that step,
+    # white and up where the model accepted some, black and down where it rejected them all; its hover gives the counts.
+    drafts = []
+    for some, mark in ((True, DRAFT_MARK), (False, ALL_REJECTED_MARK)):
+        d_step, d_slot = np.nonzero((drafted > 0) & ((accepted > 0) == some))
+        if len(d_step):
+            drafts.append(dict(
+                type="scatter", x=x[d_step], y=d_slot, mode="markers", showlegend=False,
+                marker=dict(size=max(6.0, min(cell_w, cell_h, 12.0)), **mark),
+                text=[f"{grid.names[code[i, j]]}: {drafted[i, j]} drafted, {accepted[i, j]} accepted, "
+                      f"{drafted[i, j] - accepted[i, j]} rejected; {accepted[i, j] + 1} new tokens"
+                      for i, j in zip(d_step, d_slot)],
+                hovertemplate="step %{x} · slot %{y}<br>%{text}<extra></extra>"))
     if presenter:                  # one line, readable from the back of the room
         good = ("One colour per student" if by_owner else "One colour per request") + \
             "; ╱\u00a0=\u00a0prefill, plain = decode, grey = empty slot."
@@ -335,11 +362,12 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
         yaxis=dict(range=[grid.n_slots - 0.5, -0.5], dtick=1 if cell_h >= px + 2 else None,
                    showgrid=False, zeroline=False))
     out["height"] = plot_h + out["margin"]["t"] + out["margin"]["b"]
-    legend = _legend(phase, shapes, bool(hit_marks))
+    legend = _legend(phase, shapes, bool(hit_marks),
+                     (bool(((drafted > 0) & (accepted > 0)).any()), bool(((drafted > 0) & (accepted == 0)).any())))
     if by_owner:                             # the students drawn, each in their colour
         drawn = sorted({str(shown[c]) for c in np.unique(code[code >= 0])})
         legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=who, hoverinfo="skip",
                        marker=dict(symbol="square", size=12,
                                    color=REQUEST_COLORS[owner_hue.get(who, OTHER_HUE)]))
                   for who in drawn] + legend
-    return figure(data=[heat, *prefill, *ids, *hit_marks, *legend], layout=out)
+    return figure(data=[heat, *prefill, *ids, *hit_marks, *drafts, *legend], layout=out)

@@ -16,20 +16,19 @@ import re
 import streamlit as st
 
 from engine.core.config import SLO_KNOBS
-from engine.runs.workload import LENGTH_RANGES
 
 from playground import engines
 from playground.capacity import rate_slider_hi
 from playground.reattach import TOKEN_PARAM
-from playground.setup import KNOBS, POLICY_KNOBS, WORKLOAD_KNOBS, Setup, knobs_for
+from playground.setup import KNOBS, POLICY_KNOBS, RANGES, WORKLOAD_KNOBS, Setup, knobs_for
 from playground.presets import PRESETS, matching_preset
 
 PREFIX = "pg_"
 CUSTOM = "custom"
 
 # The special cases. Two knobs share one from–to slider:
-RANGES = LENGTH_RANGES
-RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output tokens (from – to)"}
+RANGE_LABELS = {"prompt": "Prompt tokens (from – to)", "output": "Output tokens (from – to)",
+                "lookup": "N-gram sizes looked up (from – to)"}
 IN_RANGE = {name: rng for rng, pair in RANGES.items() for name in pair}
 # The names of the setup's widgets (a length range is one widget for two knobs).
 WIDGET_NAMES = [name for name in KNOBS if name not in IN_RANGE] + [rng + "_len" for rng in RANGES] + ["engine", "speed"]
@@ -38,7 +37,9 @@ SLO_TARGETS = SLO_KNOBS
 # A knob that only matters in some setups is greyed out in the others.
 ONLY_WHEN = {"max_wait_ms": lambda s: s.mode == "static",
              "long_prefill_token_threshold": lambda s: s.enable_chunked_prefill,
-             "num_requests": lambda s: not s.endless}
+             "num_requests": lambda s: not s.endless,
+             **{name: (lambda s: s.speculative_method != "off")
+                for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")}}
 
 
 def _key(name: str) -> str:
@@ -194,8 +195,9 @@ def _widget(name: str) -> None:
 
 def _range(rng: str) -> None:
     lo, hi = (KNOBS[name] for name in RANGES[rng])
+    disabled = lo.name in ONLY_WHEN and not ONLY_WHEN[lo.name](current_setup())
     st.slider(RANGE_LABELS[rng], min_value=int(lo.lo), max_value=int(hi.hi), step=int(lo.step),
-              key=_key(rng + "_len"), help=f"{lo.help} {hi.help}")
+              key=_key(rng + "_len"), help=f"{lo.help} {hi.help}", disabled=disabled)
 
 
 def _seed() -> None:

@@ -48,6 +48,8 @@ def on_slider(k: Knob) -> Knob:
 
 
 KNOBS = {name: on_slider(k) for name, k in {**WORKLOAD_KNOBS, **POLICY_KNOBS}.items()}
+# Pairs of knobs drawn as one from–to slider; a 'to' below 'from' (from a link) is raised to match.
+RANGES = {**LENGTH_RANGES, "lookup": ("prompt_lookup_min", "prompt_lookup_max")}
 
 
 def knobs_for(rate_hi: float) -> dict[str, Knob]:
@@ -68,7 +70,10 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
         return {name: getattr(self, name) for name in knobs}
 
     def policy(self) -> SchedulerPolicy:
-        return SchedulerPolicy(**self._values(POLICY_KNOBS)).validate()
+        values = self._values(POLICY_KNOBS)
+        lo, hi = RANGES["lookup"]                # a longest n-gram below the shortest is raised to match
+        values[hi] = max(values[lo], values[hi])
+        return SchedulerPolicy(**values).validate()
 
     def workload(self) -> WorkloadSpec:
         values = self._values(WORKLOAD_KNOBS)
@@ -126,7 +131,7 @@ class Setup(make_dataclass("SetupFields", [(name, type(k.default), field(default
                 problems.append(f"Link value {name}={raw} is outside {knob.lo:g}–{knob.hi:g}: using {value:g}.")
             values[name] = value
         setup = cls(**values)
-        for what, (lo, hi) in LENGTH_RANGES.items():
+        for what, (lo, hi) in RANGES.items():
             if getattr(setup, hi) < getattr(setup, lo):
                 setup = setup.changed(**{hi: getattr(setup, lo)})
                 problems.append(f"{what} 'to' was below 'from': raised to match")

@@ -24,7 +24,8 @@ REQUEST_ROWS = 500         # recent request rows asked for at each poll
 
 def step_record(d: dict) -> StepRecord:
     """A step as /lab/steps sends it -> the engine's StepRecord, members as tuples again."""
-    return StepRecord(**{**d, "members": tuple((str(rid), str(phase), int(n)) for rid, phase, n in d["members"])})
+    return StepRecord(**{**d, "members": tuple((str(rid), str(phase), int(n)) for rid, phase, n in d["members"]),
+                         "drafts": tuple((str(rid), int(k), int(a)) for rid, k, a in d.get("drafts", ()))})
 
 
 def mark_of(d: dict) -> PolicyMark:

@@ -43,7 +43,7 @@ def run_command(args, policy, spec) -> int:
     with StopOnSignal() as stop, OutDir(args.out) as out:     # a bad --out is refused here, before the run
         for note in out.notes:                                # leftovers of an interrupted run, tidied
             print(note, file=sys.stderr)
-        engine, model = start_engine(args, config, policy, profile)
+        engine, model = start_engine(args, config, policy, profile, spec)
         rows = submit_all(engine, args, spec, model)
         run_with_progress(engine, should_stop=lambda: bool(stop.signum))
         partial = bool(stop.signum)
@@ -93,10 +93,10 @@ def simulation_profile(args, config: EngineConfig) -> SimProfile | None:
     return None
 
 
-def start_engine(args, config: EngineConfig, policy, profile: SimProfile | None):
+def start_engine(args, config: EngineConfig, policy, profile: SimProfile | None, spec=None):
     """The engine, once its KV pool is known to fit in this machine's memory."""
     if profile is not None:
-        return build_simulation(config, policy, profile), None
+        return build_simulation(config, policy, profile, spec.draft_acceptance if spec else 0.0), None
     from ..model.model import load_model
     print(f"loading {config.model} ...", file=sys.stderr)
     model = load_model(config.model, config.device, config.dtype)

@@ -37,7 +37,13 @@ class StepPriority(StrEnum):
     PREFILL_FIRST = "prefill_first"
 
 
+class SpeculativeMethod(StrEnum):
+    OFF = "off"
+    NGRAM = "ngram"              # prompt lookup: drafts copied from the request's own text (engine/core/ngram.py)
+
+
 MODES, ORDERS, STEP_PRIORITIES = tuple(Mode), tuple(Order), tuple(StepPriority)
+SPECULATIVE_METHODS = tuple(SpeculativeMethod)
 DEVICE_TYPES = ("cpu", "cuda")   # and "auto"; "cuda:1" picks a GPU
 SLO_KNOBS = ("ttft_slo_s", "tpot_slo_s")   # the policy's targets: they score runs (and set edf's deadline)
 
@@ -99,6 +105,26 @@ class SchedulerPolicy:
         0, "Max waiting (admission control)",
         "Reject new arrivals while this many requests already wait. 0 = never reject.",
         lo=0, hi=100000, slider_hi=500)
+    speculative_method: SpeculativeMethod = knob(
+        SpeculativeMethod.OFF, "Speculative decoding",
+        "off: one new token per decoding request per step. ngram: guess a request's next tokens by "
+        "finding its last few tokens earlier in its own prompt and output and copying what followed "
+        "(prompt lookup, vLLM's ngram method); the step checks every guess at once and keeps the "
+        "guesses the model agrees with, plus one token of its own. Greedy requests only.",
+        choices=SPECULATIVE_METHODS)
+    num_speculative_tokens: int = knob(
+        4, "Drafted tokens per step",
+        "num_speculative_tokens: the most tokens guessed ahead for one request in one step. Each "
+        "one is checked in the same forward pass and counts against the token budget.",
+        lo=1, hi=64, slider_hi=10, unit="tokens")
+    prompt_lookup_min: int = knob(
+        2, "Shortest n-gram looked up",
+        "prompt_lookup_min: the fewest last tokens that must match earlier text before anything is "
+        "drafted (vLLM uses 5 when neither size is set).", lo=1, hi=64, slider_hi=10, unit="tokens")
+    prompt_lookup_max: int = knob(
+        5, "Longest n-gram looked up",
+        "prompt_lookup_max: the most last tokens the lookup tries to match; a longer match wins. "
+        "At least prompt_lookup_min.", lo=1, hi=64, slider_hi=10, unit="tokens")
     ttft_slo_s: float = knob(
         2.0, "TTFT target (s)",
         "Time to first token a user will accept. Requests over it do not count towards goodput; "
@@ -113,6 +139,10 @@ class SchedulerPolicy:
         """Raise ValueError naming the knob, its value and the allowed range for any value the
         engine cannot use."""
         check_all(self)
+        if self.prompt_lookup_max < self.prompt_lookup_min:
+            raise ValueError(f"prompt_lookup_max must be at least prompt_lookup_min (got "
+                             f"prompt_lookup_max={self.prompt_lookup_max}, prompt_lookup_min={self.prompt_lookup_min}; "
+                             f"allowed {self.prompt_lookup_min}–64)")
         return self
 
     def changed(self, **changes) -> "SchedulerPolicy":

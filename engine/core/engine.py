@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from .config import SchedulerPolicy
 from .executor import Executor
 from .kv_cache import BlockPool
+from .marks import PolicyMark
 from .metrics import SLO, Counts, Retired
+from .ngram import propose
+from .speculative import accept
 from .request import Event, EventKind, Request, Status
 from .scheduler import Scheduler, ScheduledChunk, StepPlan
 from .step_model import step_shape
@@ -42,6 +45,9 @@ class StepRecord:
     error: str = ""
     prefix_queries: int = 0                          # tokens looked up in the prefix cache this step
     prefix_hits: tuple[tuple[str, int], ...] = ()    # (request id, prompt tokens the cache saved it)
+    # speculative decoding: (request id, tokens drafted, tokens of them accepted) for each request
+    # whose drafts were checked in this step; rejected = drafted - accepted
+    drafts: tuple[tuple[str, int, int], ...] = ()
     # This step's batch limit, and the whole run's counts at its end (Engine.counts): arrived =
     # waiting + running + finished + rejected + failed + aborted, where `running` counts the
     # requests holding a batch slot once the step is done (`members` are the ones that ran in it).
@@ -57,37 +63,17 @@ class StepRecord:
         return self.t_end_s - self.t_start_s
 
 
-@dataclass(slots=True, frozen=True)
-class PolicyMark:
-    """Changes that took effect together at one step (policy, workload): one mark on the time axis."""
-    step: int
-    t_s: float
-    label: str                        # short, drawn on the charts: the first change, and how many more
-    detail: str = ""                  # every change, for the mark's hover
-    knobs: tuple[str, ...] = ()       # the names of the knobs changed, where known
-
-    @classmethod
-    def of(cls, step: int, t_s: float, changes: tuple[str, ...], knobs: tuple[str, ...] = ()) -> "PolicyMark":
-        """One mark for changes made at once ('max_num_seqs 8→2', in words)."""
-        return cls(step, t_s, cls.short(changes), ", ".join(changes), tuple(knobs))
-
-    @staticmethod
-    def short(changes: tuple[str, ...]) -> str:
-        """The label for changes made at once: the first one, and how many more."""
-        more = len(changes) - 1
-        return changes[0] + (f" +{more} more" if more > 0 else "") if changes else ""
-
-
 class Engine:
     def __init__(self, executor: Executor, clock, policy: SchedulerPolicy, pool: BlockPool,
                  max_model_len: int = 2048, tokenizer=None, eos_token_id: int | None = None,
-                 keep_steps: int | None = None):
+                 keep_steps: int | None = None, drafter=None):
         """`keep_steps`: keep only the latest steps, and the events and ended requests of their
-        time span (a live run); None keeps everything (a finished run's files)."""
+        time span (a live run); None keeps everything (a finished run's files). `drafter`: what
+        guesses tokens ahead for speculative decoding (None: the n-gram lookup, engine/core/ngram.py)."""
         self.executor = executor
         self.clock = clock
         self.pool = pool
-        self.scheduler = Scheduler(policy, pool, max_model_len)
+        self.scheduler = Scheduler(policy, pool, max_model_len, drafter or propose)
         self.tokenizer = tokenizer
         self.eos_token_id = eos_token_id
         self._lock = threading.Lock()
@@ -235,12 +221,13 @@ class Engine:
         t1 = self.clock.now()
 
         failed_ids: dict[str, list[str]] = {}    # reason -> ids, for the step's error column
+        drafts = []                               # (id, drafted, accepted) of each chunk with drafts
         for c in plan.chunks:
             req = c.request
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = t0
                 self.events.append(Event(t0, EventKind.SCHEDULED, req.id))
-            reason = failed.get(req) or self._commit(c, tokens, t1)
+            reason = failed.get(req) or self._commit(c, tokens, t1, drafts)
             if reason and not req.done:
                 self._end(req, Status.FAILED, t1, reason)
                 failed_ids.setdefault(reason, []).append(req.id)
@@ -254,7 +241,8 @@ class Engine:
             kv_used_blocks=self.pool.used_blocks, kv_total_blocks=self.pool.capacity_blocks,
             members=tuple((c.request.id, c.phase, c.num_tokens) for c in plan.chunks),
             preempted=len(plan.preempted), error=error, prefix_queries=plan.prefix_queries,
-            prefix_hits=tuple((r.id, hit) for r, hit in plan.prefix_hits), max_num_seqs=plan.policy.max_num_seqs,
+            prefix_hits=tuple((r.id, hit) for r, hit in plan.prefix_hits), drafts=tuple(drafts),
+            max_num_seqs=plan.policy.max_num_seqs,
             arrived=n.arrived, finished=n.finished, rejected=n.rejected, failed=n.failed,
             aborted=n.aborted)
         self.steps.append(rec)
@@ -307,16 +295,25 @@ class Engine:
             return {}, {c.request: f"step {step_no} failed: {error}" for c in chunks}
         return tokens | tokens2, failed | failed2
 
-    def _commit(self, c: ScheduledChunk, tokens: dict[Request, int], t: float) -> str:
-        """Take in a chunk that ran: its KV is now computed, and its token if it sampled one.
+    def _commit(self, c: ScheduledChunk, tokens: dict[Request, int | list[int]], t: float, drafts: list) -> str:
+        """Take in a chunk that ran: its KV is now computed, and its token if it sampled one (with
+        drafts: the accepted ones, then the model's, and (id, drafted, accepted) onto `drafts`).
         Returns why the request must fail instead ('' when it need not)."""
         req = c.request
         if c.samples and req not in tokens:
             return "the executor returned no token for it"
         try:
-            req.num_computed_tokens += c.num_tokens
-            if c.samples:
-                self._append_token(req, tokens[req], t)
+            new = accept(c.draft, tokens[req]) if c.draft else [tokens[req]] if c.samples else []
+            if c.draft:
+                drafts.append((req.id, len(c.draft), len(new) - 1))
+            # KV stays for the chunk's real tokens and the accepted drafts; the blocks taken only
+            # for rejected drafts go back to the pool (their slots in kept blocks are written over)
+            req.num_computed_tokens += c.num_tokens - len(c.draft) + max(len(new) - 1, 0)
+            if c.draft:
+                self.pool.trim(req)
+            for token in new:
+                if not req.done:                # (an accepted draft may have been its EOS)
+                    self._append_token(req, token, t)
         except Exception as exc:  # a field nothing can compute with, from the Python API
             return f"taking its token failed: {_describe(exc)}"
         return ""

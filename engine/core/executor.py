@@ -67,23 +67,55 @@ class Executor(Protocol):
 
 
 class CostModelExecutor:
+    """Speculative decoding on the cost model: no real tokens exist, so the stand-in drafter
+    (`draft`) always guesses k tokens, and each guess is accepted with the chance
+    `draft_acceptance` (a property of the workload: near 1 where outputs copy their prompts,
+    near 0 for free writing), until the first one rejected. The step's time comes from every
+    token it verified, accepted or not."""
     device = "cost model"
     dtype = "n/a"
 
     def __init__(self, clock: VirtualClock, step_model: StepTimes | None = None, vocab_size: int = 49152,
-                 eos_token_id: int | None = None):
+                 eos_token_id: int | None = None, draft_acceptance: float = 0.0):
         self.clock = clock
         self.step_model = step_model or UNCALIBRATED
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
+        self.draft_acceptance = draft_acceptance
 
-    def execute(self, plan: StepPlan) -> dict[Request, int]:
+    def execute(self, plan: StepPlan) -> dict[Request, int | list[int]]:
         check_inputs(plan, self.vocab_size)
         self.clock.advance(self.step_model.step_ms(plan) / 1000)
         out = {}
         for c in plan.chunks:
-            if c.samples:
-                # A stand-in token, deterministic per request and position; never EOS.
-                t = (zlib.crc32(c.request.id.encode()) * 31 + c.request.num_tokens) % self.vocab_size
-                out[c.request] = t if t != self.eos_token_id else (t + 1) % self.vocab_size
+            if not c.samples:
+                continue
+            req, pos = c.request, c.request.num_tokens
+            if not c.draft:
+                out[req] = self._stand_in(req.id, pos)
+                continue
+            # the model's token at each checked position: the draft's own while the dice accept it
+            target = []
+            for i, d in enumerate(c.draft):
+                if self._chance(req.id, pos + i) >= self.draft_acceptance:
+                    target.append((d + 1) % self.vocab_size if (d + 1) % self.vocab_size != self.eos_token_id
+                                  else (d + 2) % self.vocab_size)
+                    break
+                target.append(d)
+            target += [self._stand_in(req.id, pos + len(target))] * (len(c.draft) + 1 - len(target))
+            out[req] = target
         return out
+
+    def draft(self, tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+        """The stand-in drafter: k stand-in tokens (the lookup always finds a match here)."""
+        return [self._stand_in(str(tokens[0]), len(tokens) + i) for i in range(k)]
+
+    def _stand_in(self, key: str, pos: int) -> int:
+        """A stand-in token, deterministic per request and position; never EOS."""
+        t = (zlib.crc32(key.encode()) * 31 + pos) % self.vocab_size
+        return t if t != self.eos_token_id else (t + 1) % self.vocab_size
+
+    @staticmethod
+    def _chance(key: str, pos: int) -> float:
+        """A number in [0, 1), the same for a request and position on every run."""
+        return zlib.crc32(f"{key}:{pos}".encode()) / 2 ** 32

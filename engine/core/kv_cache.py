@@ -111,6 +111,16 @@ class BlockPool:
         req.block_table = []
         req.num_cached_blocks = 0
 
+    def trim(self, req: Request) -> None:
+        """Give back the blocks past those that hold `req`'s computed tokens: after speculative
+        decoding rejected drafts, the blocks taken only for them return to the pool."""
+        keep = max(blocks_for(req.num_computed_tokens, self.block_size), req.num_cached_blocks)
+        while len(req.block_table) > keep:
+            b = req.block_table.pop()
+            self._refs[b] -= 1
+            if self._refs[b] == 0:
+                self._free[b] = None
+
     # ----- the prefix cache -----
 
     def lookup(self, req: Request) -> list[int]:

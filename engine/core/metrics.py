@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .request import Request, Status
+from .speculative import add_per_position, speculation
 
 PERCENTILES = (50, 90, 95, 99)
 FINISHED = Status.FINISHED.value
@@ -30,7 +31,7 @@ LIVE_REQUEST_COLUMNS = REQUEST_COLUMNS + ["tpot_so_far_s", "partial_text"]
 STEP_COLUMNS = ["step", "t_start_s", "t_end_s", "waiting", "running", "prefill_tokens",
                 "decode_tokens", "kv_used_blocks", "kv_total_blocks", "members", "preempted", "error",
                 "prefix_queries", "prefix_hits",
-                "max_num_seqs", "arrived", "finished", "rejected", "failed", "aborted"]
+                "max_num_seqs", "arrived", "finished", "rejected", "failed", "aborted", "drafts"]
 
 DEFINITIONS = """
 Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
@@ -48,6 +49,13 @@ Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
 - **Prefix cache hit rate** = prompt tokens found in the prefix cache / prompt tokens looked up
   there, as vLLM counts them (`vllm:prefix_cache_hits` / `vllm:prefix_cache_queries`): a request
   looks its tokens up each time it starts (again after a preemption); 0 with caching off.
+- **Drafts, drafted and accepted tokens** (speculative decoding), as vLLM counts them
+  (`vllm:spec_decode_num_drafts`, `_num_draft_tokens`, `_num_accepted_tokens`): a draft is one
+  request's guesses checked in one step; its accepted tokens are the leading guesses the model
+  agreed with, and the rest are rejected, so accepted + rejected = drafted in every step.
+  **Acceptance rate** = accepted / drafted tokens; **mean acceptance length** = 1 + accepted /
+  drafts, the tokens one request gains from a step that checks its draft (the model's own
+  token included).
 - **Arrived** = waiting + running + finished + rejected + failed + aborted, at every step:
   every request whose arrival time has come is in exactly one of these.
 - **Running** = requests holding a batch slot at the end of a step (admitted, not yet done);
@@ -271,6 +279,7 @@ def summarize(requests, steps, slo: SLO | None = None, retired: Retired | None =
         "queue_s": distribution(finished_values(table, "queue_s")),
         "step_ms": distribution([1000 * s for s in step_s]),
         **prefix_cache(steps, old),
+        **speculation(steps, old),
     }
     if retired is not None:
         summary["percentiles_over"] = "the whole run" if not (old.steps or old.requests) else (
@@ -295,6 +304,10 @@ class Retired:
     prompt_tokens: int = 0        # of finished requests
     prefix_queries: int = 0       # tokens looked up in the prefix cache
     prefix_hits: int = 0          # tokens found there
+    spec_drafts: int = 0          # speculative decoding: drafts checked, tokens drafted, tokens accepted
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=list)   # accepted at draft position 0, 1, ...
     good: int = 0                 # finished requests that met the SLO in force when they left
     first_arrival_s: float | None = None
     last_end_s: float | None = None
@@ -308,6 +321,11 @@ class Retired:
         self.busy_s += s.t_end_s - s.t_start_s
         self.prefix_queries += s.prefix_queries
         self.prefix_hits += sum(n for _, n in s.prefix_hits)
+        for _, drafted, accepted in s.drafts:
+            self.spec_drafts += 1
+            self.spec_draft_tokens += drafted
+            self.spec_accepted_tokens += accepted
+            add_per_position(self.spec_accepted_per_pos, accepted)
         self.wasted_slot_steps += wasted_slot_steps([s.members], [s.max_num_seqs])
         self._ends_at(s.t_end_s)
 
@@ -357,3 +375,4 @@ def prefix_cache(steps, retired: Retired | None = None) -> dict:
     hits = sum(n for s in steps for _, n in s.prefix_hits) + old.prefix_hits
     return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
             "prefix_cache_hit_rate": hits / queries if queries else math.nan}
+

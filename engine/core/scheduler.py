@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .config import Mode, Order, SchedulerPolicy, StepPriority
+from .config import Mode, Order, SchedulerPolicy, SpeculativeMethod, StepPriority
 from .kv_cache import BlockPool, blocks_for
+from .ngram import propose
 from .request import Request, Status
 from .waiting import WaitingQueue
 
@@ -40,12 +41,24 @@ class ScheduledChunk:
     request: Request
     start: int          # position of the first token in this chunk (= num_computed_tokens)
     num_tokens: int
-    phase: str          # "prefill" (prompt, chunk or recompute) or "decode" (one new token)
+    phase: str          # "prefill" (prompt, chunk or recompute) or "decode" (one new token, and any drafts)
+    draft: tuple[int, ...] = ()   # tokens guessed ahead (speculative decoding), the chunk's last ones
 
     @property
     def samples(self) -> bool:
         """Does this chunk reach the request's last token, so a next token is sampled?"""
-        return self.start + self.num_tokens == self.request.num_tokens
+        return self.start + self.num_tokens - len(self.draft) == self.request.num_tokens
+
+    @property
+    def logit_rows(self) -> int:
+        """Rows that go through the vocabulary head: 1 for a chunk that samples, 1 + its drafts for
+        one that verifies drafts (the model's token at every drafted position), 0 otherwise."""
+        return (1 + len(self.draft)) if self.samples else 0
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this chunk runs: its share of the request's tokens, then its drafts."""
+        return self.request.token_ids(self.start, self.num_tokens - len(self.draft)) + list(self.draft)
 
 
 @dataclass(slots=True)
@@ -71,9 +84,13 @@ class StepPlan:
     def decode_tokens(self) -> int:
         return sum(c.num_tokens for c in self.chunks if c.phase == "decode")
 
+    @property
+    def draft_tokens(self) -> int:
+        return sum(len(c.draft) for c in self.chunks)
+
 
 class Scheduler:
-    def __init__(self, policy: SchedulerPolicy, pool: BlockPool, max_model_len: int = 2048):
+    def __init__(self, policy: SchedulerPolicy, pool: BlockPool, max_model_len: int = 2048, drafter=propose):
         # The live policy: this is its one copy, checked once as it is set (set_policy). A step reads
         # it once as it starts (schedule), so a policy set from another thread applies from the next.
         self.policy = policy.validate()
@@ -82,6 +99,9 @@ class Scheduler:
         self.waiting = WaitingQueue()          # preempted first, then arrivals in order (engine/core/waiting.py)
         self.running: list[Request] = []
         self.tenant_service: dict[str, int] = defaultdict(int)   # tokens served per tenant ("fair")
+        # drafter(tokens, min_n, max_n, k) -> drafted tokens: the n-gram lookup (engine/core/ngram.py),
+        # or the simulator's stand-in where no real tokens exist (engine/core/executor.py)
+        self.drafter = drafter
 
     # ----- requests in and out -----
 
@@ -188,6 +208,9 @@ class Scheduler:
             n = self._chunk_size(req, budget, plan.policy)
             if n == 0:
                 continue
+            decoding = n == 1 and req.remaining_tokens == 1 and bool(req.output_token_ids)
+            draft = self._draft(req, budget - 1, plan.policy) if decoding else ()
+            n += len(draft)
             if self.pool.blocks_needed(req, n):          # a decode token mostly fits its last block
                 while not self.pool.can_allocate(req, n):
                     victim = self._pick_victim([r for r in self.running if r in admitted_before], plan.policy)
@@ -197,8 +220,8 @@ class Scheduler:
                 if req.status is not Status.RUNNING:    # it had to preempt itself
                     continue
                 self.pool.allocate(req, n)
-            phase = "decode" if (n == 1 and req.output_token_ids and req.remaining_tokens == 1) else "prefill"
-            plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, phase))
+            plan.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, "decode" if decoding else "prefill",
+                                              draft))
             budget -= n
         return budget
 
@@ -244,6 +267,20 @@ class Scheduler:
         return budget
 
     # ----- helpers -----
+
+    def _draft(self, req: Request, room: int, p: SchedulerPolicy) -> tuple[int, ...]:
+        """Speculative decoding: tokens guessed to follow `req`'s last one, to be checked in this
+        step. As vLLM's scheduler does, drafted tokens count against the token budget and are cut
+        to the `room` left in it. A draft never reaches past the request's max_new_tokens (the
+        token checked after it would end the request anyway). Sampled requests get none: checking
+        a guess against a sampled token takes vLLM's probabilistic rejection rule, not equality."""
+        if p.speculative_method == SpeculativeMethod.OFF or req.temperature > 0:
+            return ()
+        k = min(p.num_speculative_tokens, room, req.max_new_tokens - len(req.output_token_ids) - 1)
+        if k <= 0:
+            return ()
+        tokens = req.prompt_token_ids + req.output_token_ids
+        return tuple(self.drafter(tokens, p.prompt_lookup_min, p.prompt_lookup_max, k)[:k])
 
     def _chunk_size(self, req: Request, budget: int, p: SchedulerPolicy) -> int:
         """Tokens `req` may run this step within `budget` (0 = not this step)."""

@@ -3,9 +3,10 @@
 A step's shape is four numbers read off its plan (`step_shape`):
   - tokens: rows through the model's body (every prompt-chunk token plus one per decode);
   - samples: rows that go through the vocabulary projection (lm_head), one per sequence that
-    reaches its last token and samples its next one;
+    reaches its last token and samples its next one (1 + its drafts for one verifying drafts);
   - decode_context: keys the decode tokens read from the KV cache (each reads its whole context);
-  - prefill_pairs: (query, key) pairs the prefill chunks compute (causal, after their offset).
+  - prefill_pairs: (query, key) pairs the prefill chunks compute (causal, after their offset), and
+    the chunks that verify drafted tokens (speculative decoding), whose rows attend the same way.
 
 The form, chosen from measurements (engine/sim/calibrate.py compares the candidates on held-out
 steps and keeps the best):
@@ -56,8 +57,10 @@ def step_shape(plan: StepPlan) -> StepShape:
     tokens = samples = decode_context = prefill_pairs = 0
     for c in plan.chunks:
         tokens += c.num_tokens
-        samples += c.samples
-        if c.phase == "decode":
+        samples += c.logit_rows
+        if c.draft:      # verifying drafts: its rows attend causally as a prompt chunk's do (and on a GPU
+            prefill_pairs += causal_pairs(c.start, c.num_tokens)    # run eagerly, as a chunk does)
+        elif c.phase == "decode":
             decode_context += c.start + 1
         else:
             prefill_pairs += causal_pairs(c.start, c.num_tokens)

@@ -19,16 +19,17 @@ class ModelExecutor:
         self.device = str(model.device)
         self.dtype = str(model.dtype).replace("torch.", "")
 
-    def execute(self, plan: StepPlan) -> dict[Request, int]:
+    def execute(self, plan: StepPlan) -> dict[Request, int | list[int]]:
         check_inputs(plan, self.runner.vocab_size)
         seqs = [SeqInput(request_id=c.request.id,
-                               token_ids=c.request.token_ids(c.start, c.num_tokens),
+                               token_ids=c.token_ids,
                                start_pos=c.start,
                                block_table=c.request.block_table,
                                sample=c.samples,
                                temperature=c.request.temperature,
                                top_p=c.request.top_p,
-                               seed=c.request.seed)
+                               seed=c.request.seed,
+                               drafts=len(c.draft))
                 for c in plan.chunks]
         tokens = self.runner.run(seqs)
         return {c.request: t for c, t in zip(plan.chunks, tokens) if t is not None}

@@ -39,6 +39,7 @@ from . import cpu_kernels, host_memory
 from .decode_graphs import DecodeGraphs, graphs_on
 from .linear import Linear, onednn_available, onednn_multiplies, stack_rows
 from .model import LoadedModel
+from .sampling import sample_token
 
 
 def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
@@ -94,6 +95,8 @@ class SeqInput:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
+    drafts: int = 0           # speculative decoding: the last `drafts` of token_ids are guesses to verify;
+                              # logits come back at each of the last 1 + drafts positions (greedy only)
 
 
 @dataclass(slots=True)
@@ -101,7 +104,8 @@ class _Step:
     """Index tensors for one step, built once and shared by all layers."""
     positions: torch.Tensor       # [T] position of each token in its sequence
     slots: torch.Tensor           # [T] where each token's K/V goes in the cache
-    sample_rows: torch.Tensor     # [S] flat row of each sampling sequence's last token
+    sample_rows: torch.Tensor     # [S] flat rows whose logits are wanted: each sampling sequence's last
+                                  # token, and a sequence with drafts its last 1 + drafts tokens
     cos: torch.Tensor | None = None   # [T, 1, d] RoPE factors of each token (the PyTorch path)
     sin: torch.Tensor | None = None
     # the C kernel's path: what each token attends to
@@ -112,6 +116,7 @@ class _Step:
     dec_slots: torch.Tensor | None = None  # [B*Lmax] cache slots of their contexts, padded
     dec_mask: torch.Tensor | None = None   # [B, 1, 1, Lmax] True where a key is real, not padding
     prefills: list[tuple[int, int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)  # (row0, n, slots, mask)
+    order: np.ndarray | None = None  # [T] which of the step's tokens each row runs, where not in turn
 
 
 class ModelRunner:
@@ -181,9 +186,20 @@ class ModelRunner:
         tables = np.array([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs], dtype=np.int64)
         seq_of = np.repeat(np.arange(len(seqs)), counts)                       # [T] each token's sequence
         first_row = np.cumsum(counts) - counts
-        positions = starts[seq_of] + np.arange(len(seq_of)) - first_row[seq_of]
+        within = np.arange(len(seq_of)) - first_row[seq_of]                    # [T] its place in its chunk
+        # Drafts to verify, with the C kernels: a chunk's rows go last position first. The attention
+        # kernel attends a run of consecutive positions as a prefill tile, whose bf16 sums round
+        # otherwise than a decode row's; rows in reverse are each a decode row, so every verified
+        # token is, to the bit, the one plain decoding would make (greedy outputs stay the same).
+        backwards = np.array([s.drafts > 0 and self.kernels is not None for s in seqs])[seq_of]
+        within = np.where(backwards, counts[seq_of] - 1 - within, within)
+        order = first_row[seq_of] + within                                     # [T] the token each row runs
+        positions = starts[seq_of] + within
         slots = tables[seq_of, positions // bs] * bs + positions % bs
-        sample_rows = (first_row + counts - 1)[[i for i, s in enumerate(seqs) if s.sample]]
+        row_of = np.empty_like(order)
+        row_of[order] = np.arange(len(order))                                  # each token's row
+        sample_rows = row_of[[t for i, s in enumerate(seqs) if s.sample
+                              for t in range(first_row[i] + lens[i] - 1 - s.drafts, first_row[i] + lens[i])]]
 
         if self.kernels is not None:
             # The C kernel needs no more: every token attends to its own sequence's keys up to
@@ -191,7 +207,8 @@ class ModelRunner:
             # and decode alike, for the whole step in one call.
             positions, slots, sample_rows, row_tables, row_lens = self.on_device(
                 positions, slots, sample_rows, tables[seq_of], positions + 1)
-            return _Step(positions, slots, sample_rows, row_tables=row_tables, row_lens=row_lens)
+            return _Step(positions, slots, sample_rows, row_tables=row_tables, row_lens=row_lens,
+                         order=order if backwards.any() else None)
         dec = [i for i, n in enumerate(lens) if n == 1]
         ctx = starts[dec] + 1                                    # keys each decode token sees
         chunks = [(i, np.arange(seqs[i].start_pos + n)) for i, n in enumerate(lens) if n > 1]   # prefill chunks
@@ -295,12 +312,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward_logits(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """Run one step; returns float32 logits [num seqs with sample=True, vocab]."""
+        """Run one step; returns float32 logits [rows, vocab]: a row for each seq with sample=True,
+        1 + drafts rows for one with drafts."""
         shape = self.graph_shape(seqs)
         if shape is not None:
             return self.graphs.logits(seqs, shape)
         step = self._prepare(seqs)
-        ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.long, device=self.device)
+        flat = [t for s in seqs for t in s.token_ids]
+        if step.order is not None:
+            flat = [flat[i] for i in step.order]
+        ids = torch.tensor(flat, dtype=torch.long, device=self.device)
         return self.forward_step(ids, step)
 
     def forward_decode_rows(self, tokens, positions, slots, context_lens, tables, context: int) -> torch.Tensor:
@@ -342,9 +363,12 @@ class ModelRunner:
         h = self._add_norm(x[rows], delta[rows], self.norm)
         return self.lm_head_linear(h).float()
 
-    def run(self, seqs: list[SeqInput]) -> list[int | None]:
-        """One step: the sampled next token for each seq with sample=True, None for the others."""
+    def run(self, seqs: list[SeqInput]) -> list[int | list[int] | None]:
+        """One step: the sampled next token for each seq with sample=True, None for the others; for
+        a seq with drafts, the greedy token at each of its 1 + drafts last positions (a list)."""
         logits = self.forward_logits(seqs)
+        if any(s.drafts for s in seqs):
+            return self._run_verifying(seqs, logits)
         out: list[int | None] = [None] * len(seqs)
         samplers = [i for i, s in enumerate(seqs) if s.sample]
         sampled = [seqs[i].temperature > 0 for i in samplers]
@@ -361,23 +385,15 @@ class ModelRunner:
         return out
 
 
-def sample_token(logits: torch.Tensor, temperature: float, top_p: float, seed: int | None, position: int) -> int:
-    """Temperature + nucleus sampling on CPU in float32.
-
-    The generator is seeded from (seed, position), so a request draws the same token whatever
-    else shares its batch, and on CPU or GPU alike. seed=None: fresh randomness each call.
-    """
-    logits = logits.detach().float().cpu()
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if not torch.isfinite(probs).all():
-        # A tiny temperature (1e-300) overflowed float32. Shifted so the top logit is 0 and in
-        # float64, the same softmax stays finite and tends to greedy, as it should.
-        probs = torch.softmax((logits.double() - logits.max()) / temperature, dim=-1).float()
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        keep = (sorted_p.cumsum(0) - sorted_p) < top_p   # always keeps the most likely token
-        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
-    gen = None
-    if seed is not None:
-        gen = torch.Generator().manual_seed((seed * 1_000_003 + position) % (2 ** 63))
-    return int(torch.multinomial(probs, 1, generator=gen))
+    def _run_verifying(self, seqs: list[SeqInput], logits: torch.Tensor) -> list[int | list[int] | None]:
+        """run() for a step where some sequences verify drafts: the argmax of every row, then each
+        sequence's share (sampling as run() does for a sampled sequence, which has no drafts)."""
+        tokens = self.kernels.argmax_rows(logits) if self.kernels is not None else logits.argmax(dim=-1).tolist()
+        out: list[int | list[int] | None] = [None] * len(seqs)
+        row = 0
+        for i, s in enumerate(seqs):
+            if s.sample:
+                out[i] = list(tokens[row:row + 1 + s.drafts]) if s.drafts else tokens[row] if s.temperature == 0 \
+                    else sample_token(logits[row], s.temperature, s.top_p, s.seed, s.start_pos + len(s.token_ids))
+                row += 1 + s.drafts
+        return out

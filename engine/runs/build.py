@@ -39,10 +39,12 @@ def check_kv_memory(config: EngineConfig, policy: SchedulerPolicy, model=None) -
                   f"{model.name} in {str(model.dtype).replace('torch.', '')} on {model.device}")
 
 
-def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost=None) -> Engine:
+def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost=None,
+                 draft_acceptance: float = 0.0) -> Engine:
     """An engine for `policy`: on `model` (a LoadedModel) under a wall clock, or, with no model,
     on the cost model under a virtual clock, its step times from `cost` (anything with
-    step_ms(plan): a calibrated step model, a roofline model; None: the hand-set StepCost).
+    step_ms(plan): a calibrated step model, a roofline model; None: the hand-set StepCost), and
+    speculative decoding's drafts accepted with the chance `draft_acceptance` (the workload's).
     Settings it cannot use, or a KV pool beyond this machine's memory, are refused with a
     ValueError that says why."""
     config.validate()
@@ -52,7 +54,8 @@ def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost
     pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
     if model is None:
         clock = VirtualClock()
-        return Engine(CostModelExecutor(clock, cost), clock, policy, pool, config.max_model_len)
+        executor = CostModelExecutor(clock, cost, draft_acceptance=draft_acceptance)
+        return Engine(executor, clock, policy, pool, config.max_model_len, drafter=executor.draft)
     from ..model.executor import ModelExecutor     # torch is imported only here
     executor = ModelExecutor(model, pool.num_blocks, pool.block_size, policy.max_num_seqs)
     return Engine(executor, WallClock(), policy, pool, min(config.max_model_len, model.max_model_len),

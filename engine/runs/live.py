@@ -92,7 +92,7 @@ class LiveRun:
         PromptMaker; stand-in ids without a model); give a simulated run the real run's to draw
         the same requests. `speed`: virtual seconds per wall second on the cost model (set_speed)."""
         self.config = config or EngineConfig()
-        self.engine = build_engine(self.config, policy, model, cost)
+        self.engine = build_engine(self.config, policy, model, cost, spec.draft_acceptance)
         self.engine.keep_steps = keep_steps
         self.engine.clock.stop()                 # the run's time starts with its first step
         if model is not None:                    # the app's step model learns from every real step
@@ -204,6 +204,8 @@ class LiveRun:
     def set_workload(self, spec: WorkloadSpec) -> None:
         with self._lock_from_outside():
             self.feed.set_spec(spec, self.engine.clock.now())
+            if hasattr(self.engine.executor, "draft_acceptance"):     # the cost model's (build_engine)
+                self.engine.executor.draft_acceptance = spec.draft_acceptance
 
     def heartbeat(self) -> None:
         self.last_seen = time.monotonic()

@@ -18,7 +18,8 @@ def members_text(members) -> str:
 def step_csv_row(s) -> dict:
     """A StepRecord as a line of steps.csv."""
     return {**step_row(s), "members": members_text(s.members),
-            "prefix_hits": " ".join(f"{rid}:{n}" for rid, n in s.prefix_hits)}
+            "prefix_hits": " ".join(f"{rid}:{n}" for rid, n in s.prefix_hits),
+            "drafts": " ".join(f"{rid}:{d}:{a}" for rid, d, a in s.drafts)}
 
 
 def write_csv(f, rows, columns: list[str]) -> None:

@@ -127,6 +127,12 @@ class WorkloadSpec:
     turns: int = knob(
         4, "Turns per conversation", "After this many turns a conversation starts again from its "
         "system prompt (keeps prompts within the model's context).", lo=1, hi=1000, slider_hi=16)
+    draft_acceptance: float = knob(
+        0.6, "Draft acceptance (simulated engine)",
+        "Speculative decoding on the simulated engine, which has no real text to look up: the "
+        "chance each drafted token is accepted, given the ones before it were. High where outputs "
+        "copy their prompts (a passage repeated, code edited), low for free writing. The real "
+        "engine's acceptance comes from its own text and ignores this.", lo=0.0, hi=1.0, step=0.05)
     seed: int = knob(
         0, "Seed",
         "Fixes the random draws (arrival times, lengths, prompts): the same seed and settings "
@@ -207,6 +213,14 @@ class PromptMaker:
             pieces = [None] * 4
         # (what follows the last user message, the generation prompt, is after_user again)
         self.start, self.after_system, self.after_user, self.after_reply = pieces
+
+    def repeat_passage(self, index: int) -> list[int]:
+        """A prompt that asks the model to copy a passage of the prompt set (the `index`-th, wrapping
+        round): the output repeats the input, where speculative decoding's n-gram lookup guesses well."""
+        passage = self.tokenizer.decode(self.texts[index % len(self.texts)])
+        enc = lambda text: self.tokenizer.encode(text, add_special_tokens=False)
+        # the reply is started with the passage's opening quotes, which a small model then follows
+        return self.prefix + enc(f'Copy this text:\n"""\n{passage}\n"""') + self.suffix + enc('"""\n')
 
     def content(self, length: int, rng: random.Random) -> list[int]:
         """`length` tokens of text from the prompt set."""

@@ -62,6 +62,14 @@ class ServerMetrics:
         self.prefix_queries = counter("vllm:prefix_cache_queries",
                                       "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        # Speculative decoding, as vllm/v1/spec_decode/metrics.py names them. vLLM registers them only
+        # when it starts with a speculative config; here speculation is a live knob, so always.
+        self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.spec_accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                          LABELS + ["position"], registry=self.registry)
+        self._spec_per_pos = lambda pos: per_pos.labels(*values, str(pos))
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           LABELS + ["finished_reason"], registry=self.registry)
         self.success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
@@ -82,6 +90,15 @@ class ServerMetrics:
         if queries:
             self.prefix_queries.inc(queries)
             self.prefix_hits.inc(hits)
+
+    def drafts(self, drafts) -> None:
+        """One step's checked drafts: (request id, tokens drafted, tokens accepted) each."""
+        for _, drafted, accepted in drafts:
+            self.spec_drafts.inc()
+            self.spec_draft_tokens.inc(drafted)
+            self.spec_accepted_tokens.inc(accepted)
+            for pos in range(accepted):
+                self._spec_per_pos(pos).inc()
 
     def new_tokens(self, req: Request, already_seen: int) -> None:
         """The tokens of `req` from index `already_seen` on have just come out."""

@@ -194,6 +194,7 @@ class EngineService:
                 elif rec is not None:
                     self.metrics.step(rec.prefill_tokens + rec.decode_tokens, rec.preempted)
                     self.metrics.prefix_cache(rec.prefix_queries, sum(n for _, n in rec.prefix_hits))
+                    self.metrics.drafts(rec.drafts)
                 self._hand_over()
                 self.metrics.engine_state(len(eng.scheduler.running), len(eng.scheduler.waiting) + len(eng.pending),
                                           eng.pool.used_blocks, eng.pool.capacity_blocks)

@@ -183,9 +183,10 @@ class RooflineStepModel:
 
     def breakdown(self, chunks) -> dict[str, float]:
         """The parts of one step's time in ms. `chunks`: (start position, tokens, samples) of each
-        sequence in the step."""
+        sequence in the step; samples is whether it samples, or how many rows it samples (a chunk
+        verifying drafts: 1 + its drafts)."""
         return self._parts(tokens=sum(n for _, n, _ in chunks),
-                           sampled=sum(1 for _, _, s in chunks if s),
+                           sampled=sum(int(s) for _, _, s in chunks),
                            attended=sum(causal_pairs(start, n) for start, n, _ in chunks),
                            kv_tokens=sum(start + 2 * n for start, n, _ in chunks))   # read all, write the new
 
@@ -233,7 +234,7 @@ class RooflineStepModel:
         return "memory" if memory >= compute else "compute"
 
     def step_ms(self, plan) -> float:
-        return self.breakdown([(c.start, c.num_tokens, c.samples) for c in plan.chunks])["step_ms"]
+        return self.breakdown([(c.start, c.num_tokens, c.logit_rows) for c in plan.chunks])["step_ms"]
 
     def decode_tokens_per_s(self, batch: int, context: int) -> float:
         """Output tokens a second for `batch` sequences decoding at `context` tokens each."""

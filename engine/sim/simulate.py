@@ -76,20 +76,22 @@ def resolve_profile(name: str | None, model: str = "smollm2", dtype: str = "auto
                       found.step_model, found.dtype, calibrated=True)
 
 
-def build_simulation(config: EngineConfig, policy: SchedulerPolicy, profile: SimProfile) -> Engine:
-    """An engine on the virtual clock whose steps take what `profile` predicts. A KV capacity
-    beyond what the simulated device holds is refused."""
+def build_simulation(config: EngineConfig, policy: SchedulerPolicy, profile: SimProfile,
+                     draft_acceptance: float = 0.0) -> Engine:
+    """An engine on the virtual clock whose steps take what `profile` predicts (speculative
+    decoding's drafts accepted with the chance `draft_acceptance`). A KV capacity beyond what
+    the simulated device holds is refused."""
     cap = profile.kv_capacity_tokens
     if cap is not None and policy.kv_capacity_tokens > cap:
         raise ValueError(f"kv_capacity_tokens {policy.kv_capacity_tokens} is more than the simulated device "
                          f"holds (allowed 1 to {cap} for {profile.label})")
-    return build_engine(config, policy, cost=profile.step_model)
+    return build_engine(config, policy, cost=profile.step_model, draft_acceptance=draft_acceptance)
 
 
 def simulate(config: EngineConfig, policy: SchedulerPolicy, profile: SimProfile,
-             requests: list[Request]) -> Engine:
+             requests: list[Request], draft_acceptance: float = 0.0) -> Engine:
     """Run `requests` to the end on a simulated engine; the engine holds the steps and requests."""
-    engine = build_simulation(config, policy, profile)
+    engine = build_simulation(config, policy, profile, draft_acceptance)
     for r in requests:
         engine.submit(r)
     engine.run()
