@@ -148,15 +148,17 @@ def test_slot_grid_of_nothing():
     assert grid.ids.shape == (0, 4)
 
 
-def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
-    steps = make_steps(MEMBERS)
-    # empty slots per step: 1, 1, 1, 0, 2, (idle: not counted), 2
-    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
-    assert frame_metrics.wasted_slot_steps(steps, 4) == 7 + 6
+def test_wasted_slot_steps_counts_empty_slots_while_requests_waited():
+    steps = make_steps(MEMBERS, waiting=[0, 5, 1, 4, 1, 2, 0])
+    # empty slots per step (3 slots): 1, 1, 1, 0, 2, 3, 2; waiting: 0, 5, 1, 4, 1, 2, 0
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 0 + 1 + 1 + 0 + 1 + 2 + 0
+    # 4 slots: empty 2, 2, 2, 1, 3, 4, 3
+    assert frame_metrics.wasted_slot_steps(steps, 4) == 0 + 2 + 1 + 1 + 1 + 2 + 0
+    assert frame_metrics.wasted_slot_steps(make_steps(MEMBERS), 3) == 0, "nobody waiting: nothing wasted"
     assert membership.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
     # members may be lists (as they come back from JSON)
     steps["members"] = [[list(m) for m in step] for step in MEMBERS]
-    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 5
 
 
 def test_batch_membership_figure():
@@ -244,7 +246,8 @@ def test_headline_numbers_match_hand_computed_percentiles():
     assert h["finished"] == 5
     assert h["waiting_now"] == 3
     assert h["running_now"] == 1
-    assert h["wasted_slot_steps"] == 7
+    # empty slots 1, 1, 1, 0, 2, 3, 2 against waiting 0, 0, 0, 0, 0, 2, 3
+    assert h["wasted_slot_steps"] == 2 + 2
 
 
 def test_headline_without_slos_counts_every_finished_request():

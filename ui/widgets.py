@@ -346,9 +346,10 @@ def plural(n, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
-def plot(fig) -> None:
-    """A lab chart, with a "download as PNG" button in its corner."""
-    st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch")
+def plot(fig, key: str | None = None) -> None:
+    """A lab chart, with a "download as PNG" button in its corner. Two charts that can be drawn
+    alike on one page (both modes of one equal-lengths batch) need a `key` each."""
+    st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch", key=key)
 
 
 # A request table's columns as its headers say them (the tables of finished requests on the labs)
