@@ -95,3 +95,18 @@ def test_the_cluster_labs_simulated_answers_are_labelled_simulated(lab_env):
     assert not at.exception, [e.message for e in at.exception]
     labels = [m.label for m in at.metric]
     assert "Simulated" in labels and "Measured" not in labels, labels
+
+
+def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypatch):
+    """The run buttons' estimate: the step model's median error on this app's own steps makes it
+    a range (a run with a browser attached took 2.1x one number once); unchecked, it says so."""
+    from dataclasses import replace
+
+    from engine.core.step_model import UNCALIBRATED
+    from ui import calculators, widgets
+    assert widgets.estimate_text(50, True, error=0.2) == "40–60 s (± the step model's current error here, 20%)"
+    assert widgets.estimate_text(200, True, error=0.5).startswith("1.7–5.0 min")
+    monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=0.22), True))
+    assert widgets.estimate_text(60, True).startswith("47–73 s")
+    monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=None), True))
+    assert "not yet checked" in widgets.estimate_text(100, True)
