@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import (COLORS, break_idle_gaps, downsample_max, empty_figure, figure, is_empty, layout, mark_legend, num,
+from analysis.style import (COLORS, downsample_max, empty_figure, figure, is_empty, layout, mark_legend, num,
                             time_marks)
 
 
@@ -23,7 +23,7 @@ def kv_usage(steps: pd.DataFrame, marks: pd.DataFrame | None = None, presenter: 
     used, total = num(steps, "kv_used_blocks"), num(steps, "kv_total_blocks")
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = np.where(total > 0, 100.0 * used / total, np.nan)
-    x, (y, used_ds) = downsample_max(*break_idle_gaps(steps, [pct, used]))
+    x, (y, used_ds) = downsample_max(t, [pct, used])
     pre = num(steps, "preempted") if "preempted" in steps.columns else np.zeros(len(steps))
     hit = np.nan_to_num(pre) > 0
     shapes, notes = time_marks(marks, t, x_range, presenter)

@@ -673,14 +673,14 @@ def test_a_long_axis_title_is_wrapped_with_room_below_it():
 
 
 def test_a_pause_between_bursts_is_a_gap_in_the_lines_over_time():
-    """Two bursts 75 s apart: the queue and KV lines stop at the pause instead of joining the
+    """Two bursts 75 s apart: the queue's lines stop at the pause instead of joining the
     last value before it (0 waiting) to the first after it (8 waiting), which reads as a queue
     climbing while nothing happened. Steps 0.1 s apart are no gap."""
     from analysis import kv, queue_charts
     ends = [0.1, 0.2, 0.3, 75.3, 75.4]
     steps = make_steps([(("a", D, 1),)] * 5, t_start_s=[e - 0.1 for e in ends], t_end_s=ends,
                        waiting=[3, 1, 0, 8, 7])
-    for fig, name in ((queue_charts.queue_over_time(steps), "waiting"), (kv.kv_usage(steps), "KV used")):
+    for fig, name in ((queue_charts.queue_over_time(steps), "waiting"), (queue_charts.queue_over_time(steps), "running")):
         line = next(t for t in fig["data"] if t["name"] == name)
         x, y = np.asarray(line["x"], float), np.asarray(line["y"], float)
         drawn = ~np.isnan(y[:-1]) & ~np.isnan(y[1:])                 # segments between two values
