@@ -103,10 +103,10 @@ def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypat
     from dataclasses import replace
 
     from engine.core.step_model import UNCALIBRATED
-    from ui import calculators, widgets
-    assert widgets.estimate_text(50, True, error=0.2) == "40–60 s (± the step model's current error here, 20%)"
-    assert widgets.estimate_text(200, True, error=0.5).startswith("1.7–5.0 min")
+    from ui import calculators, estimates
+    assert estimates.estimate_text(50, True, error=0.2) == "40–60 s (± the step model's current error here, 20%)"
+    assert estimates.estimate_text(200, True, error=0.5).startswith("1.7–5.0 min")
     monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=0.22), True))
-    assert widgets.estimate_text(60, True).startswith("47–73 s")
+    assert estimates.estimate_text(60, True).startswith("47–73 s")
     monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=None), True))
-    assert "not yet checked" in widgets.estimate_text(100, True)
+    assert "not yet checked" in estimates.estimate_text(100, True)
