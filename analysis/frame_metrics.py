@@ -29,14 +29,16 @@ def meets_slo(requests: pd.DataFrame, slo_ttft: float | None = None,
 
 
 def wasted_slot_steps(steps: pd.DataFrame, max_slots: int | None = None) -> int:
-    """engine.core.metrics.wasted_slot_steps over a steps table: each step against its own
-    max_num_seqs where the table records it, else against `max_slots`."""
+    """engine.core.metrics.wasted_slot_steps over a steps table (slots left empty while requests
+    waited): each step against its own max_num_seqs where the table records it, else against
+    `max_slots`."""
     if is_empty(steps, "members"):
         return 0
     members = steps["members"].tolist()
+    waiting = pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).astype(int).tolist()
     if "max_num_seqs" in steps.columns and (pd.to_numeric(steps["max_num_seqs"], errors="coerce") > 0).all():
-        return metrics.wasted_slot_steps(members, steps["max_num_seqs"].astype(int).tolist())
-    return metrics.wasted_slot_steps(members, max_slots) if max_slots else 0
+        return metrics.wasted_slot_steps(members, steps["max_num_seqs"].astype(int).tolist(), waiting)
+    return metrics.wasted_slot_steps(members, max_slots, waiting) if max_slots else 0
 
 
 def _latest(steps: pd.DataFrame | None, col: str) -> int:

@@ -226,6 +226,9 @@ def owner_hues(names: np.ndarray, owners: dict, hue_of: dict) -> np.ndarray:
 OTHER_HUE = len(REQUEST_COLORS) - 1      # requests of no one named: the palette's last colour
 
 
+MIN_GAPPED_PX = 8          # a row at least this tall keeps a one-pixel gap under it
+
+
 def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = None,
                      upto_step: int | None = None, marks: pd.DataFrame | None = None,
                      max_steps: int = MAX_GRID_STEPS, presenter: bool = False,
@@ -298,17 +301,20 @@ def batch_membership(steps: pd.DataFrame, max_slots: int, window: int | None = N
                        for name, who in zip(grid.names, shown) for p in ("prefill", "decode")]
                       + ["empty slot"])
     label = labels[np.where(phase == 0, -1, 2 * code + phase - 1)]
-    heat = dict(
-        type="heatmap", z=z.T, x=x, y=np.arange(grid.n_slots), text=label.T, customdata=tokens.T,
-        colorscale=_SLOT_SCALE, zmin=-0.5, zmax=len(REQUEST_COLORS) + 0.5, showscale=False,
-        xgap=1 if columns <= 200 else 0, ygap=1, name="batch", showlegend=False,
-        hovertemplate="step %{x} · slot %{y}<br><b>%{text}</b> · %{customdata} tokens"
-                      "<extra></extra>",
-    )
     px = font_px(presenter)
     # In presenter mode the chart fits a projector's screen under the page's controls.
     plot_h = max(160, min(250, ROW_PX * grid.n_slots)) if presenter else max(220, min(520, ROW_PX * grid.n_slots))
     cell_w, cell_h = PLOT_WIDTH_PX / columns, plot_h / grid.n_slots
+    # No gap between steps: a gap is a fixed pixel, and where a cell is a few pixels wide (a long run,
+    # a narrow column, a zoomed-out view) the gaps become white stripes that hide the grey empty
+    # slots. Slots keep a one-pixel gap only where a row is tall enough for it not to show as stripes.
+    heat = dict(
+        type="heatmap", z=z.T, x=x, y=np.arange(grid.n_slots), text=label.T, customdata=tokens.T,
+        colorscale=_SLOT_SCALE, zmin=-0.5, zmax=len(REQUEST_COLORS) + 0.5, showscale=False,
+        xgap=0, ygap=1 if cell_h >= MIN_GAPPED_PX else 0, name="batch", showlegend=False,
+        hovertemplate="step %{x} · slot %{y}<br><b>%{text}</b> · %{customdata} tokens"
+                      "<extra></extra>",
+    )
     # Prefill cells get a diagonal stroke in the ink of their colour: told apart without colour.
     # Each ink gets its own trace: plotly checks a colour array point by point, slowly.
     pre_step, pre_slot = np.nonzero(phase == 1)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.frame_metrics import finished, meets_slo
-from analysis.style import (COLORS, MAX_POINTS, downsample_max, empty_figure, figure, font_px, ghost_line, is_empty,
+from analysis.style import (COLORS, MAX_POINTS, break_idle_gaps, downsample_max, empty_figure, figure, font_px, ghost_line, is_empty,
                             layout, mark_legend, num, time_marks)
 from analysis.tables import Tables
 
@@ -24,12 +24,11 @@ def queue_over_time(steps: pd.DataFrame, marks: pd.DataFrame | None = None, pres
     xlabel, ylabel = "time (s)", "requests"
     if is_empty(steps, "t_end_s", "waiting", "running"):
         return empty_figure(title, good, xlabel, ylabel, presenter)
-    x, (waiting, running) = downsample_max(
-        num(steps, "t_end_s"), [num(steps, "waiting"), num(steps, "running")])
+    x, (waiting, running) = downsample_max(*break_idle_gaps(steps, [num(steps, "waiting"), num(steps, "running")]))
     shapes, notes = time_marks(marks, x, x_range, presenter)
     behind = []
     if ghost is not None and not is_empty(ghost.steps, "t_end_s", "waiting"):
-        gx, (gy,) = downsample_max(num(ghost.steps, "t_end_s"), [num(ghost.steps, "waiting")])
+        gx, (gy,) = downsample_max(*break_idle_gaps(ghost.steps, [num(ghost.steps, "waiting")]))
         behind = [ghost_line(gx, gy, f"{ghost_name} (waiting)", line_shape="hv")]
     return figure(
         data=[

@@ -194,6 +194,28 @@ def downsample_max(x: np.ndarray, ys: list[np.ndarray], max_points: int = MAX_PO
     return x[ends], [np.maximum.reduceat(y, starts) for y in ys]
 
 
+IDLE_GAP_S = 1.0           # an engine idle this long between steps is a gap in a chart over time
+IDLE_GAP_STEPS = 20        # ... and this many of its usual (median) steps
+
+
+def break_idle_gaps(steps: pd.DataFrame, ys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Step end times and their series with a blank point (NaN) wherever the engine sat idle
+    between two steps (longer than IDLE_GAP_S and IDLE_GAP_STEPS usual steps): a line over time
+    stops there instead of joining the last value before the pause to the first one after it,
+    which would read as a queue climbing while nothing happened."""
+    end = num(steps, "t_end_s")
+    start = num(steps, "t_start_s") if "t_start_s" in steps.columns else end
+    if len(end) < 2:
+        return end, ys
+    usual = float(np.nanmedian(end - start)) if len(end) else 0.0
+    idle = start[1:] - end[:-1]
+    at = np.flatnonzero(idle > max(IDLE_GAP_S, IDLE_GAP_STEPS * usual)) + 1     # steps that end a pause
+    if not len(at):
+        return end, ys
+    x = np.insert(end.astype(float), at, end[at - 1] + idle[at - 1] / 2)
+    return x, [np.insert(y.astype(float), at, np.nan) for y in ys]
+
+
 def stride(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
     """Evenly spaced indices 0..n-1, at most max_points of them, always keeping the last."""
     if n <= max_points:

@@ -155,11 +155,10 @@ def per_student(board: Board) -> None:
     st.markdown("**Each student's latest requests** (times in seconds since the class's run began)")
     if not tenants:
         st.caption("No student has sent a request yet.")
-    for i in range(0, len(tenants), 2):
-        for col, tenant in zip(st.columns(2), tenants[i:i + 2]):
-            color = board.colors.get(tenant, "#999")
-            col.markdown(f"<span style='color:{color}'>■</span> **{widgets.plain(tenant)}**", unsafe_allow_html=True)
-            col.dataframe(requests_of(requests, tenant), hide_index=True, width="stretch", key=f"cr_student_{i}_{tenant}")
+    for i, tenant in enumerate(tenants):      # one a row: at 1280 px two side by side cut off their last columns
+        color = board.colors.get(tenant, "#999")
+        st.markdown(f"<span style='color:{color}'>■</span> **{widgets.plain(tenant)}**", unsafe_allow_html=True)
+        st.dataframe(requests_of(requests, tenant), hide_index=True, width="stretch", key=f"cr_student_{i}_{tenant}")
 
 
 # ----------------------------------------------------------------------------- the shared view

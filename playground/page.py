@@ -33,7 +33,7 @@ else:
 presenter = toggle.toggle("Presenter mode", key="pg_presenter",
                           help="For a class: larger chart text, the key numbers, four charts and "
                                "the knobs moved most, on the page.")
-if not presenter:
+if not presenter and slot.run() is None and not st.session_state.get(STARTING):   # after Start the charts need the room
     st.caption("A real SmolLM2 engine on this machine (or, chosen under Engine in the sidebar, a "
                "simulation of one, faster than real time). Press Start, then move any slider while it "
                "runs: once a slider rests, policy and SLO changes apply at the next engine step "
@@ -125,7 +125,7 @@ starting = st.session_state.get(STARTING, False)
 # them to their first choices and minimums (static mode, max_num_seqs 1) under the learner's run.
 setup = controls.sidebar(step_model, lab.engine_choice if lab else None)
 controls.write_link(setup, slot.token(), *controls.current_engine())
-prediction.show(step_model, setup.policy(), setup.workload())
+prediction.show(step_model, setup.policy(), setup.workload(), started=lab is not None or starting)
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
 cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",
@@ -221,22 +221,23 @@ def _live_view():
             view.engine_note(f"{note} {pace.words()}" if note and _busy(lab) else note)   # while it refreshes
     view.notice_line(news, "error" if state == "error" else "info")
     rejected = view.rejected_so_far(tables) if lab else None
-    for notice in [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
-                                             rejected, controls.knobs()["rate"].hi):
-        (st.warning if notice.level == "warning" else st.info)(notice.text)
+    notices = [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
+                                         rejected, controls.knobs()["rate"].hi)
+    if lab is None:               # before a run they lead; during one they follow the batch chart
+        _notices(notices)
     chosen = None if presenter else view.review_bar(tables, reviewable=not running and lab is not None)
     if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):
         tables, now = tables_at(tables, chosen), step_end(tables, chosen)
     ref = comparison.reference()
     with widgets.errors_shown("Drawing the live views"):
         numbers = comparison.headline(tables, in_effect)     # the headline strip's and the comparison's
-        if presenter:                     # the batch chart first, then the key numbers
-            view.batch_chart(tables, in_effect, presenter)
-            view.headline(numbers, presenter)
-        else:
-            view.headline(numbers, presenter)
+        # The batch chart first, then the key numbers: at 1280x720 a chart is above the fold after Start.
+        view.batch_chart(tables, in_effect, presenter)
+        if lab is not None:
+            _notices(notices)
+        view.headline(numbers, presenter)
+        if not presenter:
             view.step_detail(tables, chosen)
-            view.batch_chart(tables, in_effect, presenter)
         # The built time charts are kept per mode: presenter mode has its own charts and fonts.
         builders = view.time_figures(tables, in_effect, now_s=now, presenter=presenter,
                                      ghost=ref.tables if ref else None,
@@ -254,6 +255,11 @@ def _live_view():
         return             # the rest of the page, the sidebar included, is still to be drawn
     if (running, _busy(lab), pace.interval_s()) != st.session_state.get("pg_drawn_as"):
         st.rerun()         # the run started, paused, finished or stopped, or the pace moved: redraw buttons and refresh rate
+
+
+def _notices(notices) -> None:
+    for notice in notices:
+        (st.warning if notice.level == "warning" else st.info)(notice.text)
 
 
 def _busy(lab) -> bool:

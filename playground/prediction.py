@@ -38,13 +38,14 @@ def capacity_req_s(step_model, policy, workload) -> float:
     return (b - a) / (done[b] - done[a]) if len(done) >= 4 and done[b] > done[a] else math.nan
 
 
-def show(step_model, policy, workload) -> None:
+def show(step_model, policy, workload, started: bool = False) -> None:
     """The Playground's prediction (lesson 9 asks it too): the arrival rate at which the waiting queue
     stops emptying. It never holds the page up: the learner commits when they like, and "Show the
-    answer" puts the step model's capacity for the current settings beside the guess, locked."""
+    answer" puts the step model's capacity for the current settings beside the guess, locked.
+    Open until a guess is committed or a run `started`: then the charts have the screen."""
     q = question("playground", settings=settings(policy, workload))
     with st.expander(":material/psychology: Predict first: when does the queue stop emptying?",
-                     expanded=committed(q) is None):
+                     expanded=committed(q) is None and not started):
         guess = ask(q, holds_results=False)
         if guess is None:
             return

@@ -16,10 +16,13 @@ from playground.setup import Setup
 RATE_OVER_STEPS = 50          # steps/s is measured over this many recent steps
 
 
+ENDLESS = "endless traffic"   # not "continuous": that word names a batching mode here
+
+
 def arrived_text(arrived: int, setup: Setup) -> str:
-    """'12 of 64', or '12 (continuous)' when there is no end to count towards."""
+    """'12 of 64', or '12 (endless traffic)' when there is no end to count towards."""
     if setup.endless:
-        return f"{arrived:,} (continuous)"
+        return f"{arrived:,} ({ENDLESS})"
     return f"{arrived:,} of {setup.num_requests:,}"
 
 
@@ -33,12 +36,20 @@ def last_change_step(marks: pd.DataFrame, knob: str) -> int | None:
 
 def batch_text(steps: pd.DataFrame, marks: pd.DataFrame, max_num_seqs: int) -> str:
     """The largest batch against the slots in force, over the steps that ran with them (a step
-    in progress when the limit changed still ran with the old one)."""
+    in progress when the limit changed still ran with the old one). The limit is the latest
+    step's own, as the counts beside it are: right after 16 -> 4 the line reads "16 of 16 slots,
+    4 from the next step", never "16 of 4"."""
+    if len(steps) and "max_num_seqs" in steps.columns and int(steps["max_num_seqs"].iloc[-1]) > 0:
+        ran_with = int(steps["max_num_seqs"].iloc[-1])
+        if ran_with != max_num_seqs:
+            return (f"largest batch: {int(steps['members'].iloc[-1:].map(len).max())} of {ran_with} slots, "
+                    f"{max_num_seqs} from the next step")
     since = last_change_step(marks, "max_num_seqs")
     if since is not None:
         steps = steps[steps["step"] >= since]
-        if "max_num_seqs" in steps.columns:
-            steps = steps[steps["max_num_seqs"] == max_num_seqs]
+    if "max_num_seqs" in steps.columns:          # only the latest stretch of steps under this limit
+        other = steps["step"][steps["max_num_seqs"] != max_num_seqs]
+        steps = steps[steps["step"] > other.max()] if len(other) else steps
     where = f" since the change at step {since:,}" if since is not None else ""
     if len(steps) == 0:
         return f"largest batch{where}: none yet, of {max_num_seqs} slots"
@@ -54,7 +65,7 @@ def steps_per_s(steps: pd.DataFrame) -> float | None:
 
 
 def status_text(state: str, tables: Tables, setup: Setup, sent: int, shared: bool = False) -> str:
-    """The whole status line (Markdown), e.g. "**Engine: running** · steps: 1,204 · 310 arrived =
+    """The whole status line (Markdown), e.g. "**Engine: running** · continuous batching · steps: 1,204 · 310 arrived =
     2 waiting + 2 running + 306 finished · largest batch since the change at step 812: 2 of 2
     slots · 9.1 steps/s". `setup`: the one in effect (PlaygroundRun.setup), or the widgets'
     before a run. `sent`: requests this page's workload has sent; `shared`: the engine is a
@@ -67,7 +78,8 @@ def status_text(state: str, tables: Tables, setup: Setup, sent: int, shared: boo
         whose = f"shared engine, everyone's requests: {counts.text()} · yours sent: {arrived_text(sent, setup)}"
     else:
         whose = f"{counts.text()} (of {setup.num_requests:,})" if not setup.endless else \
-            f"{counts.text()} (continuous)"
-    return (f"**Engine: {state}** · steps: {taken:,} · {whose} · "
+            f"{counts.text()} ({ENDLESS})"
+    mode = getattr(setup.mode, "value", setup.mode)
+    return (f"**Engine: {state}** · {mode} batching · steps: {taken:,} · {whose} · "
             f"{batch_text(steps, tables.marks, setup.max_num_seqs)}"
             + (f" · {rate:.1f} steps/s" if rate is not None else ""))

@@ -131,7 +131,8 @@ def headline(h: dict, presenter: bool = False) -> None:
         ("Waiting now", f"{h['waiting_now']:,}", "Requests in the queue now.", None),
         ("Running now", f"{h['running_now']:,}", "Requests holding a batch slot now.", None),
         ("Wasted slot-steps", f"{h['wasted_slot_steps']:,}",
-         "Empty batch slots summed over every busy step, each step against its own max_num_seqs.", None),
+         "Batch slots left empty while requests waited for one, summed over the steps, each step against "
+         "its own max_num_seqs.", None),
     ]
     rows = [[items[i] for i in (1, 3, 4, 5, 6)]] if presenter else [items[:5], items[5:]]
     for row in rows:

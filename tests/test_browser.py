@@ -176,7 +176,7 @@ def status_el(page):
 
 def status(page) -> dict:
     text = status_el(page).inner_text()
-    m = re.search(r"Engine: ([\w ]+?) · steps: ([\d,]+) .* largest batch(?: since the change at step "
+    m = re.search(r"Engine: ([\w ]+?) · (?:static|continuous) batching · steps: ([\d,]+) .* largest batch(?: since the change at step "
                   r"[\d,]+)?: (\d+|none yet,) of (\d+) slots", text)
     assert m, text
     largest = 0 if m[3] == "none yet," else int(m[3])

@@ -148,15 +148,17 @@ def test_slot_grid_of_nothing():
     assert grid.ids.shape == (0, 4)
 
 
-def test_wasted_slot_steps_counts_empty_slots_of_busy_steps():
-    steps = make_steps(MEMBERS)
-    # empty slots per step: 1, 1, 1, 0, 2, (idle: not counted), 2
-    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
-    assert frame_metrics.wasted_slot_steps(steps, 4) == 7 + 6
+def test_wasted_slot_steps_counts_empty_slots_while_requests_waited():
+    steps = make_steps(MEMBERS, waiting=[0, 5, 1, 4, 1, 2, 0])
+    # empty slots per step (3 slots): 1, 1, 1, 0, 2, 3, 2; waiting: 0, 5, 1, 4, 1, 2, 0
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 0 + 1 + 1 + 0 + 1 + 2 + 0
+    # 4 slots: empty 2, 2, 2, 1, 3, 4, 3
+    assert frame_metrics.wasted_slot_steps(steps, 4) == 0 + 2 + 1 + 1 + 1 + 2 + 0
+    assert frame_metrics.wasted_slot_steps(make_steps(MEMBERS), 3) == 0, "nobody waiting: nothing wasted"
     assert membership.member_counts(steps).tolist() == [2, 2, 2, 3, 1, 0, 1]
     # members may be lists (as they come back from JSON)
     steps["members"] = [[list(m) for m in step] for step in MEMBERS]
-    assert frame_metrics.wasted_slot_steps(steps, 3) == 7
+    assert frame_metrics.wasted_slot_steps(steps, 3) == 5
 
 
 def test_batch_membership_figure():
@@ -244,7 +246,8 @@ def test_headline_numbers_match_hand_computed_percentiles():
     assert h["finished"] == 5
     assert h["waiting_now"] == 3
     assert h["running_now"] == 1
-    assert h["wasted_slot_steps"] == 7
+    # empty slots 1, 1, 1, 0, 2, 3, 2 against waiting 0, 0, 0, 0, 0, 2, 3
+    assert h["wasted_slot_steps"] == 2 + 2
 
 
 def test_headline_without_slos_counts_every_finished_request():
@@ -667,3 +670,22 @@ def test_a_long_axis_title_is_wrapped_with_room_below_it():
     assert len(lines) == 2 and max(map(len, lines)) <= subtitle_chars() and " ".join(lines) == long
     assert short["xaxis"]["title"]["text"] == "max_wait_ms" and short["margin"]["b"] == 90
     assert lo["margin"]["b"] > short["margin"]["b"] and lo["height"] > short["height"]
+
+
+def test_a_pause_between_bursts_is_a_gap_in_the_lines_over_time():
+    """Two bursts 75 s apart: the queue's lines stop at the pause instead of joining the
+    last value before it (0 waiting) to the first after it (8 waiting), which reads as a queue
+    climbing while nothing happened. Steps 0.1 s apart are no gap."""
+    from analysis import kv, queue_charts
+    ends = [0.1, 0.2, 0.3, 75.3, 75.4]
+    steps = make_steps([(("a", D, 1),)] * 5, t_start_s=[e - 0.1 for e in ends], t_end_s=ends,
+                       waiting=[3, 1, 0, 8, 7])
+    for fig, name in ((queue_charts.queue_over_time(steps), "waiting"), (queue_charts.queue_over_time(steps), "running")):
+        line = next(t for t in fig["data"] if t["name"] == name)
+        x, y = np.asarray(line["x"], float), np.asarray(line["y"], float)
+        drawn = ~np.isnan(y[:-1]) & ~np.isnan(y[1:])                 # segments between two values
+        assert (np.diff(x)[drawn] < 1.0).all(), (x, y)
+        assert np.isnan(y).sum() == 1 and len(x) == 6
+        go.Figure(fig)
+    quiet = make_steps([(("a", D, 1),)] * 5)
+    assert not np.isnan(np.asarray(queue_charts.queue_over_time(quiet)["data"][0]["y"], float)).any()

@@ -15,6 +15,7 @@ from playground.setup import Setup
 from playground.status import status_text
 
 EMPTY_REQUESTS = pd.DataFrame(columns=REQUEST_COLUMNS + ["partial_text"])
+EMPTY_MARKS = pd.DataFrame(columns=MARK_COLUMNS)
 BATCH = Setup(continuous=False, rate=0.0, num_requests=12, output_lo=64, output_hi=64, max_num_seqs=16)
 
 
@@ -108,10 +109,25 @@ def test_the_largest_batch_is_read_since_max_num_seqs_last_changed():
                          columns=MARK_COLUMNS)
     line = status_text("running", Tables(steps, EMPTY_REQUESTS, marks), Setup(max_num_seqs=2), 40)
     assert "largest batch since the change at step 10: 2 of 2 slots" in line
-    assert "8 of 2" not in line and "40 arrived = 36 waiting + 2 running + 2 finished (continuous)" in line
+    assert "8 of 2" not in line and "40 arrived = 36 waiting + 2 running + 2 finished (endless traffic)" in line
+    assert "(continuous)" not in line and "· continuous batching ·" in line
+    static = status_text("running", Tables(steps, EMPTY_REQUESTS, marks), Setup(max_num_seqs=2, mode="static"), 40)
+    assert "· static batching ·" in static and "continuous" not in static
     before = status_text("running", Tables(steps.iloc[:10], EMPTY_REQUESTS, marks.iloc[:0]),
                          Setup(max_num_seqs=8, continuous=False, num_requests=64), 40)
     assert "largest batch: 8 of 8 slots" in before and "40 arrived = 30 waiting + 8 running + 2 finished (of 64)" in before
+
+
+def test_the_status_line_never_states_the_old_batch_against_the_new_limit():
+    """Right after max_num_seqs 16 -> 4, before any step ran under 4 (no mark yet either): the
+    counts and the limit come from the same step."""
+    steps = steps_frame([16] * 6, [16] * 6)
+    line = status_text("running", Tables(steps, EMPTY_REQUESTS, EMPTY_MARKS), Setup(max_num_seqs=4), 40)
+    assert "16 running" in line and "of 4 slots" not in line, line
+    assert "largest batch: 16 of 16 slots, 4 from the next step" in line
+    after = steps_frame([16] * 6 + [4] * 2, [16] * 6 + [4] * 2)
+    line = status_text("running", Tables(after, EMPTY_REQUESTS, EMPTY_MARKS), Setup(max_num_seqs=4), 40)
+    assert "4 running" in line and "16 of 4" not in line and "of 4 slots" in line, line
 
 
 def test_the_rejection_notice_agrees_with_what_was_measured():

@@ -19,6 +19,7 @@ import streamlit as st
 
 from engine.core import metrics
 from ui import session
+from ui.estimates import estimate_text  # noqa: F401  (the labs call it as widgets.estimate_text)
 
 PLOT_CONFIG = {"displayModeBar": False}
 # Lab charts: the mode bar keeps only "download as PNG" (a learner's own measurement, to keep), and
@@ -346,9 +347,10 @@ def plural(n, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
-def plot(fig) -> None:
-    """A lab chart, with a "download as PNG" button in its corner."""
-    st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch")
+def plot(fig, key: str | None = None) -> None:
+    """A lab chart, with a "download as PNG" button in its corner. Two charts that can be drawn
+    alike on one page (both modes of one equal-lengths batch) need a `key` each."""
+    st.plotly_chart(fig, config=EXPORT_CONFIG, width="stretch", key=key)
 
 
 # A request table's columns as its headers say them (the tables of finished requests on the labs)
@@ -381,13 +383,6 @@ def table(df: pd.DataFrame, csv: str | None = None, **kw) -> None:
         st.download_button(":material/download: Download as CSV", df.to_csv(index=False).encode(),
                            file_name=f"{csv}.csv", mime="text/csv", key=f"{csv}__csv",
                            help="These numbers as a CSV file, to keep or to compare with another machine.")
-
-
-def estimate_text(seconds: float, calibrated: bool) -> str:
-    """A run's expected duration for the run buttons: from this machine's measured speed, or (before
-    anything was measured here) the cost model's guess, said as such."""
-    text = f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
-    return text if calibrated else f"{text} by the cost model; this machine's own speed is learned from its first run"
 
 
 def definitions(text: str, with_metrics: bool = True) -> None:

@@ -2,7 +2,10 @@
 
 The instructor token (needed to change the policy) comes from BATCHING_LAB_INSTRUCTOR_TOKEN,
 or is made up at start and printed. The waiting line is capped by default (SERVE_MAX_WAITING:
-more get 429 with Retry-After); the per-client limits are engine/server/limits.py's.
+more get 429 with Retry-After); the per-client limits are engine/server/limits.py's, on by
+default only where the server listens on a network (a classroom): on a loopback address it has
+one user, as `vllm serve` does, and a benchmark's 32 streams from that user all run. The
+start-up line says which limits are in force.
 """
 from __future__ import annotations
 
@@ -31,10 +34,15 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kv-pool-tokens", type=int, default=EngineConfig().kv_pool_tokens)
     p.add_argument("--max-inflight-per-tenant", type=int, default=64,
                    help="requests one tenant (the `user` field) may have in flight; more get 429")
-    p.add_argument("--max-inflight-per-client", type=int, default=limits.MAX_INFLIGHT_PER_CLIENT,
-                   help="requests one client address may have in flight, whatever `user` says; more get 429")
-    p.add_argument("--max-connections-per-client", type=int, default=limits.MAX_CONNECTIONS_PER_CLIENT,
-                   help="open connections one client address may hold; more are closed at once")
+    p.add_argument("--client-limits", choices=("on", "off"), default=None,
+                   help="per-client limits (requests in flight, connections, body bytes per client address): "
+                        "by default on where --host is a network address, off on loopback (one user)")
+    p.add_argument("--max-inflight-per-client", type=int, default=None,
+                   help="requests one client address may have in flight, whatever `user` says; more get 429 "
+                        f"(default {limits.MAX_INFLIGHT_PER_CLIENT}; giving it turns the per-client limits on)")
+    p.add_argument("--max-connections-per-client", type=int, default=None,
+                   help="open connections one client address may hold; more are closed at once "
+                        f"(default {limits.MAX_CONNECTIONS_PER_CLIENT}; giving it turns the per-client limits on)")
     p.add_argument("--trusted-client", action="append", default=[], metavar="ADDRESS",
                    help="an address no per-client limit holds (the classroom app's, which speaks for every "
                         "student); repeat for more")
@@ -45,10 +53,24 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def client_limits_on(args) -> bool:
+    """--client-limits if given; else on when a per-client limit is given, or the server listens
+    on a network address."""
+    if args.client_limits is not None:
+        return args.client_limits == "on"
+    if args.max_inflight_per_client is not None or args.max_connections_per_client is not None:
+        return True
+    return not limits.is_loopback(args.host)
+
+
 def server_limits(args) -> limits.ServerLimits:
-    return limits.ServerLimits(max_inflight_per_client=args.max_inflight_per_client,
-                               max_connections_per_client=args.max_connections_per_client,
-                               trusted_clients=frozenset(args.trusted_client))
+    def given(value, default):
+        return default if value is None else value
+    return limits.ServerLimits(
+        per_client=client_limits_on(args),
+        max_inflight_per_client=given(args.max_inflight_per_client, limits.MAX_INFLIGHT_PER_CLIENT),
+        max_connections_per_client=given(args.max_connections_per_client, limits.MAX_CONNECTIONS_PER_CLIENT),
+        trusted_clients=frozenset(args.trusted_client))
 
 
 def build_app(args, policy: SchedulerPolicy, token: str):
@@ -64,10 +86,11 @@ def build_app(args, policy: SchedulerPolicy, token: str):
     engine = in_passing_thread(build_engine, config, policy, model)
     engine.keep_steps = KEEP_STEPS
     name = args.served_model_name or args.model
+    server = server_limits(args)
     service = EngineService(engine, name, args.max_inflight_per_tenant,
                             rebuild=lambda p: build_engine(config, p, model),
-                            max_inflight_per_client=args.max_inflight_per_client)
-    return create_app(service, name, token, server_limits(args), docs=args.docs)
+                            max_inflight_per_client=server.max_inflight_per_client)
+    return create_app(service, name, token, server, docs=args.docs)
 
 
 def serve_command(args) -> int:
@@ -85,6 +108,10 @@ def serve_command(args) -> int:
     gc.collect()
     gc.freeze()
     print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    print(limits.describe(server_limits(args)), file=sys.stderr)
+    waiting = f"at most {args.max_waiting:,} waiting" if args.max_waiting else "no cap"
+    print(f"waiting line: {waiting} (--max-waiting); per tenant (`user`): {args.max_inflight_per_tenant:,} "
+          "in flight (--max-inflight-per-tenant)", file=sys.stderr)
     # A stop (Ctrl-C) first ends every open stream with a finish reason and [DONE], then waits
     # at most 5 s for the connections: an endless client must not hold it up
     config = server_config(app, server_limits(args), host=args.host, port=args.port, log_level="warning",

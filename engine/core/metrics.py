@@ -60,8 +60,10 @@ Definitions follow vLLM's benchmarks. Times are seconds on the engine's clock.
   every request whose arrival time has come is in exactly one of these.
 - **Running** = requests holding a batch slot at the end of a step (admitted, not yet done);
   the step's **batch** is the ones that ran in it.
-- **Wasted slot-steps** = over every step that ran something, the batch slots left empty,
-  summed, each step against its own `max_num_seqs`. A step with 8 slots and 5 requests wastes 3.
+- **Wasted slot-steps** = per step, the batch slots left empty while requests waited for one,
+  min(empty slots, waiting), summed, each step against its own `max_num_seqs`: capacity that work
+  was queueing for. A step with 8 slots, 5 running and 2 waiting wastes 2; with nobody waiting, none
+  (an engine with too little work is not wasting its batch).
 """
 
 
@@ -202,16 +204,15 @@ def run_totals(requests, steps, slo: SLO | None = None, retired: Retired | None 
             "goodput_req_s": per_second(good, span)}
 
 
-def wasted_slot_steps(members, slots) -> int:
-    """Empty batch slots summed over every step that ran at least one sequence.
+def wasted_slot_steps(members, slots, waiting) -> int:
+    """Batch slots left empty while requests waited: per step min(empty slots, waiting), summed.
 
     `members` holds each step's members; `slots` is each step's own max_num_seqs (a list), or
-    one number for them all. Idle steps are not counted: an engine with no work is not wasting
-    its batch.
+    one number for them all; `waiting` each step's waiting requests at its end (a list).
     """
     members = list(members)
     limits = [slots] * len(members) if isinstance(slots, (int, float)) else list(slots)
-    return sum(int(limit) - n for n, limit in zip(map(len, members), limits) if 0 < n < limit)
+    return sum(max(0, min(int(limit) - n, int(w))) for n, limit, w in zip(map(len, members), limits, waiting))
 
 
 @dataclass(slots=True, frozen=True)
@@ -326,7 +327,7 @@ class Retired:
             self.spec_draft_tokens += drafted
             self.spec_accepted_tokens += accepted
             add_per_position(self.spec_accepted_per_pos, accepted)
-        self.wasted_slot_steps += wasted_slot_steps([s.members], [s.max_num_seqs])
+        self.wasted_slot_steps += wasted_slot_steps([s.members], [s.max_num_seqs], [s.waiting])
         self._ends_at(s.t_end_s)
 
     def add_request(self, r: Request, slo: SLO) -> None:

@@ -149,9 +149,9 @@ def create_app(service: EngineService, model_name: str, instructor_token: str,
 
     def client_of(http: HttpRequest) -> str | None:
         """The client a request counts against: its address; None for the instructor and the
-        trusted addresses, which no per-client limit holds."""
+        trusted addresses, which no per-client limit holds; None for everyone where they are off."""
         host = http.client.host if http.client else ""
-        if host in limits.trusted_clients or is_instructor(http, instructor_token):
+        if not limits.per_client or host in limits.trusted_clients or is_instructor(http, instructor_token):
             return None
         return host
 

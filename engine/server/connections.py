@@ -50,7 +50,7 @@ def guarded_http(limits: ServerLimits) -> type:
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             host = self.client[0] if self.client else ""
-            if host not in limits.trusted_clients:
+            if limits.per_client and host not in limits.trusted_clients:
                 if open_from[host] >= limits.max_connections_per_client:
                     if pacing.total < max_held:   # no answer: it has not asked anything yet
                         self._held = host

@@ -16,6 +16,11 @@ the trusted addresses (the app of a classroom, which sends every student's reque
 one address) are exempt from the per-client limits; the waiting line's cap (max_waiting) and
 the per-tenant cap hold for everyone.
 
+The per-client limits (requests in flight, connections, body bytes and the pacing of their
+refusals) are for a server on a network, where many clients share it. A server on a loopback
+address has one user, as `vllm serve` does, whose benchmark may open dozens of streams at once:
+`engine serve` turns them off there unless asked (`per_client` False; see `describe`).
+
 Connections are bounded too (engine/server/connections.py): at most MAX_CONNECTIONS_PER_CLIENT
 open from one address, a request's headers within HEADER_TIMEOUT_S of the connection or of the
 previous answer, at most MAX_HEADER_BYTES of them, and an idle kept-alive connection closed
@@ -30,6 +35,7 @@ of the pool's threads at most.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +64,7 @@ MAX_HELD_CONNECTIONS = 4096         # and at most a quarter of the process's fil
 
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
+    per_client: bool = True          # False: no per-client limit holds anyone (one user on loopback)
     max_body_bytes: int = MAX_REQUEST_BYTES
     max_inflight_per_client: int = MAX_INFLIGHT_PER_CLIENT
     max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT
@@ -72,6 +79,27 @@ class ServerLimits:
     max_refusal_delay_s: float = MAX_REFUSAL_DELAY_S
     refusals_per_s: float = REFUSALS_PER_S
     max_held_connections: int = MAX_HELD_CONNECTIONS
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches: 127.0.0.0/8, ::1, or the name localhost.
+    Any other name may resolve to a network address, so it counts as a network."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def describe(limits: ServerLimits) -> str:
+    """The per-client limits in force, in one line for the server's start-up."""
+    if not limits.per_client:
+        return "per-client limits: off (one user on loopback; --client-limits on turns them on)"
+    exempt = ", ".join(["the instructor token", *sorted(limits.trusted_clients)])
+    return (f"per-client limits: on, per client address: {limits.max_inflight_per_client:,} requests in flight, "
+            f"{limits.max_connections_per_client:,} connections, {limits.bytes_per_s_per_client / (1 << 20):g} MiB/s "
+            f"of request bodies (exempt: {exempt}; --client-limits off turns them off)")
 
 
 class RefusalPacing:

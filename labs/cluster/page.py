@@ -87,7 +87,8 @@ predict.reveal(question, guess, best,
                          "the tokens it did not compute are time its requests did not wait for.",
                          "yet its p95 TTFT is higher: the slowest requests are set by bursts of queueing, which "
                          "the saved prefill does not remove (compare the p50 column).",
-                         "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."))
+                         "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."),
+               source="simulated")
 widgets.plot(charts.routing_bars(runs))
 widgets.table(pd.DataFrame(lab.routing_table(runs)), csv="cluster-routing")
 groups = charts.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
@@ -153,7 +154,8 @@ predict.reveal(q2, guess2, cheaper,
                          "Busy fraction met the SLO more often: it scaled before the queue grew"
                          + (", and paid for it in replicas it kept when the traffic fell."
                             if cheaper == lab.AUTOSCALER_NAMES["waiting"] else "."),
-                         "Both met the SLO about equally often.", tol=0.01))
+                         "Both met the SLO about equally often.", tol=0.01),
+               source="simulated")
 widgets.plot(charts.replicas_over_time(scaled, phases, lab.AUTOSCALER_NAMES))
 widgets.table(pd.DataFrame(lab.autoscale_table(scaled)), csv="cluster-autoscaling")
 left, right = st.columns(2)

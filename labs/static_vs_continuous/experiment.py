@@ -95,15 +95,6 @@ def long_request_id(requests: pd.DataFrame) -> str | None:
     return str(requests.loc[pd.to_numeric(requests["output_tokens"]).idxmax(), "id"])
 
 
-def idle_slots_while_waiting(steps: pd.DataFrame, max_slots: int) -> int:
-    """Slot-steps left empty although requests were waiting: per step min(empty slots, waiting)."""
-    if len(steps) == 0:
-        return 0
-    empty = np.clip(max_slots - membership.member_counts(steps), 0, None)
-    waiting = pd.to_numeric(steps["waiting"], errors="coerce").fillna(0).to_numpy(int)
-    return int(np.minimum(empty, waiting).sum())
-
-
 def mode_summary(result: RunResult, max_slots: int) -> dict:
     """The numbers the static-vs-continuous lab compares, from one run."""
     reqs, steps = frames(result)
@@ -120,7 +111,6 @@ def mode_summary(result: RunResult, max_slots: int) -> dict:
         "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p95_s": s["ttft_s"]["p95"],
         "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "tpot_p95_ms": s["tpot_s"]["p95"] * 1000,
         "wasted_slot_steps": wasted_slot_steps(steps, max_slots),
-        "idle_while_waiting": idle_slots_while_waiting(steps, max_slots),
         "slot_steps": busy * max_slots,
         "slot_use": float(counts[counts > 0].sum() / (busy * max_slots)) if busy else math.nan,
         "long_id": long_id,
@@ -129,14 +119,25 @@ def mode_summary(result: RunResult, max_slots: int) -> dict:
     }
 
 
+# The workloads each claim is about: its verdict is shown on these only (on the others it would
+# judge a claim on traffic it says nothing about; tests/test_claims.py decides each counter-case).
+CLAIM_WORKLOADS = {"continuous_beats_static": ("mixed", "short_long"),
+                   "static_fine_offline": ("offline_equal",)}
+
+
+def about(verdict: claims.Verdict, workload: str) -> bool:
+    """Whether `verdict`'s claim is about `workload`."""
+    return workload in CLAIM_WORKLOADS[verdict.claim.id]
+
+
 def verdicts(static: dict, continuous: dict, workload: str) -> list[claims.Verdict]:
     """The lab's two claims on one pair of runs (mode_summary of each): continuous batching cuts the
     tail of TTFT on mixed lengths, and an offline batch of equal lengths finishes together."""
     name = WORKLOADS[workload][0].lower()
     ttft = claims.ratio(static["ttft_p95_s"], continuous["ttft_p95_s"])
     ttft_numbers = (f"p95 TTFT was {static['ttft_p95_s']:.2f} s under static and {continuous['ttft_p95_s']:.2f} s "
-                    f"under continuous (×{ttft:.2f}); slots left empty while requests waited: "
-                    f"{static['idle_while_waiting']} under static, {continuous['idle_while_waiting']} under continuous.")
+                    f"under continuous (×{ttft:.2f}); wasted slot-steps (slots left empty while requests waited): "
+                    f"{static['wasted_slot_steps']:,} under static, {continuous['wasted_slot_steps']:,} under continuous.")
     beats = claims.judge(
         "continuous_beats_static", ttft,
         ttft_numbers + " Under static a request that arrives while a batch runs waits for the batch's longest "
@@ -146,8 +147,8 @@ def verdicts(static: dict, continuous: dict, workload: str) -> list[claims.Verdi
                         "the wait for a batch's longest member is short next to the rest of a request's life.")))
     apart = abs(claims.ratio(static["duration_s"], continuous["duration_s"]) - 1)
     dur_numbers = (f"Static took {static['duration_s']:.2f} s and continuous {continuous['duration_s']:.2f} s "
-                   f"({apart:.0%} apart), with {static['wasted_slot_steps']} and {continuous['wasted_slot_steps']} "
-                   "slot-steps left empty.")
+                   f"({apart:.0%} apart), with {static['wasted_slot_steps']:,} and {continuous['wasted_slot_steps']:,} "
+                   "wasted slot-steps.")
     same_work = static["steps"] == continuous["steps"] and static["wasted_slot_steps"] == continuous["wasted_slot_steps"]
     noisy = (dur_numbers + " Both modes ran the very same steps, so the gap is the machine running at another speed "
              "during one run (a busy machine): run them again.") if same_work and apart > 0.05 else None

@@ -74,15 +74,19 @@ ttft_ratio = s["ttft_p95_s"] / c["ttft_p95_s"] if c["ttft_p95_s"] > 0 else float
 predict.reveal(ttft_q, ttft_guess, ttft_ratio, f"p95 TTFT: static {s['ttft_p95_s']:.2f} s, continuous "
                f"{c['ttft_p95_s']:.2f} s.", measured_text=f"×{ttft_ratio:.2f}", source=source)
 for v in lab.verdicts(s, c, workload):
-    predict.show_verdict(v, source)
+    if lab.about(v, workload):
+        predict.show_verdict(v, source)
+    else:
+        names = " or ".join(f"“{lab.WORKLOADS[w][0]}”" for w in lab.CLAIM_WORKLOADS[v.claim.id])
+        st.caption(f"Another claim of this lab is about other traffic: pick {names} in the sidebar to test it "
+                   f"(“{v.claim.text}”).")
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")
 cols[1].metric("Wasted slot-steps (continuous)", c["wasted_slot_steps"],
                delta=f"{c['wasted_slot_steps'] - s['wasted_slot_steps']:+d} vs static", delta_color="inverse",
-               help="Empty batch slots summed over every step that ran something. Of those, "
-                    f"{c['idle_while_waiting']} (continuous) and {s['idle_while_waiting']} (static) were empty "
-                    "while requests waited in the queue.")
+               help="Batch slots left empty while requests waited for one, summed over the steps: "
+                    f"{c['wasted_slot_steps']:,} (continuous) and {s['wasted_slot_steps']:,} (static).")
 cols[2].metric("p95 TTFT (continuous)", widgets.fmt(c["ttft_p95_s"], "s"),
                delta=widgets.difference(c["ttft_p95_s"], s["ttft_p95_s"], 2, "s vs static"), delta_color="inverse")
 cols[3].metric("Longest request's E2E (continuous)", widgets.fmt(c["long_e2e_s"], "s"),
@@ -145,7 +149,7 @@ def replay():
                 st.caption(f"finished after {len(steps)} steps")
             fig = membership.batch_membership(steps, slots, upto_step=int(upto["step"].iloc[-1]) if len(upto) else -1)
             fig.setdefault("layout", {}).setdefault("xaxis", {})["range"] = [-0.5, n_steps - 0.5]
-            widgets.plot(fig)
+            widgets.plot(fig, key=f"svc_grid_{mode}")
 
 
 replay()
@@ -155,7 +159,6 @@ st.subheader("Side by side")
 rows = [("output throughput (tok/s)", "output_tok_s", 1), ("duration (s)", "duration_s", 2), ("engine steps", "steps", 0),
         ("p50 TTFT (s)", "ttft_p50_s", 2), ("p95 TTFT (s)", "ttft_p95_s", 2), ("p50 TPOT (ms)", "tpot_p50_ms", 1),
         ("p95 TPOT (ms)", "tpot_p95_ms", 1), ("wasted slot-steps", "wasted_slot_steps", 0),
-        ("… of them while requests waited", "idle_while_waiting", 0),
         ("slot use (busy steps)", "slot_use", 3), ("E2E of the longest request (s)", "long_e2e_s", 2)]
 side = {"": [r[0] for r in rows]}
 if measured:          # the real numbers, and the simulator's beside them
@@ -165,15 +168,12 @@ side |= {"static (simulated)": [round(ss[k], d) for _, k, d in rows],
          "continuous (simulated)": [round(sc[k], d) for _, k, d in rows]}
 widgets.table(pd.DataFrame(side), csv="static_vs_continuous")
 st.markdown(f"{'' if measured else 'Simulated: '}Continuous batching made **{c['output_tok_s'] / s['output_tok_s']:.2f}×** the output tokens per "
-            f"second of static batching here and left **{c['wasted_slot_steps']}** slot-steps empty against "
-            f"static's **{s['wasted_slot_steps']}**; slots left empty while requests waited: "
-            f"**{c['idle_while_waiting']}** against **{s['idle_while_waiting']}**.")
+            f"second of static batching here and wasted **{c['wasted_slot_steps']:,}** slot-steps (slots left "
+            f"empty while requests waited) against static's **{s['wasted_slot_steps']:,}**.")
 with st.expander("Requests, both runs"):
     both = pd.concat([tables[m][0].assign(mode=m) for m in ("static", "continuous")])
     widgets.table(both[["mode", "id", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                         "queue_s"]].rename(columns=widgets.REQUEST_COLUMNS))
-widgets.definitions("\n- **… while requests waited** = per step, min(empty slots, requests waiting), summed: "
-                    "capacity that work was queueing for."
-                    "\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
+widgets.definitions("\n- **Static mode**: a batch forms when max_num_seqs requests wait or the oldest has waited "
                     f"{lab.mode_policy('static').max_wait_ms:g} ms, and runs until every member has finished; nobody "
                     "joins mid-batch.")

@@ -1,0 +1,112 @@
+"""Screens a class can trust: every grid drawn solid, every pair of numbers that name one thing
+agreeing, every verdict shown only on the workload it is about, simulated numbers labelled so.
+On the Static vs continuous lab's simulated answer (no real run needed) and the chart builders."""
+import re
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analysis import membership
+from labs import runs
+from labs.static_vs_continuous import experiment as svc
+from test_lab_pages import ROOT, TIMEOUT, commit, texts
+
+WORKLOADS = list(svc.WORKLOADS)
+
+
+def sim_summaries(workload):
+    from ui import calculators
+    step_model, _ = calculators.saved_step_model()
+    sim = svc.simulated_modes(step_model, workload, svc.SLOTS, 0)
+    return sim, {m: svc.mode_summary(res, svc.SLOTS) for m, (res, _) in sim.items()}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_the_membership_grid_is_solid_at_every_width(lab_env, workload):
+    """A gap between steps is a fixed pixel: on a grid a few pixels a step wide it shows as white
+    stripes hiding the grey empty slots. No grid has one, whatever its number of steps; slots keep
+    a gap only where a row is tall enough."""
+    sim, _ = sim_summaries(workload)
+    for mode, (res, _) in sim.items():
+        steps = runs.frames(res)[1].drop(columns="max_num_seqs")      # rows: the slots asked for
+        for upto in (5, len(steps) // 2, len(steps)):
+            for slots in (svc.SLOTS, 64, 256):
+                heat = membership.batch_membership(steps, slots, upto_step=upto)["data"][0]
+                assert heat["type"] == "heatmap" and heat["xgap"] == 0, (mode, upto, heat["xgap"])
+                rows_px = max(220, min(520, membership.ROW_PX * slots)) / slots
+                assert heat["ygap"] == (1 if rows_px >= membership.MIN_GAPPED_PX else 0)
+
+
+# Every way the lab's text states a count of wasted (empty) slot-steps, old wordings included.
+WASTED_PHRASES = [r"slot-steps so far ([\d,]+)", r"([\d,]+) under static, ([\d,]+) under continuous",
+                  r"with ([\d,]+) and ([\d,]+) (?:wasted )?slot-steps", r"([\d,]+) \(continuous\) and ([\d,]+) \(static\)",
+                  r"\*\*([\d,]+)\*\* slot-steps.*?static's \*\*([\d,]+)\*\*", r"\*\*([\d,]+)\*\* against \*\*([\d,]+)\*\*"]
+
+
+def shown_numbers(text: str) -> list[int]:
+    """Every count of wasted or empty slot-steps the text states."""
+    return [int(n.replace(",", "")) for pattern in WASTED_PHRASES
+            for match in re.findall(pattern, text) for n in (match if isinstance(match, tuple) else (match,))]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_sentence_gives_the_same_wasted_slot_steps(lab_env, workload):
+    """The card, its help, the claims' boxes and the closing sentence name one thing, wasted
+    slot-steps, by one definition: the same two numbers everywhere; and on mixed lengths static
+    wastes at least as many as continuous (the lab's whole point)."""
+    _, summ = sim_summaries(workload)
+    s, c = summ["static"]["wasted_slot_steps"], summ["continuous"]["wasted_slot_steps"]
+    if workload != "offline_equal":
+        assert s >= c, (s, c)
+    at = AppTest.from_file(str(ROOT / "labs/static_vs_continuous/page.py"), default_timeout=TIMEOUT)
+    at.session_state["svc_workload"] = workload
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    card = next(m for m in at.metric if m.label.startswith("Wasted slot-steps"))
+    assert card.value == f"{c:,}" and card.delta == f"{c - s:+d} vs static"
+    words = texts(at) + "\n" + card.help
+    numbers = shown_numbers(words)
+    assert len(numbers) >= 6 and set(numbers) <= {s, c}, (numbers, s, c)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_claims_verdict_is_shown_only_on_the_workload_it_is_about(lab_env, workload):
+    at = AppTest.from_file(str(ROOT / "labs/static_vs_continuous/page.py"), default_timeout=TIMEOUT)
+    at.session_state["svc_workload"] = workload
+    at.run()
+    commit(at)
+    words = texts(at)
+    for claim_id, about in svc.CLAIM_WORKLOADS.items():
+        from labs.claims import CLAIMS
+        claim = CLAIMS[claim_id]
+        box = f"**Claim:** {claim.text}"
+        assert (box in words) == (workload in about), (claim_id, workload)
+        if workload not in about:
+            assert "pick" in words and svc.WORKLOADS[about[0]][0] in words, "it says where that claim is tested"
+
+
+def test_the_cluster_labs_simulated_answers_are_labelled_simulated(lab_env):
+    """Before any real server runs, every number the cluster lab reveals beside a guess is the
+    simulator's: labelled "Simulated", never "Measured"."""
+    at = AppTest.from_file(str(ROOT / "labs/cluster/page.py"), default_timeout=300)
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    labels = [m.label for m in at.metric]
+    assert "Simulated" in labels and "Measured" not in labels, labels
+
+
+def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypatch):
+    """The run buttons' estimate: the step model's median error on this app's own steps makes it
+    a range (a run with a browser attached took 2.1x one number once); unchecked, it says so."""
+    from dataclasses import replace
+
+    from engine.core.step_model import UNCALIBRATED
+    from ui import calculators, estimates
+    assert estimates.estimate_text(50, True, error=0.2) == "40–60 s (± the step model's current error here, 20%)"
+    assert estimates.estimate_text(200, True, error=0.5).startswith("1.7–5.0 min")
+    monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=0.22), True))
+    assert estimates.estimate_text(60, True).startswith("47–73 s")
+    monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=None), True))
+    assert "not yet checked" in estimates.estimate_text(100, True)
