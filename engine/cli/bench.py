@@ -288,6 +288,24 @@ def agreement(ours: dict, theirs: dict) -> tuple[float, float]:
     return same / max(1, len(ours)), tok_same / max(1, tok_all)
 
 
+def kernel_path_line() -> str:
+    """Which vector path of the C kernels this run takes, and why, in words."""
+    from ..model import cpu_kernels, kernel_paths
+    path = kernel_paths.chosen_path()
+    if path is None:
+        return f"off ({kernel_paths.ENV}=0): PyTorch ops instead"
+    if cpu_kernels.load() is None:
+        return "none (they could not be built here; see the warning above): PyTorch ops instead"
+    why = (f"forced by {kernel_paths.ENV}" if kernel_paths.forced()
+           else f"the widest this CPU runs; {kernel_paths.ENV}=<path> forces another")
+    runs = [p for p in kernel_paths.PATHS if not kernel_paths.missing_features(p)]
+    return f"the {path} path ({why}; this CPU runs {', '.join(runs)})"
+
+
+def row_kernels(kernels) -> str:
+    return f"the {kernels.path} path" if kernels is not None else "none (PyTorch ops)"
+
+
 def bench_command(args) -> int:
     import torch
     from ..model.model import load_model
@@ -298,9 +316,11 @@ def bench_command(args) -> int:
     print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")
+    print(f"C kernels: {kernel_path_line()}")
     for n in (1000, 10000):
         times = ", ".join(f"{order} {time_scheduling(n, order=order)[0]:.3f}" for order in ("fcfs", "sjf", "fair"))
         print(f"scheduling one step with {n:,} waiting: {times} ms")
+    from ..model import cpu_kernels
     results = []
     for dtype in args.dtype.split(","):
         model = load_model(args.model, args.device, dtype)
@@ -315,11 +335,13 @@ def bench_command(args) -> int:
         b1 = b1_against_copies(model, costs)
         b1_copies, b1_steps, b1_ratios, b1_read_ratios = b1["copies"], b1["steps_ms"], b1["ratios"], b1["read_ratios"]
         t_eng, ours, engine = run_engine(model, fresh(), args)
+        kernels = cpu_kernels.for_device(model.device, model.dtype)      # the path its runner took
         roof = better_roofline(before, measure_roofline(model.device, model.dtype))
         print(f"\n== {model.name} on {model.device}, {str(model.dtype).replace('torch.', '')}: "
               f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s ({roof['gemm_by']}'s; median {roof['gemm_median'] / 1e9:.0f}), "
               f"memory {roof['mem_bw'] / 1e9:.1f} GB/s (median {roof['mem_median'] / 1e9:.1f}; the better of "
-              f"measurements before and after this engine's run), weights {costs['weight_bytes'] / 1e6:.0f} MB")
+              f"measurements before and after this engine's run), weights {costs['weight_bytes'] / 1e6:.0f} MB, "
+              f"C kernels: {row_kernels(kernels)}")
 
         bws = [bw / 1e9 for bw in b1_copies]
         print(f"decode step at batch 1: {min(b1_steps):.1f} ms best, {statistics.median(b1_steps):.1f} median; "
@@ -337,6 +359,7 @@ def bench_command(args) -> int:
         eng_tps = total_out / t_eng
         medians = {"gemm_flops": roof["gemm_median"], "mem_bw": roof["mem_median"]}
         row = {"dtype": str(model.dtype).replace("torch.", ""), "engine_tok_s": eng_tps,
+               "kernels": kernels.path if kernels is not None else "none",
                "engine_s": t_eng, "roofline_fraction": roofline_share(engine, costs, roof), "steps": len(engine.steps),
                "median_roofline_fraction": roofline_share(engine, costs, medians),
                "in_turn_fraction": roofline_share(engine, costs, roof, in_turn=True),
@@ -371,7 +394,7 @@ def bench_command(args) -> int:
         results.append(row)
     print("\nsummary (ratios measured side by side in this run):")
     for r in results:
-        parts = [f"{r['dtype']}: engine {r['engine_tok_s']:.0f} tok/s"]
+        parts = [f"{r['dtype']}: engine {r['engine_tok_s']:.0f} tok/s (C kernels: {r['kernels']})"]
         if "hf_static_tok_s" in r:
             parts.append(f"{r['engine_tok_s'] / r['hf_static_tok_s']:.1f}x generate-static")
         if "hf_cb_tok_s" in r:
