@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
+
+
 def _build(target: Path, flags: tuple[str, ...]) -> None:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
