@@ -328,8 +328,13 @@ def test_the_widest_path_the_cpu_has_is_chosen(monkeypatch):
         assert kernel_paths.chosen_path() == "avx2" and not kernel_paths.forced()
     monkeypatch.setenv(kernel_paths.ENV, "0")
     assert kernel_paths.chosen_path() is None and cpu_kernels.load() is None
+    assert kernel_paths.in_words() == "off (BATCHING_LAB_KERNELS=0): PyTorch ops instead"
     monkeypatch.setenv(kernel_paths.ENV, "Portable")
     assert kernel_paths.chosen_path() == "portable" and kernel_paths.forced()
+    assert kernel_paths.in_words() == ("the portable path (forced by BATCHING_LAB_KERNELS; this CPU runs avx2, "
+                                       "portable)")
+    monkeypatch.setenv(kernel_paths.ENV, "1")
+    assert kernel_paths.in_words().startswith("the avx2 path (the widest this CPU runs;")
 
 
 def test_a_path_the_cpu_lacks_or_does_not_know_is_refused_saying_what_is_allowed(monkeypatch):

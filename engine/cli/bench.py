@@ -288,24 +288,6 @@ def agreement(ours: dict, theirs: dict) -> tuple[float, float]:
     return same / max(1, len(ours)), tok_same / max(1, tok_all)
 
 
-def kernel_path_line() -> str:
-    """Which vector path of the C kernels this run takes, and why, in words."""
-    from ..model import cpu_kernels, kernel_paths
-    path = kernel_paths.chosen_path()
-    if path is None:
-        return f"off ({kernel_paths.ENV}=0): PyTorch ops instead"
-    if cpu_kernels.load() is None:
-        return "none (they could not be built here; see the warning above): PyTorch ops instead"
-    why = (f"forced by {kernel_paths.ENV}" if kernel_paths.forced()
-           else f"the widest this CPU runs; {kernel_paths.ENV}=<path> forces another")
-    runs = [p for p in kernel_paths.PATHS if not kernel_paths.missing_features(p)]
-    return f"the {path} path ({why}; this CPU runs {', '.join(runs)})"
-
-
-def row_kernels(kernels) -> str:
-    return f"the {kernels.path} path" if kernels is not None else "none (PyTorch ops)"
-
-
 def bench_command(args) -> int:
     import torch
     from ..model.model import load_model
@@ -316,11 +298,12 @@ def bench_command(args) -> int:
     print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")
-    print(f"C kernels: {kernel_path_line()}")
+    from ..model import cpu_kernels, kernel_paths
+    built = kernel_paths.chosen_path() is None or cpu_kernels.load() is not None
+    print(f"C kernels: {kernel_paths.in_words() if built else 'none (not built here; see the warning above)'}")
     for n in (1000, 10000):
         times = ", ".join(f"{order} {time_scheduling(n, order=order)[0]:.3f}" for order in ("fcfs", "sjf", "fair"))
         print(f"scheduling one step with {n:,} waiting: {times} ms")
-    from ..model import cpu_kernels
     results = []
     for dtype in args.dtype.split(","):
         model = load_model(args.model, args.device, dtype)
@@ -341,7 +324,7 @@ def bench_command(args) -> int:
               f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s ({roof['gemm_by']}'s; median {roof['gemm_median'] / 1e9:.0f}), "
               f"memory {roof['mem_bw'] / 1e9:.1f} GB/s (median {roof['mem_median'] / 1e9:.1f}; the better of "
               f"measurements before and after this engine's run), weights {costs['weight_bytes'] / 1e6:.0f} MB, "
-              f"C kernels: {row_kernels(kernels)}")
+              f"C kernels: {kernels.path if kernels is not None else 'none'}")
 
         bws = [bw / 1e9 for bw in b1_copies]
         print(f"decode step at batch 1: {min(b1_steps):.1f} ms best, {statistics.median(b1_steps):.1f} median; "

@@ -78,3 +78,13 @@ def chosen_path() -> str | None:
     if missing_features(value):
         raise ValueError(f"{ENV}={value}: this CPU lacks {', '.join(missing_features(value))}; {allowed}")
     return value
+
+
+def in_words() -> str:
+    """Which path this process takes, and why (for `engine bench`)."""
+    path = chosen_path()
+    if path is None:
+        return f"off ({ENV}=0): PyTorch ops instead"
+    why = f"forced by {ENV}" if forced() else f"the widest this CPU runs; {ENV}=<path> forces another"
+    runnable = [p for p in PATHS if not missing_features(p)]
+    return f"the {path} path ({why}; this CPU runs {', '.join(runnable)})"
