@@ -1,10 +1,11 @@
 /* Hand-written CPU kernels for the steps where PyTorch's general-purpose kernels leave most
- * of a small CPU unused. engine/model/cpu_kernels.py compiles this file once per machine
- * (gcc -O3 -march=native -fopenmp) and the runner calls it through ctypes; without a compiler
- * the runner uses plain PyTorch for the same maths. Vector loops are written in the register
- * width the build allows (VW below), so they neither assume AVX-512 nor spill on AVX2. The same
- * file is built once for each vector path a CPU may have, and cpu_kernels.py loads the widest
- * this CPU runs (or the one BATCHING_LAB_KERNELS names):
+ * of a small CPU unused. engine/model/cpu_kernels.py compiles this file once per machine and
+ * path (gcc -O3 -march=native -fopenmp, less the instructions above the path) and the runner
+ * calls it through ctypes; without a compiler the runner uses plain PyTorch for the same
+ * maths. Vector loops are written in the register width the build allows (VW below), so
+ * they neither assume AVX-512 nor spill on AVX2. The same file is built once for each vector
+ * path a CPU may have, and cpu_kernels.py loads the widest this CPU runs (or the one
+ * BATCHING_LAB_KERNELS names):
  *   avx512_bf16  16 floats a register, and bf16 dot products for a bf16 model's products and
  *                prefill attention (BF16_DOT);
  *   avx512       16 floats a register, bf16 widened to float32 for the arithmetic;
@@ -285,9 +286,9 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 #define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
 #endif
 #define MC 64                       /* input rows a thread takes over every panel before the next rows */
-/* AVX512-BF16: one instruction (vdpbf16ps) multiplies 32 bf16 pairs and adds each pair's two
- * products into 16 float32 sums, twice an fp32 multiply-add's work, from panels of half the
- * bytes. A bf16 model's products and its prefill attention use it; without it bf16 is widened to
+/* AVX512-BF16: one instruction (vdpbf16ps) multiplies 32 bf16 values by 32 others and adds
+ * each lane's two products into that lane's float32 sum, twice an fp32 multiply-add's work,
+ * from panels of half the bytes. A bf16 model's products and its prefill attention use it; without it bf16 is widened to
  * float32 and multiplied as fp32 is. */
 #if defined(__AVX512BF16__) && VW == 16
 #define BF16_DOT 1
@@ -297,7 +298,7 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 
 int bf16_dot(void) { return BF16_DOT; }
 
-/* The vector path this library was built as (cpu_kernels.py PATHS), from the compiler's macros:
+/* The vector path this library was built as (kernel_paths.py PATHS), from the compiler's macros:
  * the loader checks it against the path it asked for. */
 const char *kernel_path(void) {
 #if BF16_DOT
