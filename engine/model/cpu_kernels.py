@@ -1,10 +1,10 @@
 """Build and call the hand-written CPU kernels in cpu_kernels.c.
 
 The C file is compiled with the system's gcc (`-march=native`, tuned for this CPU) and cached
-next to the converted model. It is written once for several vector paths (kernel_paths.PATHS: AVX-512 with
-bf16 dot products, AVX-512, AVX2, and plain vector code for any other CPU); the build of a path
-turns off the instructions above it, and `load()` picks the widest path this CPU has when the
-kernels are first loaded. BATCHING_LAB_KERNELS names a path to force one (so a machine with
+next to the converted model. It is written once for several vector paths (kernel_paths.PATHS:
+AVX-512 with bf16 dot products, AVX-512, AVX2, and plain vector code for any other CPU); the
+build of a path turns off the instructions above it, and `load()` picks the widest path this
+CPU has when the kernels are first loaded. BATCHING_LAB_KERNELS names a path to force one (so a machine with
 AVX-512 can still run, test and time the AVX2 path), 0 turns the kernels off, and 1 (the
 default) takes the widest. Each path is its own library, built once and keyed by a digest of the
 source, its flags and this CPU: a changed source builds anew.
