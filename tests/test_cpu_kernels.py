@@ -3,7 +3,9 @@
 They are only a faster route to the same numbers: each is checked against the PyTorch
 expression it replaces, in fp32 and bf16, on the shapes the engine meets (batch 1 and 2, odd
 widths, paged caches with shuffled blocks, contexts of one token, grouped-query heads) and on
-shapes that take the kernel's general path.
+shapes that take the kernel's general path, on every vector path this CPU runs (AVX-512 with
+bf16 dot products, AVX-512, AVX2, portable); a path it cannot run is skipped, naming the missing
+CPU feature.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model import cpu_kernels
+from engine.model import cpu_kernels, kernel_paths
 from engine.model.linear import EXACT_ROWS, Linear, onednn_available, padded_rows
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
@@ -21,11 +23,20 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc"
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    k = cpu_kernels.load()
+def kernels_of(path: str):
+    """The kernels built as `path`, or a skip naming the CPU features it needs and this CPU lacks."""
+    missing = kernel_paths.missing_features(path)
+    if missing:
+        pytest.skip(f"the {path} path needs {', '.join(missing)}, which this CPU lacks")
+    k = cpu_kernels.load(path)
     assert k is not None, "gcc is present, so the kernels must build (see the log for the compiler's message)"
+    assert k.path == path
     return k
+
+
+@pytest.fixture(scope="module", params=list(kernel_paths.PATHS))
+def kernels(request):
+    return kernels_of(request.param)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
@@ -170,7 +181,7 @@ def test_bf16_prefill_attention_rounds_as_torch_does(kernels):
     their output roundings (a mean of 3e-5 here), where weights kept in float32 differed from it
     by 1.9e-4."""
     if not kernels.bf16_dot:
-        pytest.skip("no bf16 dot products on this CPU: its values pass is float32's")
+        pytest.skip(f"the {kernels.path} path has no bf16 dot products: its values pass is float32's")
     n, kv_heads, group, d = 200, 3, 3, 64
     args, _ = paged_case(torch.bfloat16, n, kv_heads, group, d, list(range(1, n + 1)), runs=[n])
     q, k_cache, v_cache, tables, _, block_size, scale = args
@@ -203,17 +214,21 @@ def test_padded_rows_bound_the_row_counts_onednn_meets():
     assert all(m <= padded_rows(m) <= m * 1.125 for m in range(1, 5000))
 
 
-def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
+@pytest.mark.parametrize("path", list(kernel_paths.PATHS))
+def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch, path):
     """The whole forward, kernels on vs plain PyTorch: decode at batch 1 and batch 3, one step."""
     from engine.model.model import load_model
     from engine.model.runner import ModelRunner, SeqInput
     lm = load_model("tiny", device="cpu", dtype="fp32")
     prompts = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((30, 7, 50))]
     results = []
-    for use in ("1", "0"):
+    if shutil.which("gcc"):
+        kernels_of(path)                                     # a skip where this CPU cannot run it
+    for use in (path, "0"):
         monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
         runner = ModelRunner(lm, 32, block_size=16)
         assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
+        assert runner.kernels is None or runner.kernels.path == path
         tables = [[3 * i, 3 * i + 1, 3 * i + 2, 20 + i] for i in range(3)]
         runner.forward_logits([SeqInput(f"r{i}", p, 0, t, True) for i, (p, t) in enumerate(zip(prompts, tables))])
         one = runner.forward_logits([SeqInput("r0", [9], 30, tables[0], True)])
@@ -224,7 +239,8 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch):
     close(results[0][1], results[1][1], torch.float32)
 
 
-def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_kernels(monkeypatch):
+@pytest.mark.parametrize("path", list(kernel_paths.PATHS))
+def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_kernels(monkeypatch, path):
     """Steps that mix a prompt's later chunk (it starts past position 0, so PyTorch's path masks
     its keys), a whole prompt, a chunk held back from sampling, and decodes: the same logits on
     both paths, step after step, whatever the index bookkeeping does."""
@@ -238,26 +254,36 @@ def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_ker
               SeqInput("r2", p[2][:30], 0, t[2], False)],
              [SeqInput("r2", p[2][30:], 30, t[2], True), SeqInput("r1", [9], 8, t[1], True)]]
     results = []
-    for use in ("1", "0"):
+    if shutil.which("gcc"):
+        kernels_of(path)                                     # a skip where this CPU cannot run it
+    for use in (path, "0"):
         monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
         runner = ModelRunner(lm, 32, block_size=16)
         assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
+        assert runner.kernels is None or runner.kernels.path == path
         results.append([runner.forward_logits(step) for step in steps])
     for ours, plain in zip(*results):
         close(ours, plain, torch.float32)
 
 
 @needs_gcc
+@pytest.mark.parametrize("path", list(kernel_paths.PATHS))
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype):
+def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype, path, monkeypatch):
     """A step runs every layer in one C call: the same kernels in the same order as the runner's
     loop (the few-rows kernel up to Linear's few_rows, the panels above), so the logits and the KV
     written are exactly the loop's. A prefill step of 600 tokens, then steps of 1 to 8, 12 and 16
     rows: decodes, and a short prefill chunk beside them."""
     from engine.model.model import load_model
     from engine.model.runner import ModelRunner, SeqInput
+    if not kernels_of(path).bf16_dot and dtype == "bf16":
+        # as on a CPU whose oneDNN has no bf16 products (an AVX2 one): else oneDNN multiplies here
+        # and a step cannot run in one call; there the kernel's panels hold bf16 widened to fp32
+        monkeypatch.setattr("engine.model.linear.native_bf16", lambda: False)
+    monkeypatch.setenv(kernel_paths.ENV, path)
     lm = load_model("tiny", device="cpu", dtype=dtype)
     one_call, loop = ModelRunner(lm, 160, block_size=16), ModelRunner(lm, 160, block_size=16)
+    assert one_call.kernels.path == path
     loop.layer_weights = None
     assert one_call.layer_weights is not None and one_call.takes_one_call(600) and not loop.takes_one_call(1)
     prompts = [[5 + (i * 7 + j) % 200 for j in range(20 + 3 * i)] for i in range(16)]
@@ -286,6 +312,75 @@ def test_the_one_call_returns_an_error_where_its_buffers_cannot_be_had(kernels):
     got = kernels.lib.layers_in_one_call(None, None, 2 ** 30, 576, 1536, 0, *null, 1, None, None, None, None,
                                          None, None, 0, None, 0, None, 9, 3, 64, 16, 0.125, 1e-5, 1)
     assert got == -1
+
+
+def test_the_widest_path_the_cpu_has_is_chosen(monkeypatch):
+    """Each path needs its CPU features; the default is the widest a CPU runs."""
+    avx2_only = {"sse2", "avx", "avx2", "fma"}
+    assert kernel_paths.widest_path({"avx2", "fma", "avx512f", "avx512_bf16"}) == "avx512_bf16"
+    assert kernel_paths.widest_path({"avx2", "fma", "avx512f"}) == "avx512"
+    assert kernel_paths.widest_path(avx2_only) == "avx2"
+    assert kernel_paths.widest_path({"sse2", "avx"}) == "portable"
+    assert kernel_paths.missing_features("avx512_bf16", avx2_only) == ["avx512f", "avx512_bf16"]
+    monkeypatch.setattr(kernel_paths, "cpu_flags", lambda: avx2_only)
+    for value in ("1", ""):
+        monkeypatch.setenv(kernel_paths.ENV, value)
+        assert kernel_paths.chosen_path() == "avx2" and not kernel_paths.forced()
+    monkeypatch.setenv(kernel_paths.ENV, "0")
+    assert kernel_paths.chosen_path() is None and cpu_kernels.load() is None
+    assert kernel_paths.in_words() == "off (BATCHING_LAB_KERNELS=0): PyTorch ops instead"
+    monkeypatch.setenv(kernel_paths.ENV, "Portable")
+    assert kernel_paths.chosen_path() == "portable" and kernel_paths.forced()
+    assert kernel_paths.in_words() == ("the portable path (forced by BATCHING_LAB_KERNELS; this CPU runs avx2, "
+                                       "portable)")
+    monkeypatch.setenv(kernel_paths.ENV, "1")
+    assert kernel_paths.in_words().startswith("the avx2 path (the widest this CPU runs;")
+
+
+def test_a_path_the_cpu_lacks_or_does_not_know_is_refused_saying_what_is_allowed(monkeypatch):
+    """A forced path must be one this CPU runs: no silent fall-back to another (an A/B run would
+    time the same path twice)."""
+    monkeypatch.setattr(kernel_paths, "cpu_flags", lambda: {"avx", "avx2", "fma"})
+    monkeypatch.setenv(kernel_paths.ENV, "avx512_bf16")
+    with pytest.raises(ValueError) as lacks:
+        kernel_paths.chosen_path()
+    assert str(lacks.value) == ("BATCHING_LAB_KERNELS=avx512_bf16: this CPU lacks avx512f, avx512_bf16; allowed "
+                                "here: 1 (the widest, avx2), 0 (no kernels), or one of avx2, portable")
+    monkeypatch.setenv(kernel_paths.ENV, "avx1024")
+    with pytest.raises(ValueError, match=r"BATCHING_LAB_KERNELS='avx1024' is not a kernel path; allowed here: "
+                                         r"1 \(the widest, avx2\)"):
+        cpu_kernels.for_device(torch.device("cpu"), torch.float32)
+    with pytest.raises(ValueError, match="this CPU lacks avx512f"):
+        cpu_kernels.load("avx512")
+
+
+@needs_gcc
+def test_a_changed_source_builds_a_new_library_and_an_unchanged_one_does_not(monkeypatch, tmp_path):
+    """The build is cached under a digest of the source, the path's flags and the CPU: editing
+    the C file must not load the old library."""
+    source = tmp_path / "cpu_kernels.c"
+    source.write_text(cpu_kernels.SOURCE.read_text())
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cpu_kernels, "SOURCE", source)
+    monkeypatch.setattr(cpu_kernels, "_loaded", {})
+    built = []
+    real_build = cpu_kernels._build
+    monkeypatch.setattr(cpu_kernels, "_build", lambda target, flags: (built.append(target), real_build(target, flags)))
+    path = kernel_paths.widest_path()
+
+    def load_fresh():                                   # as a new process would: nothing remembered
+        cpu_kernels._library_key.cache_clear()
+        cpu_kernels._loaded.clear()
+        return cpu_kernels.load(path)
+
+    try:
+        assert load_fresh() is not None and len(built) == 1
+        assert load_fresh() is not None and len(built) == 1, "the same source: the cached library"
+        source.write_text(source.read_text().replace('return "avx2";', 'return "avx2!";'))
+        assert load_fresh() is not None and len(built) == 2, "a changed source: built again"
+        assert built[0] != built[1] and built[0].exists() and built[1].exists()
+    finally:
+        cpu_kernels._library_key.cache_clear()
 
 
 def test_without_a_compiler_load_says_why_and_returns_none(monkeypatch, tmp_path, caplog):
@@ -433,7 +528,7 @@ def test_linear_takes_panels_from_two_rows_where_they_hold_the_weights_own_bytes
     w = (torch.randn(960, 576, generator=g) * 0.05).to(dtype)
     lin = Linear(w, kernels, pack=True)
     if lin.panels is None:
-        pytest.skip("oneDNN multiplies this dtype here: no panels")
+        pytest.skip(f"oneDNN multiplies this dtype here beside the {kernels.path} path: no panels")
     own_bytes = dtype == torch.float32 or kernels.bf16_dot
     for rows in (1, 2, 3, 4, 5):
         x = torch.randn(rows, 576, generator=g).to(dtype)

@@ -298,6 +298,9 @@ def bench_command(args) -> int:
     print(f"workload: {spec.num_requests} requests, prompts {args.prompt_len[0]}-{args.prompt_len[1]} tokens, "
           f"outputs {args.output_len[0]}-{args.output_len[1]}, all at t=0, greedy, ignore_eos")
     print(f"torch threads: {torch.get_num_threads()}")
+    from ..model import cpu_kernels, kernel_paths
+    built = kernel_paths.chosen_path() is None or cpu_kernels.load() is not None
+    print(f"C kernels: {kernel_paths.in_words() if built else 'none (not built here; see the warning above)'}")
     for n in (1000, 10000):
         times = ", ".join(f"{order} {time_scheduling(n, order=order)[0]:.3f}" for order in ("fcfs", "sjf", "fair"))
         print(f"scheduling one step with {n:,} waiting: {times} ms")
@@ -315,11 +318,13 @@ def bench_command(args) -> int:
         b1 = b1_against_copies(model, costs)
         b1_copies, b1_steps, b1_ratios, b1_read_ratios = b1["copies"], b1["steps_ms"], b1["ratios"], b1["read_ratios"]
         t_eng, ours, engine = run_engine(model, fresh(), args)
+        kernels = cpu_kernels.for_device(model.device, model.dtype)      # the path its runner took
         roof = better_roofline(before, measure_roofline(model.device, model.dtype))
         print(f"\n== {model.name} on {model.device}, {str(model.dtype).replace('torch.', '')}: "
               f"GEMM {roof['gemm_flops'] / 1e9:.0f} GFLOP/s ({roof['gemm_by']}'s; median {roof['gemm_median'] / 1e9:.0f}), "
               f"memory {roof['mem_bw'] / 1e9:.1f} GB/s (median {roof['mem_median'] / 1e9:.1f}; the better of "
-              f"measurements before and after this engine's run), weights {costs['weight_bytes'] / 1e6:.0f} MB")
+              f"measurements before and after this engine's run), weights {costs['weight_bytes'] / 1e6:.0f} MB, "
+              f"C kernels: {kernels.path if kernels is not None else 'none'}")
 
         bws = [bw / 1e9 for bw in b1_copies]
         print(f"decode step at batch 1: {min(b1_steps):.1f} ms best, {statistics.median(b1_steps):.1f} median; "
@@ -337,6 +342,7 @@ def bench_command(args) -> int:
         eng_tps = total_out / t_eng
         medians = {"gemm_flops": roof["gemm_median"], "mem_bw": roof["mem_median"]}
         row = {"dtype": str(model.dtype).replace("torch.", ""), "engine_tok_s": eng_tps,
+               "kernels": kernels.path if kernels is not None else "none",
                "engine_s": t_eng, "roofline_fraction": roofline_share(engine, costs, roof), "steps": len(engine.steps),
                "median_roofline_fraction": roofline_share(engine, costs, medians),
                "in_turn_fraction": roofline_share(engine, costs, roof, in_turn=True),
@@ -371,7 +377,7 @@ def bench_command(args) -> int:
         results.append(row)
     print("\nsummary (ratios measured side by side in this run):")
     for r in results:
-        parts = [f"{r['dtype']}: engine {r['engine_tok_s']:.0f} tok/s"]
+        parts = [f"{r['dtype']}: engine {r['engine_tok_s']:.0f} tok/s (C kernels: {r['kernels']})"]
         if "hf_static_tok_s" in r:
             parts.append(f"{r['engine_tok_s'] / r['hf_static_tok_s']:.1f}x generate-static")
         if "hf_cb_tok_s" in r:

@@ -1,8 +1,16 @@
 /* Hand-written CPU kernels for the steps where PyTorch's general-purpose kernels leave most
- * of a small CPU unused. engine/model/cpu_kernels.py compiles this file once per machine
- * (gcc -O3 -march=native -fopenmp) and the runner calls it through ctypes; without a compiler
- * the runner uses plain PyTorch for the same maths. Vector loops are written in the CPU's own
- * register width (VW below: AVX-512 or AVX2), so they neither assume AVX-512 nor spill on AVX2.
+ * of a small CPU unused. engine/model/cpu_kernels.py compiles this file once per machine and
+ * path (gcc -O3 -march=native -fopenmp, less the instructions above the path) and the runner
+ * calls it through ctypes; without a compiler the runner uses plain PyTorch for the same
+ * maths. Vector loops are written in the register width the build allows (VW below), so
+ * they neither assume AVX-512 nor spill on AVX2. The same file is built once for each vector
+ * path a CPU may have, and cpu_kernels.py loads the widest this CPU runs (or the one
+ * BATCHING_LAB_KERNELS names):
+ *   avx512_bf16  16 floats a register, and bf16 dot products for a bf16 model's products and
+ *                prefill attention (BF16_DOT);
+ *   avx512       16 floats a register, bf16 widened to float32 for the arithmetic;
+ *   avx2         8 floats a register (the code for AVX-512 compiled out);
+ *   portable     gcc's vector extensions in 8-float vectors, for a CPU with none of the above.
  *
  * 1. few_rows_linear: y = x @ W^T for a few rows (decode at small batches). Here the whole
  *    cost is reading W from memory once. Each thread reads four rows side by side from four
@@ -80,9 +88,14 @@ static inline float dot(const float *a, const float *b, int n) {
     return acc;
 }
 
-/* One vector register of floats: 16 with AVX-512, else 8 (AVX2), chosen when the file is
- * compiled for this CPU. Loops below are written in these vectors, so they use the width the
- * CPU has and keep their accumulators in the registers it has (16 with AVX2, 32 with AVX-512). */
+/* One vector register of floats, chosen when the file is compiled for a path. Loops below are
+ * written in these vectors, so they use the width the build allows and keep their accumulators
+ * in the registers it has.
+ * AVX-512: 16 floats a register and 32 registers. Each instruction does twice an AVX2 one's
+ *   work, and the panel product (tile) keeps 24 sums in registers where AVX2 keeps 12, so each
+ *   value it loads feeds twice the multiply-adds; a memory-bound loop reads a 64-byte cache line
+ *   with one load.
+ * AVX2 (and the portable path): 8 floats a register and 16 registers. */
 #ifdef __AVX512F__
 #define VW 16
 #else
@@ -273,6 +286,10 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 #define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
 #endif
 #define MC 64                       /* input rows a thread takes over every panel before the next rows */
+/* AVX512-BF16: one instruction (vdpbf16ps) multiplies 32 bf16 values by 32 others and adds
+ * each lane's two products into that lane's float32 sum, twice an fp32 multiply-add's work,
+ * from panels of half the bytes. A bf16 model's products and its prefill attention use it; without it bf16 is widened to
+ * float32 and multiplied as fp32 is. */
 #if defined(__AVX512BF16__) && VW == 16
 #define BF16_DOT 1
 #else
@@ -280,6 +297,20 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 #endif
 
 int bf16_dot(void) { return BF16_DOT; }
+
+/* The vector path this library was built as (kernel_paths.py PATHS), from the compiler's macros:
+ * the loader checks it against the path it asked for. */
+const char *kernel_path(void) {
+#if BF16_DOT
+    return "avx512_bf16";
+#elif VW == 16
+    return "avx512";
+#elif defined(__AVX2__)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}
 
 /* Are this weight's panels bf16 pairs (else float32)? */
 static inline int pairs_for(int K, int bf16) { return BF16_DOT && bf16 && K % 2 == 0; }

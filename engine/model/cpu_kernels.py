@@ -1,10 +1,18 @@
 """Build and call the hand-written CPU kernels in cpu_kernels.c.
 
-The C file is compiled once per machine with the system's gcc (`-march=native`, so it uses
-this CPU's vector instructions) and cached next to the converted model. It links against the
-OpenMP runtime torch has already loaded, so its threads are torch's threads: nobody spins
-while the other works. When no compiler is found, or BATCHING_LAB_KERNELS=0, `load()` returns
-None and the runner computes the same maths with PyTorch ops.
+The C file is compiled with the system's gcc (`-march=native`, tuned for this CPU) and cached
+next to the converted model. It is written once for several vector paths (kernel_paths.PATHS:
+AVX-512 with bf16 dot products, AVX-512, AVX2, and plain vector code for any other CPU); the
+build of a path turns off the instructions above it, and `load()` picks the widest path this
+CPU has when the kernels are first loaded. BATCHING_LAB_KERNELS names a path to force one (so a machine with
+AVX-512 can still run, test and time the AVX2 path), 0 turns the kernels off, and 1 (the
+default) takes the widest. Each path is its own library, built once and keyed by a digest of the
+source, its flags and this CPU: a changed source builds anew.
+
+The library links against the OpenMP runtime torch has already loaded, so its threads are
+torch's threads: nobody spins while the other works. When no compiler is found, or
+BATCHING_LAB_KERNELS=0, `load()` returns None and the runner computes the same maths with
+PyTorch ops.
 """
 from __future__ import annotations
 
@@ -13,7 +21,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from .kernel_paths import PATHS, chosen_path, cpu_id, missing_features
 from .model import cache_root
 
 log = logging.getLogger(__name__)
@@ -30,17 +38,7 @@ _lock = threading.Lock()
 _loaded: dict[str, object] = {}
 
 
-def _cpu_id() -> str:
-    """Model name and feature flags: a library built with -march=native only runs where these match."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(lines)))
-
-
-def _build(target: Path) -> None:
+def _build(target: Path, flags: tuple[str, ...]) -> None:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         raise RuntimeError("no C compiler (gcc) on PATH")
@@ -49,8 +47,8 @@ def _build(target: Path) -> None:
         obj, lib = Path(tmp) / "k.o", Path(tmp) / "k.so"
         # -ffast-math only while compiling (vectorised expf and reductions); linking with it
         # would add a start-up routine that flushes denormals to zero for the whole process.
-        subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-ffast-math", "-fPIC", "-c", str(SOURCE),
-                        "-o", str(obj)], check=True, capture_output=True, text=True)
+        subprocess.run([cc, "-O3", "-march=native", *flags, "-fopenmp", "-ffast-math", "-fPIC", "-c",
+                        str(SOURCE), "-o", str(obj)], check=True, capture_output=True, text=True)
         subprocess.run([cc, "-shared", "-fopenmp", str(obj), "-o", str(lib), "-lm"],
                        check=True, capture_output=True, text=True)
         os.replace(lib, target)                         # atomic: a parallel build never sees half a file
@@ -61,6 +59,8 @@ class CpuKernels:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
+        lib.kernel_path.restype = ctypes.c_char_p
+        self.path = lib.kernel_path().decode()    # the vector path it was built as (PATHS)
         # int64 arrays are passed as plain addresses too: a ctypes.cast per argument cost ~2 us a call
         vp, i32, i64p = ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
@@ -226,9 +226,10 @@ class CpuKernels:
 
 
 @functools.cache
-def _library_key() -> str:
-    """The source and this CPU, hashed: read once per process, not on every load()."""
-    return hashlib.sha256(SOURCE.read_bytes() + _cpu_id().encode()).hexdigest()[:16]
+def _library_key(path: str) -> str:
+    """The source, the path's flags and this CPU, hashed: read once per process, not on every load()."""
+    flags = " ".join(PATHS[path][1])
+    return hashlib.sha256(SOURCE.read_bytes() + f"\n{path} {flags}\n".encode() + cpu_id().encode()).hexdigest()[:16]
 
 
 def for_device(device: torch.device, dtype: torch.dtype) -> CpuKernels | None:
@@ -238,22 +239,29 @@ def for_device(device: torch.device, dtype: torch.dtype) -> CpuKernels | None:
     return load()
 
 
-def load() -> CpuKernels | None:
-    """The compiled kernels for this machine, or None (with one log line saying why)."""
-    if os.environ.get("BATCHING_LAB_KERNELS", "1") == "0":
+def load(path: str | None = None) -> CpuKernels | None:
+    """The compiled kernels for this machine, or None (with one log line saying why): the path
+    BATCHING_LAB_KERNELS asks for (chosen_path), or `path` (which must be one this CPU can run)."""
+    path = path or chosen_path()
+    if path is None:
         return None
-    key = _library_key()
+    if missing_features(path):
+        raise ValueError(f"kernel path {path}: this CPU lacks {', '.join(missing_features(path))}")
+    key = _library_key(path)
     with _lock:
         if key in _loaded:
             return _loaded[key]
-        target = cache_root() / "kernels" / f"cpu_kernels-{key}.so"
+        target = cache_root() / "kernels" / f"cpu_kernels-{path}-{key}.so"
         kernels = None
         try:
             if not target.exists():
-                _build(target)
+                _build(target, PATHS[path][1])
             kernels = CpuKernels(ctypes.CDLL(str(target)))
+            if kernels.path != path:
+                raise RuntimeError(f"built as the {path} path, the library says it is {kernels.path}'s")
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", "") or exc
             log.warning("CPU kernels unavailable, using PyTorch ops instead: %s", detail)
+            kernels = None
         _loaded[key] = kernels
         return kernels

@@ -51,8 +51,8 @@ def fast_paths(device: torch.device, dtype: torch.dtype) -> list[str]:
     if graphs_on(device):
         paths.append("CUDA graphs: each decode step replayed with one launch")
     if kernels is not None:
-        paths.append("C kernels: paged attention, residual add + RMSNorm, RoPE + KV write, few-rows linear, "
-                     "linear layers on packed weights (SiLU taken in the gate/up product), greedy argmax, "
+        paths.append(f"C kernels ({kernels.path} path): paged attention, residual add + RMSNorm, RoPE + KV write, "
+                     "few-rows linear, linear layers on packed weights (SiLU taken in the gate/up product), greedy argmax, "
                      "and every layer of a step in one call")
     return paths
 
@@ -72,7 +72,8 @@ def model_linears(model: LoadedModel, kernels) -> tuple[list[dict[str, Linear]],
     pack = onednn_available(model.device, model.dtype)
     with _linears_lock:
         built = _linears_of.setdefault(model.hf_model, {})
-        key = (kernels is not None, pack)
+        # each kernel path lays out its own panels
+        key = (kernels.path if kernels is not None else None, pack, onednn_multiplies(model.dtype, kernels))
         if key not in built:
             lin = lambda w, gated=False: Linear(w, kernels, pack, gated)
             layers = [dict(qkv=lin(stack_rows([ly.self_attn.q_proj.weight, ly.self_attn.k_proj.weight,

@@ -35,6 +35,9 @@ LABELS = {"gemm": "GEMM+SiLU*up", "lm_head": "LM head", "attention": "attention"
 DECODE_BATCHES = (1, 8, 32, 64)
 DECODE_CONTEXT = 200            # tokens each decoding sequence already has (the bench's prompts average 136 + outputs)
 PREFILL_PROMPTS = ((1, 256), (8, 256))   # (prompts, tokens each) in one step: a chunk, and a 2,048-token step
+# (prompt tokens, chunk tokens): the last chunk of a long prompt prefilled in chunks, whose
+# queries attend to every earlier chunk's keys (attention's largest share of a prefill step)
+LAST_CHUNKS = ((2048, 512),)
 
 
 def _timed(fn, part: str, spent: dict, sync):
@@ -88,6 +91,9 @@ def step_shapes(block_size: int) -> list[tuple[str, list[SeqInput]]]:
     for n, tokens in PREFILL_PROMPTS:
         shapes.append((f"prefill {n}x{tokens}", [SeqInput(f"p{n}-{i}", [200 + (i * 31 + j) % 4000 for j in range(tokens)],
                                                           0, table(tokens), True) for i in range(n)]))
+    for prompt, chunk in LAST_CHUNKS:
+        shapes.append((f"last {chunk} of {prompt}", [SeqInput(f"c{prompt}", [200 + j % 4000 for j in range(chunk)],
+                                                              prompt - chunk, table(prompt), True)]))
     return shapes
 
 

@@ -57,10 +57,12 @@ def _files_digest(*paths: str) -> str:
 
 
 def _forward_code_digest() -> str:
-    """Timings belong to the code that ran the forward: a changed runner means new measurements."""
+    """Timings belong to the code that ran the forward: a changed runner means new measurements,
+    and so does another vector path of the C kernels (the code the CPU ran is another build)."""
+    from ..model.kernel_paths import chosen_path
     model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model")
     names = ("runner.py", "linear.py", "cpu_kernels.c", "host_memory.py")
-    return _files_digest(*(os.path.join(model, name) for name in names))
+    return f"{_files_digest(*(os.path.join(model, name) for name in names))}-{chosen_path() or 'no-kernels'}"
 
 
 @dataclass
