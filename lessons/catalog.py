@@ -119,6 +119,44 @@ def render_numbers(text: str) -> str:
     return EXAMPLE_NUMBER.sub(lambda m: m.group(2), LAB_NUMBER.sub(lambda m: m.group(4), text))
 
 
+BLOCK_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def tag_machines(text: str, machine_of: Callable[[str], "str | None"] | None = None) -> str:
+    """Each paragraph or table that quotes worked-example numbers, followed by a badge naming the machine
+    they come from (analysis/machines.py); where one block quotes numbers of several machines, each of
+    those numbers gets its own badge instead. A number of no machine at all (a setting, a model's shape)
+    needs none; one whose machine is unknown gets a badge saying so. `machine_of`: name -> machine
+    (analysis.course_numbers.machine_of by default). Run before render_numbers."""
+    from analysis import machines
+    if machine_of is None:
+        from analysis.course_numbers import machine_of
+    unknown = "no machine named"
+
+    def machine(name: str) -> str:
+        return machine_of(name) or unknown
+
+    def badge(m: str) -> str:
+        return machines.badge(m) if m != unknown else f":red-badge[:material/help: {unknown}]"
+
+    def tag_block(block: str) -> str:
+        found = {machine(name) for name, _ in find_example_numbers(block)} - {machines.ANY}
+        if not found:
+            return block
+        if len(found) == 1:
+            return f"{block}\n\n{badge(found.pop())}"
+
+        def each(m: re.Match) -> str:
+            mach = machine(m.group(1))
+            if mach == machines.ANY:
+                return m.group(0)
+            return m.group(0) + " " + (machines.badge(mach, machines.short(mach)) if mach != unknown else badge(mach))
+        return EXAMPLE_NUMBER.sub(each, block)
+
+    parts = BLOCK_BREAK.split(text)
+    return "\n\n".join(tag_block(p) for p in parts)
+
+
 def find_blocks(text: str, kind: str) -> list[str]:
     """Ids of the pictures (kind "picture") or calculators a text places."""
     return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == kind]

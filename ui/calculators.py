@@ -195,8 +195,52 @@ def kv_budget() -> None:
                     f"{need * kib / 1024:,.0f} MiB.")
 
 
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _knee_sweep_here(step_model) -> list[dict]:
+    """Lesson 6's sweep on this machine's step model (a few seconds on the simulator; once per model)."""
+    return course.knee_sweep_on(step_model, course.KNEE_CPU_VALUES)
+
+
+def _sweep_table(rows: list[dict]) -> str:
+    lines = ["| max_num_seqs | tokens/s | p95 TPOT | p95 TTFT |", "|---|---|---|---|"]
+    for r in rows:
+        mark = " ← knee" if r["knee"] else ""
+        lines.append(f"| {r['max_num_seqs']}{mark} | {r['tok_s']:,.0f} | {r['tpot_p95_ms']:,.0f} ms | "
+                     f"{r['ttft_p95_s']:,.1f} s |")
+    return "\n".join(lines)
+
+
+@st.fragment
+def knee_example() -> None:
+    """Lesson 6's worked example on two machines: this machine's step model (its calibrated profile, or the
+    hand-set guess, said so) and the named GPU's roofline model, each with its knee and its ridge point."""
+    from analysis import machines
+    from engine.sim.roofline import roofline_profile, this_cpu
+    with st.container(border=True):
+        spec = course.KNEE_SPEC
+        st.markdown(f"**The worked example on two machines**: prompts of {spec.prompt_lo}–{spec.prompt_hi} tokens, "
+                    f"answers of {spec.output_lo}–{spec.output_hi}, all sent at once; every setting of a machine's "
+                    "sweep gets the same requests, as many as its largest setting holds.")
+        model, measured = saved_step_model()
+        with st.spinner("Running the sweep on this machine's step model…"):
+            here = _knee_sweep_here(model)
+        gpu = course.knee_sweep()
+        gpu_model = roofline_profile(course.KNEE_GPU)
+        left, right = st.columns(2)
+        here_name = "this machine's step model" if measured else "a guessed step model (this machine has none yet)"
+        left.markdown(machines.badge(machines.SIMULATOR, "this machine's simulator" if measured else
+                                     "this machine's simulator, on a guessed step model") + "\n\n" + _sweep_table(here))
+        right.markdown(machines.badge(course.KNEE_GPU) + "\n\n" + _sweep_table(gpu))
+        cpu = this_cpu()
+        st.markdown(course.knee_reading(here, here_name) + " " + course.knee_reading(gpu, course.knee_gpu_name()))
+        st.markdown("Why they differ: " + course.ridge_sentence(cpu, "This machine's CPU (measured here)") + "; "
+                    + course.ridge_sentence(gpu_model.device, f"An {gpu_model.device.name}") + ". The earlier a "
+                    "machine's decode steps turn compute-bound, the earlier its throughput curve bends.")
+        st.caption(f"Left: {model.label}. Right: {gpu_model.label} (spec-sheet figures, a model, not a measurement).")
+
+
 CALCULATORS = {"mm1": mm1, "step_time": step_time, "step_table": step_table,
-               "slots": slots, "kv_budget": kv_budget}
+               "slots": slots, "kv_budget": kv_budget, "knee_example": knee_example}
 CALCULATOR_IDS = tuple(CALCULATORS)
 
 
