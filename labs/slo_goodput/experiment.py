@@ -45,12 +45,14 @@ def capacity(step_model) -> float:
 
 
 MISSED_BOTH = "TTFT and TPOT"        # slo_verdicts' word for a request that missed both targets
-TIE = "as many of each"             # most_missed's answer where both targets were missed as often
+TIE = "about as many of each"       # most_missed's answer where both targets were missed about as often
+SAME_MISSES = 0.1                   # miss counts within this share of the larger (or 1) count as about as many
 
 
 def most_missed(missed_ttft: int, missed_tpot: int) -> str:
-    """Which target more requests missed: "TTFT", "TPOT", or TIE (0 and 0 too)."""
-    if missed_ttft == missed_tpot:
+    """Which target more requests missed: "TTFT", "TPOT", or TIE where the counts are within SAME_MISSES of
+    the larger (or within one request; 0 and 0 too), as the question says."""
+    if abs(missed_ttft - missed_tpot) <= max(1, SAME_MISSES * max(missed_ttft, missed_tpot)):
         return TIE
     return "TTFT" if missed_ttft > missed_tpot else "TPOT"
 
