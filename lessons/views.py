@@ -24,8 +24,8 @@ from typing import Mapping
 import streamlit as st
 
 from lessons import catalog, progress
-from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures,
-                            tag_machines
+from lessons.catalog import (GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures,
+                             tag_machines)
 from lessons.quiz import show_quiz
 from ui import calculators, lesson_pictures, predict
 from ui.registry import lab_title
