@@ -122,39 +122,22 @@ def render_numbers(text: str) -> str:
 BLOCK_BREAK = re.compile(r"\n[ \t]*\n")
 
 
-def tag_machines(text: str, machine_of: Callable[[str], "str | None"] | None = None) -> str:
+def tag_machines(text: str, badge_for: Callable[..., str]) -> str:
     """Each paragraph or table that quotes worked-example numbers, followed by a badge naming the machine
-    they come from (analysis/machines.py); where one block quotes numbers of several machines, each of
-    those numbers gets its own badge instead. A number of no machine at all (a setting, a model's shape)
-    needs none; one whose machine is unknown gets a badge saying so. `machine_of`: name -> machine
-    (analysis.course_numbers.machine_of by default). Run before render_numbers."""
-    from analysis import machines
-    if machine_of is None:
-        from analysis.course_numbers import machine_of
-    unknown = "no machine named"
-
-    def machine(name: str) -> str:
-        return machine_of(name) or unknown
-
-    def badge(m: str) -> str:
-        return machines.badge(m) if m != unknown else f":red-badge[:material/help: {unknown}]"
-
+    they come from; where one block quotes numbers of several machines, each of those numbers gets its own
+    badge instead. `badge_for(name, short=False)`: the badge of the number `name`'s machine, "" for a
+    number of no machine (a setting, a model's shape); ui/machine_tags.badge_for names them (analysis/
+    machines.py). Run before render_numbers."""
     def tag_block(block: str) -> str:
-        found = {machine(name) for name, _ in find_example_numbers(block)} - {machines.ANY}
+        found = {badge_for(name) for name, _ in find_example_numbers(block)} - {""}
         if not found:
             return block
         if len(found) == 1:
-            return f"{block}\n\n{badge(found.pop())}"
+            return f"{block}\n\n{found.pop()}"
+        return EXAMPLE_NUMBER.sub(lambda m: m.group(0) + (" " + badge_for(m.group(1), short=True)
+                                                          if badge_for(m.group(1)) else ""), block)
 
-        def each(m: re.Match) -> str:
-            mach = machine(m.group(1))
-            if mach == machines.ANY:
-                return m.group(0)
-            return m.group(0) + " " + (machines.badge(mach, machines.short(mach)) if mach != unknown else badge(mach))
-        return EXAMPLE_NUMBER.sub(each, block)
-
-    parts = BLOCK_BREAK.split(text)
-    return "\n\n".join(tag_block(p) for p in parts)
+    return "\n\n".join(tag_block(p) for p in BLOCK_BREAK.split(text))
 
 
 def find_blocks(text: str, kind: str) -> list[str]:

@@ -1,6 +1,8 @@
 """The lessons' worked examples come from code: every {{example:name=text}} marker shows what
 analysis/course_numbers.py computes from the course's simulated runs and the engine's constants, the
 sentences that compare two of them say the right way round, and every lesson places a picture that exists."""
+import functools
+
 import pytest
 
 from analysis import machines
@@ -8,6 +10,7 @@ from analysis.course_numbers import machine_of, numbers
 from lessons.catalog import BLOCK_BREAK, FOLDER, find_blocks, find_example_numbers, load_lessons, tag_machines
 from tests.test_lesson_numbers import written
 from ui.calculators import CALCULATOR_IDS
+from ui.machine_tags import UNKNOWN, badge_for
 from ui.lesson_pictures import PICTURE_IDS
 
 LESSONS, _ = load_lessons()
@@ -112,16 +115,16 @@ def test_every_picture_is_placed_somewhere():
 def untagged_blocks(body: str, machine_of=machine_of) -> list[str]:
     """The paragraphs and tables of `body` that quote a number of some machine and, as the page shows them,
     carry no badge naming it (a badge beside each number, or one after the block)."""
+    badge = functools.partial(badge_for, machine_of=machine_of)
     out = []
     for block in BLOCK_BREAK.split(body):
-        names = [name for name, _ in find_example_numbers(block)]
-        wanted = {machine_of(name) for name in names} - {machines.ANY}
+        wanted = {machine_of(name) for name, _ in find_example_numbers(block)} - {machines.ANY}
         if not wanted:
             continue
-        tagged = tag_machines(block, machine_of)
-        badges = {m for m in wanted if m is not None and machines.badge(m) in tagged
-                  or m is not None and machines.badge(m, machines.short(m)) in tagged}
-        if None in wanted or badges != wanted:
+        tagged = tag_machines(block, badge)
+        named = {m for m in wanted - {None}
+                 if machines.badge(m) in tagged or machines.badge(m, machines.short(m)) in tagged}
+        if None in wanted or named != wanted:
             out.append(block[:80])
     return out
 
@@ -135,7 +138,7 @@ def test_every_worked_example_number_names_its_machine():
     for lesson in LESSONS:
         assert untagged_blocks(lesson.body) == [], lesson.id
     six = next(l for l in LESSONS if l.id == "batch-policy")
-    assert machines.badge("a100-80gb:llama-3.1-8b") in tag_machines(six.body)
+    assert machines.badge("a100-80gb:llama-3.1-8b") in tag_machines(six.body, badge_for)
 
 
 def test_a_number_with_no_machine_is_caught():
@@ -143,8 +146,7 @@ def test_a_number_with_no_machine_is_caught():
     planted = body.replace("{{example:kn_tok_s_8=", "{{example:kn_new_number=", 1)
     lost = lambda name: None if name == "kn_new_number" else machine_of(name)     # noqa: E731
     assert len(untagged_blocks(planted, lost)) == 1
-    assert ":red-badge[:material/help: no machine named]" in tag_machines(planted, lost)
-    mixed = "{{example:kn_tok_s_8=772}} here and {{example:t0_ms=71.6}} there"
-    tagged = tag_machines(mixed)
+    assert UNKNOWN in tag_machines(planted, functools.partial(badge_for, machine_of=lost))
+    tagged = tag_machines("{{example:kn_tok_s_8=772}} here and {{example:t0_ms=71.6}} there", badge_for)
     assert machines.badge("a100-80gb:llama-3.1-8b", "A100 roofline") in tagged
     assert machines.badge(machines.RECORD, "recorded CPU") in tagged, "two machines in one block: a badge each"

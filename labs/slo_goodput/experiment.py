@@ -177,7 +177,7 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None, simulate
                               legendgrouptitle_text=simulated_label)
                    for col, name, color in lines]
     if not is_empty(table):
-        real = dict(legendgroup="measured", legendgrouptitle_text="measured on the real engine") if has_sim else {}
+        real = dict(legendgroup="measured", legendgrouptitle_text="measured on this machine's engine") if has_sim else {}
         traces += [go.Scatter(name=name, x=table["rate"], y=table[col], mode="markers" if has_sim else "lines+markers",
                               marker=dict(size=10 if has_sim else 6, color=color), line=dict(color=color, width=2.5),
                               **real)
