@@ -83,21 +83,33 @@ def _profiled(model_name: str, folder: str):
 
 def warm() -> None:
     """Read this machine's step model into the cache off the page (ui/lesson_pictures.py calls it on its thread)."""
-    from ui.session import model_name
-    _profiled(model_name(), cache_dir())
+    _step_model()
+
+
+def warm_sweeps() -> None:
+    """Run lesson 6's two sweeps off the page (ui/lesson_pictures.py, after the pictures): a page that finds
+    them cached answers at once."""
+    _knee_sweep_here(_step_model()[0])
+    course.knee_sweep()
+
+
+def _step_model() -> tuple[StepModel, bool]:
+    """This machine's step model as the app runs it, and whether it had a profile (saved_step_model, without
+    the page's spinner)."""
+    from ui.session import model_name     # it imports torch, which only this calculator needs
+    found = _profiled(model_name(), cache_dir())
+    if found is None:
+        return UNCALIBRATED, False
+    key = (found.model, found.dtype, found.device)
+    return step_fit.fit_for(key, found.step_model, found.path).current(), True
 
 
 def saved_step_model() -> tuple[StepModel, bool]:
     """This machine's step model as the app runs it: its saved profile, refit from the app's own
     real steps (engine.step_fit: this process's, or the refit stored beside the profile), its label
     saying its current error; and whether it had a profile (else the hand-set guess)."""
-    from ui.session import model_name     # it imports torch, which only this calculator needs
     with st.spinner("Reading this machine's step model…"):
-        found = _profiled(model_name(), cache_dir())
-    if found is None:
-        return UNCALIBRATED, False
-    key = (found.model, found.dtype, found.device)
-    return step_fit.fit_for(key, found.step_model, found.path).current(), True
+        return _step_model()
 
 
 @st.fragment
