@@ -216,8 +216,8 @@ def load_example(load: float) -> dict:
 KNEE_GPU = "a100-80gb:llama-3.1-8b"
 KNEE_SPEC = WorkloadSpec(num_requests=256, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=32,
                          output_kind="uniform", output_lo=64, output_hi=128, seed=6)
-KNEE_CPU_VALUES = (4, 8, 16, 32, 64, 128, 256)      # a CPU's sweep: its knee lies in the tens to hundreds
-KNEE_GPU_VALUES = (8, 16, 32, 64, 128, 256, 512)  # a GPU's: its decode steps stay memory-bound far longer
+KNEE_CPU_VALUES = (8, 16, 32, 64, 128, 256)      # a CPU's sweep: its knee lies in the tens to hundreds
+KNEE_GPU_VALUES = (16, 32, 64, 128, 256, 512)  # a GPU's: its decode steps stay memory-bound far longer
 KNEE_TPOT_SLO_MS = 20     # the GPU example's TPOT target (an 8B model on an A100 streams a token in ~10 ms at best)
 KNEE_TTFT_SLO_S = 10      # the GPU example's TTFT target
 

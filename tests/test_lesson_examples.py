@@ -70,9 +70,9 @@ def test_the_sentences_that_compare_say_it_the_right_way_round(computed):
     # the largest setting, past the ridge; the next setting adds under a tenth while TPOT grows; the TPOT
     # target picks a setting below the knee and the TTFT target one at most that; the quiz: TTFT keeps
     # falling from 256 to 512 while throughput grows by under a tenth
-    tok_s = {v: int(str(n[f"kn_tok_s_{v}"]).replace(",", "")) for v in (8, 16, 32, 64, 128, 256, 512)}
+    tok_s = {v: int(str(n[f"kn_tok_s_{v}"]).replace(",", "")) for v in (16, 32, 64, 128, 256, 512)}
     assert n["kn_out_per_prompt"] >= 4
-    assert n["kn_tpot_64"] <= 1.15 * n["kn_tpot_8"]
+    assert n["kn_tpot_64"] <= 1.15 * n["kn_tpot_16"]
     assert n["knee"] < 512 and n["kn_knee_share"] >= 90 and n["knee"] > n["kn_gpu_ridge_b"]
     assert n["kn_after_gain"] < 10 and n["kn_tpot_512"] > 1.5 * n["kn_tpot_256"]
     assert n["kn_slo_best"] < n["knee"] and n["kn_ttft_best"] <= n["kn_slo_best"]
@@ -143,7 +143,7 @@ def test_every_worked_example_number_names_its_machine():
 
 def test_a_number_with_no_machine_is_caught():
     body = next(l.body for l in LESSONS if l.id == "batch-policy")
-    planted = body.replace("{{example:kn_tok_s_8=", "{{example:kn_new_number=", 1)
+    planted = body.replace("{{example:kn_tok_s_16=", "{{example:kn_new_number=", 1)
     lost = lambda name: None if name == "kn_new_number" else machine_of(name)     # noqa: E731
     assert len(untagged_blocks(planted, lost)) == 1
     assert UNKNOWN in tag_machines(planted, functools.partial(badge_for, machine_of=lost))
