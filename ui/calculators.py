@@ -245,7 +245,7 @@ def knee_example() -> None:
         right.markdown(machines.badge(course.KNEE_GPU) + "\n\n" + _sweep_table(gpu))
         cpu = this_cpu()
         st.markdown(course.knee_reading(here, here_name) + " " + course.knee_reading(gpu, course.knee_gpu_name()))
-        st.markdown("Where each turns: " + course.ridge_sentence(cpu, "This machine's CPU (measured here)") + ". "
+        st.markdown("Where each turns: " + course.ridge_sentence(cpu, "This machine's CPU (its peaks measured just now; a busy machine moves them)") + ". "
                     + course.ridge_sentence(gpu_model.device, f"An {gpu_model.device.name}") + ". Past its ridge "
                     "every added sequence costs its own arithmetic; how soon that flattens throughput also depends "
                     "on what every step pays whatever its batch, which is why the knee is read off each sweep.")

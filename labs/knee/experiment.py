@@ -27,7 +27,7 @@ CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SIM_VALUES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]   # the simulated sweep, up to the sweep's largest
 REPEATS = 2
 FILL = 2                       # full batches of the largest setting: the requests every setting gets
-TPOT_SLO_MS, TTFT_SLO_S = 60, 10.0   # where the SLO sliders start
+TPOT_SLO_MS, TTFT_SLO_S = 250, 30.0   # where the SLO sliders start: on a 2-core CPU the best goodput then falls below the knee
 MIN_REQUESTS = 12
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=32,
                     output_kind="uniform", output_lo=24, output_hi=56)
