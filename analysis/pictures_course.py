@@ -112,9 +112,10 @@ def knee_curve() -> Picture:
     fig.add_trace(go.Scatter(name=f"the knee: {k['max_num_seqs']}", x=[k["tpot_p95_ms"]], y=[k["tok_s"]],
                              mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     fig.add_vline(x=course.KNEE_TPOT_SLO_MS, line_dash="dot", annotation_text=f"TPOT target {course.KNEE_TPOT_SLO_MS} ms")
-    fig.update_layout(height=380, margin=dict(l=60, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.25),
-                      title=dict(text=f"Throughput against p95 TPOT on {course.knee_gpu_name()}<br>"
-                                      "roofline model, simulated: one point per max_num_seqs"),
+    fig.update_layout(height=400, margin=dict(l=60, r=20, t=95, b=40), legend=dict(orientation="h", y=-0.25),
+                      title=dict(text="Throughput against p95 TPOT<br>"
+                                      f"{course.knee_gpu_name().replace(' on an ', ', ')}<br>"
+                                      "(roofline, simulated) per max_num_seqs"),
                       xaxis=dict(title=dict(text="p95 TPOT (ms)"), rangemode="tozero"),
                       yaxis=dict(title=dict(text="output tokens per second"), rangemode="tozero"))
     after = rows[rows.index(k) + 1] if rows.index(k) + 1 < len(rows) else k
