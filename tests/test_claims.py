@@ -120,3 +120,22 @@ def test_the_knee_is_undecided_where_the_sweep_cannot_tell():
     assert few.outcome == UNDECIDED and "only 8 requests" in few.words, few.words
     capped = knee_verdict(CPU, knee.VALUES, limits={"max_num_batched_tokens": 8})
     assert capped.outcome == NOT_SHOWN and "never held more than 8" in capped.words, capped.words
+
+
+def test_a_run_that_strays_from_the_step_model_unevenly_is_undecided():
+    """The noise check compares the run with this machine's step model, not only with its own repeats: a
+    batch-8 step that ran twice as slow as the model says, beside a batch-1 step on time, means the machine's
+    load changed between them, whatever the ratio came out."""
+    import pandas as pd
+    from labs.why_batch import experiment as why_batch
+    model = StepModel(fixed_ms=10.0, knots=(), token_ms=(0.5,), sample_ms=0.0, decode_read_ms=0.0,
+                      prefill_pair_ms=0.0, label="a test step model")
+    on_time = {b: model.decode_ms(b, why_batch.CONTEXT) for b in (1, 8)}
+
+    def table(ms):
+        return pd.DataFrame([{"batch": b, "step_ms": t, "tokens_per_s": 1000 * b / t} for b, t in ms.items()])
+    assert why_batch.amortization_verdict(table(on_time), model).outcome == SHOWN
+    strayed = why_batch.amortization_verdict(table({1: on_time[1], 8: 2 * on_time[8]}), model)
+    assert strayed.outcome == UNDECIDED and "step model" in strayed.words, strayed.words
+    assert why_batch.amortization_verdict(table({1: on_time[1], 8: 2 * on_time[8]})).outcome == SHOWN, \
+        "without the step model only the repeats can say"
