@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analysis.knee import knee
 from engine.runs.arrivals import build_requests
@@ -207,15 +207,19 @@ def load_example(load: float) -> dict:
             "queue": sum(r["queue_s"] for r in rows) / len(rows)}
 
 
-# ---- lesson 6: the knee -------------------------------------------------------------------------
-# On this CPU the throughput curve is still rising at 64 sequences (t0/c is about 15, so 90% of the
-# ceiling needs about 135); the knee shows best on a GPU's roofline model, from spec-sheet figures.
+# ---- lesson 6: the knee, on a decode-dominated workload ------------------------------------------
+# Short prompts and long answers, all sent at once, the same requests at every max_num_seqs: most of
+# the run is decode steps, so where throughput stops growing is set by how a decode step's time grows
+# with its batch. Two machines: the learner's own step model (ui/calculators.knee_example, on the page)
+# and a named GPU's roofline model beside it (here, so the lesson's text can quote it).
 
 KNEE_GPU = "a100-80gb:llama-3.1-8b"
-KNEE_SPEC = WorkloadSpec(num_requests=256, rate=0, prompt_kind="uniform", prompt_lo=128, prompt_hi=512,
-                         output_kind="uniform", output_lo=16, output_hi=48, seed=6)
-KNEE_VALUES = (8, 16, 32, 64, 128, 256)
-KNEE_TPOT_SLO_MS = 50
+KNEE_SPEC = WorkloadSpec(num_requests=256, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=32,
+                         output_kind="uniform", output_lo=64, output_hi=128, seed=6)
+KNEE_CPU_VALUES = (8, 16, 32, 64, 128, 256)      # a CPU's sweep: its knee lies in the tens to hundreds
+KNEE_GPU_VALUES = (16, 32, 64, 128, 256, 512)  # a GPU's: its decode steps stay memory-bound far longer
+KNEE_TPOT_SLO_MS = 20     # the GPU example's TPOT target (an 8B model on an A100 streams a token in ~10 ms at best)
+KNEE_TTFT_SLO_S = 10      # the GPU example's TTFT target
 
 
 def knee_gpu_name() -> str:
@@ -224,24 +228,69 @@ def knee_gpu_name() -> str:
     return f"{m.model.name} on an {m.device.name}"
 
 
-@functools.lru_cache(maxsize=1)
-def knee_sweep() -> list[dict]:
-    """Each max_num_seqs on the same requests: throughput, p95 TPOT and p95 TTFT; the knee marked."""
-    from engine.sim.roofline import roofline_profile
-    gpu = roofline_profile(KNEE_GPU)
-    config = EngineConfig(kv_pool_tokens=1 << 17, max_model_len=4096)
+def knee_sweep_on(cost, values) -> list[dict]:
+    """KNEE_SPEC's requests, as many as the largest setting holds, under each max_num_seqs on the
+    simulator with step times from `cost`: throughput, p95 TPOT, p95 TTFT, the share of the run's
+    time in steps with no prompt in them and the output tokens per prompt token; the knee marked."""
+    spec = replace(KNEE_SPEC, num_requests=max(values))
+    config = EngineConfig(kv_pool_tokens=max(values) * (spec.prompt_hi + spec.output_hi), max_model_len=4096)
     out = []
-    for v in KNEE_VALUES:
-        policy = SchedulerPolicy(max_num_seqs=v, max_num_batched_tokens=8192, kv_capacity_tokens=1 << 17)
-        rows, _ = run(policy, KNEE_SPEC, config, cost=gpu)
+    for v in values:
+        policy = SchedulerPolicy(max_num_seqs=v, max_num_batched_tokens=8192,
+                                 kv_capacity_tokens=config.kv_pool_tokens)
+        rows, moments = run(policy, spec, config, cost=cost)
         end = max(r["finish_s"] for r in rows)
-        out.append({"max_num_seqs": v, "tok_s": sum(r["output_tokens"] for r in rows) / end,
+        decode_only = sum(m.t_end_s - m.t_start_s for m in moments if all(p == "decode" for _, p, _ in m.members))
+        out.append({"max_num_seqs": v, "requests": len(rows), "tok_s": sum(r["output_tokens"] for r in rows) / end,
                     "tpot_p95_ms": 1000 * percentile([r["tpot_s"] for r in rows if r["tpot_s"] is not None], 95),
-                    "ttft_p95_s": percentile([r["ttft_s"] for r in rows], 95)})
+                    "ttft_p95_s": percentile([r["ttft_s"] for r in rows], 95), "decode_only": decode_only / end,
+                    "decode_per_prompt_token": sum(r["output_tokens"] for r in rows) / sum(r["prompt_tokens"] for r in rows)})
     k = knee([r["max_num_seqs"] for r in out], [r["tok_s"] for r in out])
     for r in out:
         r["knee"] = r["max_num_seqs"] == k
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def knee_sweep() -> list[dict]:
+    """The GPU's sweep, the one the lesson's text quotes (KNEE_GPU's roofline model)."""
+    from engine.sim.roofline import roofline_profile
+    return knee_sweep_on(roofline_profile(KNEE_GPU), KNEE_GPU_VALUES)
+
+
+def ridge(device) -> dict:
+    """A device's ridge point (engine/sim/roofline.py's figures, each at its efficiency): the FLOPs it
+    can do per byte it reads, and the decode batch at which a step's weight products turn from
+    memory-bound to compute-bound (each row does 2 FLOPs per weight, each weight is dtype_bytes)."""
+    flop_per_byte = device.peak_flops * device.compute_efficiency / (device.bandwidth * device.memory_efficiency)
+    return {"flop_per_byte": flop_per_byte, "batch": flop_per_byte * device.dtype_bytes / 2}
+
+
+def knee_reading(rows: list[dict], machine: str) -> str:
+    """One machine's sweep (knee_sweep_on) in a sentence, worded for each way it can come out: a knee
+    below the largest setting (what the next setting adds, what it costs the streams), or a knee at the
+    largest setting tried (still climbing: it lies there or beyond)."""
+    k = next(r for r in rows if r["knee"])
+    best = max(r["tok_s"] for r in rows)
+    i = rows.index(k)
+    if i + 1 == len(rows):
+        before = rows[i - 1]
+        return (f"On {machine} throughput was still climbing at the largest setting tried, {k['max_num_seqs']} "
+                f"({before['tok_s']:,.0f} tokens/s at {before['max_num_seqs']}, {k['tok_s']:,.0f} at "
+                f"{k['max_num_seqs']}): its knee lies at {k['max_num_seqs']} or beyond, and only a longer sweep "
+                "can say where.")
+    after = rows[i + 1]
+    return (f"On {machine} the knee is {k['max_num_seqs']}: {k['tok_s']:,.0f} tokens/s, {k['tok_s'] / best:.0%} of "
+            f"the best. Going on to {after['max_num_seqs']} adds {after['tok_s'] / k['tok_s'] - 1:.0%} throughput "
+            f"while every stream's p95 TPOT goes from {k['tpot_p95_ms']:,.0f} to {after['tpot_p95_ms']:,.0f} ms.")
+
+
+def ridge_sentence(device, name: str) -> str:
+    """Where a device's decode steps turn compute-bound (ridge), in words."""
+    r = ridge(device)
+    return (f"{name} does {r['flop_per_byte']:,.0f} FLOPs in the time it reads a byte, so a decode step's weight "
+            f"products stay memory-bound up to about {r['batch']:,.0f} sequences in {device.dtype}: below that, "
+            "another sequence costs little more than its own attention")
 
 
 def mixed(*specs: WorkloadSpec) -> list:

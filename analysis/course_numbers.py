@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 
-from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_SPEC, KNEE_TPOT_SLO_MS, LOADS,
+from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+                             KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
-                             percentile, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
+                             percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
 from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
                                      TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
@@ -27,6 +28,7 @@ EX3_DECODING = 30          # sequences decoding when the long prompt arrives
 EX3_PROMPT = 2048          # the long prompt's tokens
 EX3_BUDGET = 512           # the token budget of the chunked run
 EX3_PEAK_GFLOPS = 2100     # what the processor reaches on full steps
+KV_TOKENS_EACH = 1000     # lesson 6's KV sum: tokens each running sequence holds
 EX3_DECODE_MS = 50         # a step of the decodes alone: thin products, far below that peak
 
 
@@ -129,18 +131,30 @@ def numbers() -> dict:
     pool = EngineConfig().kv_pool_tokens
     n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_lrun_95'] * tokens):,}",
              l_long_tokens=f"{round(n['sim_lrun_95'] * (1000 + QUEUE_SPEC.output_hi)):,}")
-    # lesson 6
+    # lesson 6: the GPU's sweep (the learner's own sweep is drawn on the page: ui/calculators.knee_example)
+    from engine.sim.roofline import roofline_profile
     sweep = knee_sweep()
     k = next(r for r in sweep if r["knee"])
+    best = max(sweep, key=lambda r: r["tok_s"])
     for r in sweep:
         v = r["max_num_seqs"]
         n[f"kn_tok_s_{v}"] = f"{round(r['tok_s']):,}"
-        n[f"kn_tpot_{v}"] = _r(r["tpot_p95_ms"])
+        n[f"kn_tpot_{v}"] = _r(r["tpot_p95_ms"], 1)
         n[f"kn_ttft_{v}"] = _r(r["ttft_p95_s"], 1)
-    n.update(knee=k["max_num_seqs"], kn_slo_ms=KNEE_TPOT_SLO_MS, kn_requests=KNEE_SPEC.num_requests,
+    after = sweep[sweep.index(k) + 1]
+    gpu_ridge = ridge(roofline_profile(KNEE_GPU).device)
+    n.update(knee=k["max_num_seqs"], kn_requests=f"{KNEE_GPU_VALUES[-1]:,}", kn_best=best["max_num_seqs"],
+             kn_knee_share=_r(100 * k["tok_s"] / best["tok_s"]), kn_after=after["max_num_seqs"],
+             kn_after_gain=_r(100 * (after["tok_s"] / k["tok_s"] - 1)),
+             kn_prompt_lo=KNEE_SPEC.prompt_lo, kn_prompt_hi=KNEE_SPEC.prompt_hi, kn_out_lo=KNEE_SPEC.output_lo,
+             kn_out_hi=KNEE_SPEC.output_hi, kn_slo_ms=KNEE_TPOT_SLO_MS, kn_ttft_target=KNEE_TTFT_SLO_S,
              kn_slo_best=max(r["max_num_seqs"] for r in sweep if r["tpot_p95_ms"] <= KNEE_TPOT_SLO_MS),
-             kn_ttft_target=10, kn_ttft_best=min(r["max_num_seqs"] for r in sweep if r["ttft_p95_s"] <= 10))
-    n["kv_64_seqs_gb"] = _r(64 * 1000 * n["kv_bytes_bf16"] / 1e9, 1)
+             kn_ttft_best=min(r["max_num_seqs"] for r in sweep if r["ttft_p95_s"] <= KNEE_TTFT_SLO_S),
+             kn_gpu_ridge=_r(gpu_ridge["flop_per_byte"]), kn_gpu_ridge_b=_r(gpu_ridge["batch"]),
+             kn_out_per_prompt=_r(sweep[0]["decode_per_prompt_token"], 1),
+             kn_gpu_weights_gb=_r(roofline_profile(KNEE_GPU).weight_bytes / 1e9))
+    n["kv_tokens_each"] = f"{KV_TOKENS_EACH:,}"
+    n["kv_64_seqs_gb"] = _r(64 * KV_TOKENS_EACH * n["kv_bytes_bf16"] / 1e9, 1)
     # lesson 7
     a, b = tail_stats(tail_run()), tail_stats(tail_run(SHORTER_PROMPT_HI))
     n.update(tl_long_lo=TAIL_LONG.prompt_lo, tl_long_hi=f"{TAIL_LONG.prompt_hi:,}", tl_short_lo=TAIL_SHORT.prompt_lo,
@@ -169,3 +183,41 @@ def numbers() -> dict:
              kv_pool_mb_fp32=_r(EngineConfig().kv_pool_tokens
                                                                                   * kv_bytes_per_token(30, 3, 64, 4) / 1e6))
     return n
+
+
+# Which machine each worked-example number comes from (analysis/machines.py): the lessons show it beside
+# the number (lessons/catalog.tag_machines). A number nobody has placed on a machine is None, and
+# tests/test_lesson_examples.py fails on it.
+_ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
+    "context", "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
+    "sl_first_batch", "sl_queue_max", "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
+    "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_rate", "gp_slots", "gp_requests",
+    "slo_ttft_s", "slo_tpot_ms", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
+    "tl_long_lo", "tl_long_hi", "tl_short_lo", "tl_short_hi", "tl2_short_hi", "tl_slots", "tl_n", "tl_long",
+    "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "gw_routed", "sv_faster_pct",
+    "sv_fcfs_longest_prompt", "sv_sjf_longest_prompt", "gflop_token", "gflop_token_no_head", "kv_bytes_bf16",
+    "params_m", "weights_mb_fp32", "weights_gb_bf16", "kv_64_seqs_gb", "kv_pool_mb_fp32", "kn_requests",
+    "kn_slo_ms", "kn_ttft_target", "kn_gpu_weights_gb", "kv_tokens_each", "kn_prompt_lo", "kn_prompt_hi", "kn_out_lo", "kn_out_hi", "kn_out_per_prompt",
+    "ex3_decoding", "ex3_prompt", "ex3_budget", "ex3_chunk", "ex3_chunk_ratio", "ex3_chunk_steps", "ex3_all_tokens",
+    "ex3_all_gflop", "ex3_step_gflop", "ex1_bandwidth", "ex1_peak", "ex3_peak", "ex3_decode_ms"}
+
+
+def machine_of(name: str) -> str | None:
+    """The machine (analysis.machines) a worked-example number comes from; None if it has none yet."""
+    from analysis import machines
+    from analysis.course import KNEE_GPU
+    if name in _ANY:
+        return machines.ANY
+    if name.startswith("ex1_"):
+        return machines.SUPPOSED_1
+    if name.startswith("ex3_"):
+        return machines.SUPPOSED_3
+    if name == "knee" or name.startswith("kn_"):
+        return KNEE_GPU            # lesson 6's text quotes the GPU's sweep; the learner's is drawn on the page
+    return machines.RECORD if name.startswith(_RECORDED) else None
+
+
+# The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
+_RECORDED = ("t0_ms", "c_ms", "half_b", "ninety_b", "knee_b", "ceiling_tok_s", "step_ms_", "tok_s_", "gain_", "wait_",
+             "share_32", "static_", "continuous_", "lc_", "gp_", "mu", "w_", "lam_", "sim_", "l_", "tl_", "tl2_",
+             "sv_", "gw_")

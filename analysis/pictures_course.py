@@ -112,13 +112,15 @@ def knee_curve() -> Picture:
     fig.add_trace(go.Scatter(name=f"the knee: {k['max_num_seqs']}", x=[k["tpot_p95_ms"]], y=[k["tok_s"]],
                              mode="markers", marker=dict(symbol="star", size=18, color=COLORS["p95"])))
     fig.add_vline(x=course.KNEE_TPOT_SLO_MS, line_dash="dot", annotation_text=f"TPOT target {course.KNEE_TPOT_SLO_MS} ms")
-    fig.update_layout(height=380, margin=dict(l=60, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.25),
-                      title=dict(text="Throughput against p95 TPOT<br>one point per max_num_seqs"),
+    fig.update_layout(height=400, margin=dict(l=60, r=20, t=95, b=40), legend=dict(orientation="h", y=-0.25),
+                      title=dict(text="Throughput against p95 TPOT<br>"
+                                      f"{course.knee_gpu_name().replace(' on an ', ', ')}<br>"
+                                      "(roofline, simulated) per max_num_seqs"),
                       xaxis=dict(title=dict(text="p95 TPOT (ms)"), rangemode="tozero"),
                       yaxis=dict(title=dict(text="output tokens per second"), rangemode="tozero"))
     after = rows[rows.index(k) + 1] if rows.index(k) + 1 < len(rows) else k
     alt = (f"One point per max_num_seqs ({', '.join(str(r['max_num_seqs']) for r in rows)}), the same "
-           f"{course.KNEE_SPEC.num_requests} requests on the roofline model of {course.knee_gpu_name()}: throughput rises "
+           f"{rows[0]['requests']} requests on the roofline model of {course.knee_gpu_name()}: throughput rises "
            f"from {rows[0]['tok_s']:.0f} to {best:.0f} tokens/s while p95 TPOT grows from "
            f"{rows[0]['tpot_p95_ms']:.0f} to {rows[-1]['tpot_p95_ms']:.0f} ms. The knee, the smallest setting within "
            f"90% of the best, is {k['max_num_seqs']} ({k['tok_s']:.0f} tokens/s at {k['tpot_p95_ms']:.0f} ms); "

@@ -119,6 +119,27 @@ def render_numbers(text: str) -> str:
     return EXAMPLE_NUMBER.sub(lambda m: m.group(2), LAB_NUMBER.sub(lambda m: m.group(4), text))
 
 
+BLOCK_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def tag_machines(text: str, badge_for: Callable[..., str]) -> str:
+    """Each paragraph or table that quotes worked-example numbers, followed by a badge naming the machine
+    they come from; where one block quotes numbers of several machines, each of those numbers gets its own
+    badge instead. `badge_for(name, short=False)`: the badge of the number `name`'s machine, "" for a
+    number of no machine (a setting, a model's shape); ui/machine_tags.badge_for names them (analysis/
+    machines.py). Run before render_numbers."""
+    def tag_block(block: str) -> str:
+        found = {badge_for(name) for name, _ in find_example_numbers(block)} - {""}
+        if not found:
+            return block
+        if len(found) == 1:
+            return f"{block}\n\n{found.pop()}"
+        return EXAMPLE_NUMBER.sub(lambda m: m.group(0) + (" " + badge_for(m.group(1), short=True)
+                                                          if badge_for(m.group(1)) else ""), block)
+
+    return "\n\n".join(tag_block(p) for p in BLOCK_BREAK.split(text))
+
+
 def find_blocks(text: str, kind: str) -> list[str]:
     """Ids of the pictures (kind "picture") or calculators a text places."""
     return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == kind]

@@ -25,9 +25,11 @@ from typing import Mapping
 import streamlit as st
 
 from lessons import catalog, progress
-from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures
+from lessons.catalog import (GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures,
+                             tag_machines)
 from lessons.quiz import show_quiz
 from ui import calculators, learner, lesson_pictures, predict
+from ui.machine_tags import badge_for
 from ui.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
@@ -192,7 +194,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
-    _body(render_numbers(render_links(lesson.body, to_glossary, to_lab, to_lesson)))
+    _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for)))
 
     st.header("Try it", anchor="try-it")
     for lab_id in lesson.labs:

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from analysis.machines import SOURCE_LABEL
 from streamlit.testing.v1 import AppTest
 
 from engine.core.config import SchedulerPolicy
@@ -59,8 +61,9 @@ def commit(at: AppTest) -> AppTest:
 def simulated_answer(at: AppTest) -> bool:
     """The simulator's answer is on the page: a guess shown beside a simulated result, and the claim's
     verdict said of the simulation."""
-    beside = (any(m.label == "Simulated" for m in at.metric)
-              or any(m.value.startswith("Simulated  \n") for m in at.markdown))   # a long choice, as text
+    label = SOURCE_LABEL["simulated"]          # every result names its machine
+    beside = (any(m.label == label for m in at.metric)
+              or any(m.value.startswith(label + "  \n") for m in at.markdown))   # a long choice, as text
     return beside and "The simulation" in texts(at)
 
 
@@ -98,7 +101,7 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     assert not at.exception, [e.message for e in at.exception]
     labels = [m.label for m in at.metric]
     assert "tokens/s at batch 8" in labels and "the knee" in labels
-    assert "You predicted" in labels and "Measured" in labels      # the guess beside the result
+    assert "You predicted" in labels and SOURCE_LABEL["measured"] in labels      # the guess beside the result
     assert kept(at, "why_batch")["guess"] == 3.0
     assert kept(at, "why_batch")["measured"] > 0
     assert at.session_state[MEASUREMENTS_KEY]["why_batch"]["step_ms_1"].endswith(" ms"), "kept for the quiz"

@@ -27,7 +27,7 @@ SETTINGS = {
     "costs-of-continuous": {"64", "1,024", "2"},        # budget and KV slider settings to try
     "latency-metrics": {"800", "60"},                   # SLO slider settings to try
     "queueing": {"1"},                                  # M/M/1
-    "batch-policy": {"128", "60", "10", "40"},          # a value to add; SLO slider settings
+    "batch-policy": {"256"},                            # a value to add
     "tail-latency": {"100", "0%", "10%"},               # slider settings; the ~100-sample rule
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try

@@ -307,9 +307,25 @@ def test_a_tie_in_missed_targets_is_a_tie():
     """0 TTFT misses against 0 TPOT misses was scored as 'TTFT' (a guess of TTFT marked right): which
     target more requests missed has a third answer."""
     assert slo.most_missed(3, 1) == "TTFT" and slo.most_missed(1, 3) == "TPOT"
-    assert slo.most_missed(0, 0) == slo.most_missed(2, 2) == "as many of each"
+    assert slo.most_missed(0, 0) == slo.most_missed(2, 2) == "about as many of each"
+    # "within a tenth of each other counts as about as many", as the question says
+    assert slo.most_missed(20, 19) == slo.TIE and slo.most_missed(20, 15) == "TTFT"
     from ui.questions import ASKS
-    assert "as many of each" in ASKS["slo_first_miss"].choices
+    assert slo.TIE in ASKS["slo_first_miss"].choices and "within a tenth" in ASKS["slo_first_miss"].text
+
+
+def test_the_orders_question_scores_what_the_orders_move():
+    """Under fcfs every tenant waits alike, so 'whose p95 TTFT is worst under fcfs' was noise; the question
+    asks whose p95 TTFT the other orders move the most, and the answer is that tenant."""
+    import pandas as pd
+    from labs.scheduler_orders import experiment as orders
+    table = pd.DataFrame([("fcfs", "tenant-a", 2.0), ("fcfs", "tenant-b", 2.1), ("priority", "tenant-a", 1.0),
+                          ("priority", "tenant-b", 2.2), ("sjf", "tenant-a", 2.0), ("sjf", "tenant-b", 2.6)],
+                         columns=["order", "tenant", "ttft_p95_s"])
+    moves = orders.tenant_moves(table)
+    assert moves == pytest.approx({"tenant-a": 0.5, "tenant-b": 2.6 / 2.1 - 1})
+    from ui.questions import ASKS
+    assert "move the most" in ASKS["scheduler_orders"].text
 
 
 def test_a_peak_at_the_last_rate_is_not_compared_with_itself():

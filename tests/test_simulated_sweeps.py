@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from analysis.machines import SOURCE_LABEL
 from streamlit.testing.v1 import AppTest
 
 from engine.core.step_model import StepModel
@@ -20,7 +22,7 @@ FIXED = StepModel(20.0, (), (0.2,), 0.1, 0.5, 0.1, "fixed-cost test machine")
 CPU = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7, "a CPU-like machine")
 
 
-def test_the_simulated_knee_sweep_spans_1_to_64_and_is_fast():
+def test_the_simulated_knee_sweep_spans_1_to_128_and_is_fast():
     start, cpu_start = time.perf_counter(), time.thread_time()
     table = knee.simulated_sweep(CPU)
     wall, took = time.perf_counter() - start, time.thread_time() - cpu_start
@@ -28,7 +30,7 @@ def test_the_simulated_knee_sweep_spans_1_to_64_and_is_fast():
     # The bound is loose (about 1 s here; a slow or shared machine takes longer): what it catches is
     # a sweep that runs anything real, which takes minutes
     print(f"simulated knee sweep: {len(table)} points in {wall:.2f} s ({took:.2f} s of CPU)")
-    assert table["max_num_seqs"].tolist() == list(knee.SIM_VALUES) and table["max_num_seqs"].max() == 64
+    assert table["max_num_seqs"].tolist() == list(knee.SIM_VALUES) and table["max_num_seqs"].max() == 128
     real_columns = knee.knee_table([((1, 0), knee.simulated_run(CPU, knee.SchedulerPolicy(), knee.SPEC), False)])
     assert list(table.columns) == list(real_columns.columns), "the real sweep's columns"
     assert table["output_tok_s"].gt(0).all()
@@ -48,9 +50,10 @@ def test_throughput_rises_then_flattens_with_max_num_seqs():
     assert t[1] < t[2] < t[4] < t[8] < t[16], "more slots share the fixed cost of a step"
     assert t[8] > 3 * t[1]
     assert (sweep["fill"] == 1).all(), "every setting is given enough work to fill its batch"
-    assert t[64] / t[32] < t[2] / t[1], "the gain per doubling shrinks: the curve bends"
+    assert t[128] / t[64] < t[2] / t[1], "the gain per doubling shrinks: the curve bends"
+    assert sweep["requests"].nunique() == 1, "every setting gets the same requests"
     k = knee.find_knee(sweep)
-    assert k is not None and 2 < k < 64
+    assert k is not None and 2 < k < 128
 
 
 def test_the_simulated_goodput_sweep_spans_the_labs_rates():
@@ -71,14 +74,14 @@ def test_the_figures_draw_the_simulated_line_under_the_measured_points():
     fig = knee.throughput_vs_latency(sim[sim.max_num_seqs.isin([1, 4])], "tpot_p95_ms", 4, 60.0, sim, name)
     traces = {t.name: t for t in fig.data}
     assert traces[name].mode == "lines" and len(traces[name].x) == len(knee.SIM_VALUES)   # one point per simulated value
-    assert traces["measured on the real engine"].mode.startswith("markers")
-    assert [t.name for t in fig.data].index(name) < [t.name for t in fig.data].index("measured on the real engine")
+    assert traces["measured on this machine's engine"].mode.startswith("markers")
+    assert [t.name for t in fig.data].index(name) < [t.name for t in fig.data].index("measured on this machine's engine")
     only_sim = knee.throughput_vs_latency(pd.DataFrame(), "ttft_p95_s", 8, None, sim, name)
     assert [t.name for t in only_sim.data] == [name, "knee: max_num_seqs 8"]
     g = slo.simulated_goodput(CPU, 2.0, 0.1)
     fig = slo.goodput_vs_rate(g.iloc[[0, -1]], 8.0, g, name)
     groups = [t.legendgrouptitle.text for t in fig.data]
-    assert groups == [name, name, "measured on the real engine", "measured on the real engine"]
+    assert groups == [name, name, "measured on this machine's engine", "measured on this machine's engine"]
     assert [t.mode for t in fig.data] == ["lines", "lines", "markers", "markers"]
     hand_set = simulated_name(StepModel(1.0, (), (1.0,), 0, 0, 0, "uncalibrated: a guess (run `calibrate`)"))
     assert hand_set == "simulated (step model: uncalibrated: a guess)", "the label without its advice"
@@ -129,7 +132,7 @@ def test_a_lab_page_shows_the_simulated_chart_right_after_the_prediction(lab_env
     captions = " ".join(c.value for c in at.caption)
     assert "Simulated" in captions and "Run it on the real engine" in captions
     assert "uncalibrated" in captions, "the step model is named (no profile in an empty cache: the guess)"
-    assert any(m.label == "Simulated" for m in at.metric), "the guess beside the simulator's answer"
+    assert any(m.label == SOURCE_LABEL["simulated"] for m in at.metric), "the guess beside the simulator's answer"
     assert "The simulation" in " ".join(m.value for m in at.markdown), "and the claim judged on the simulation"
     assert any(b.key.endswith("__run") for b in at.button), "the real run stays one button away"
     assert not list(lab_env.glob("results/run-*.json")) and not list(lab_env.glob("*/run-*.json"))

@@ -1,6 +1,7 @@
 """Every claim in labs/claims.py, judged three ways, printed as one table:
 
-    python -m tools.claims                  # the simulator only: this machine's step model and the H100 roofline
+    python -m tools.claims                  # the simulator only: this machine's step model, the H100 roofline,
+                                            # and each claim's counter-case on this machine's step model
     python -m tools.claims --real           # and each lab's run on the real engine (many minutes on a CPU)
     python -m tools.claims --real --only queueing knee --json runs/claims.json
 
@@ -66,7 +67,7 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
     m, sm, p = src.model, src.step_model, _progress(f"{lab} {src.name}")
     if lab == "why_batch":
         rows = why_batch.batch_scaling(m, progress=p)[0] if src.real else why_batch.predicted_scaling(sm)
-        return [why_batch.amortization_verdict(why_batch.scaling_table(rows))]
+        return [why_batch.amortization_verdict(why_batch.scaling_table(rows), src.machine if src.real else None)]
     if lab == "static_vs_continuous":
         out = []
         for workload, claim in (("short_long", "continuous_beats_static"), ("offline_equal", "static_fine_offline")):
@@ -149,12 +150,22 @@ def main(argv=None) -> int:
                 table.setdefault(v.claim.id, {})[src.name] = v
             seconds[f"{lab} / {src.name}"] = time.perf_counter() - start
             print(f"{lab} on {src.name}: {seconds[f'{lab} / {src.name}']:.0f} s", file=sys.stderr, flush=True)
-    names = [s.name for s in sources]
+    # each claim's counter-case (labs/claim_cases.py) on this machine's simulator: where it must come out otherwise
+    from labs.claim_cases import CASES
+    counter = "counter-case, simulator"
+    for cid in list(table):
+        if cid in CASES:
+            start = time.perf_counter()
+            table[cid][counter] = CASES[cid][1]("cpu", machine)
+            seconds[f"{cid} / {counter}"] = time.perf_counter() - start
+    names = [s.name for s in sources] + [counter]
     print(f"\n| claim | lesson | lab | metric (threshold) | {' | '.join(names)} |")
     print("|" + " --- |" * (4 + len(names)))
     for cid, by in table.items():
         c = claims.CLAIMS[cid]
         cells = [f"{MARK[by[n].outcome]} ({by[n].value_text()})" if n in by else "—" for n in names]
+        want = CASES[cid][2] if cid in CASES else None
+        cells[-1] += f" (expected: {want})" if want and by.get(counter) and by[counter].outcome != want else ""
         print(f"| {cid} | {c.lesson} | {c.lab} | {c.metric} ({c.threshold_text()}) | {' | '.join(cells)} |")
     print("\nWhy each verdict came out as it did:")
     for cid, by in table.items():

@@ -83,21 +83,33 @@ def _profiled(model_name: str, folder: str):
 
 def warm() -> None:
     """Read this machine's step model into the cache off the page (ui/lesson_pictures.py calls it on its thread)."""
-    from ui.session import model_name
-    _profiled(model_name(), cache_dir())
+    _step_model()
+
+
+def warm_sweeps() -> None:
+    """Run lesson 6's two sweeps off the page (ui/lesson_pictures.py, after the pictures): a page that finds
+    them cached answers at once."""
+    _knee_sweep_here(_step_model()[0])
+    course.knee_sweep()
+
+
+def _step_model() -> tuple[StepModel, bool]:
+    """This machine's step model as the app runs it, and whether it had a profile (saved_step_model, without
+    the page's spinner)."""
+    from ui.session import model_name     # it imports torch, which only this calculator needs
+    found = _profiled(model_name(), cache_dir())
+    if found is None:
+        return UNCALIBRATED, False
+    key = (found.model, found.dtype, found.device)
+    return step_fit.fit_for(key, found.step_model, found.path).current(), True
 
 
 def saved_step_model() -> tuple[StepModel, bool]:
     """This machine's step model as the app runs it: its saved profile, refit from the app's own
     real steps (engine.step_fit: this process's, or the refit stored beside the profile), its label
     saying its current error; and whether it had a profile (else the hand-set guess)."""
-    from ui.session import model_name     # it imports torch, which only this calculator needs
     with st.spinner("Reading this machine's step model…"):
-        found = _profiled(model_name(), cache_dir())
-    if found is None:
-        return UNCALIBRATED, False
-    key = (found.model, found.dtype, found.device)
-    return step_fit.fit_for(key, found.step_model, found.path).current(), True
+        return _step_model()
 
 
 @st.fragment
@@ -198,8 +210,53 @@ def kv_budget() -> None:
                     f"{need * kib / 1024:,.0f} MiB.")
 
 
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _knee_sweep_here(step_model) -> list[dict]:
+    """Lesson 6's sweep on this machine's step model (a few seconds on the simulator; once per model)."""
+    return course.knee_sweep_on(step_model, course.KNEE_CPU_VALUES)
+
+
+def _sweep_table(rows: list[dict]) -> str:
+    lines = ["| max_num_seqs | tokens/s | p95 TPOT | p95 TTFT |", "|---|---|---|---|"]
+    for r in rows:
+        mark = " ← knee" if r["knee"] else ""
+        lines.append(f"| {r['max_num_seqs']}{mark} | {r['tok_s']:,.0f} | {r['tpot_p95_ms']:,.0f} ms | "
+                     f"{r['ttft_p95_s']:,.1f} s |")
+    return "\n".join(lines)
+
+
+@st.fragment
+def knee_example() -> None:
+    """Lesson 6's worked example on two machines: this machine's step model (its calibrated profile, or the
+    hand-set guess, said so) and the named GPU's roofline model, each with its knee and its ridge point."""
+    from analysis import machines
+    from engine.sim.roofline import roofline_profile, this_cpu
+    with st.container(border=True):
+        spec = course.KNEE_SPEC
+        st.markdown(f"**The worked example on two machines**: prompts of {spec.prompt_lo}–{spec.prompt_hi} tokens, "
+                    f"answers of {spec.output_lo}–{spec.output_hi}, all sent at once; every setting of a machine's "
+                    "sweep gets the same requests, as many as its largest setting holds.")
+        model, measured = saved_step_model()
+        with st.spinner("Running the sweep on this machine's step model…"):
+            here = _knee_sweep_here(model)
+        gpu = course.knee_sweep()
+        gpu_model = roofline_profile(course.KNEE_GPU)
+        left, right = st.columns(2)
+        here_name = "this machine's step model" if measured else "a guessed step model (this machine has none yet)"
+        left.markdown(machines.badge(machines.SIMULATOR, "this machine's simulator" if measured else
+                                     "this machine's simulator, on a guessed step model") + "\n\n" + _sweep_table(here))
+        right.markdown(machines.badge(course.KNEE_GPU) + "\n\n" + _sweep_table(gpu))
+        cpu = this_cpu()
+        st.markdown(course.knee_reading(here, here_name) + " " + course.knee_reading(gpu, course.knee_gpu_name()))
+        st.markdown("Where each turns: " + course.ridge_sentence(cpu, "This machine's CPU (its peaks measured just now; a busy machine moves them)") + ". "
+                    + course.ridge_sentence(gpu_model.device, f"An {gpu_model.device.name}") + ". Past its ridge "
+                    "every added sequence costs its own arithmetic; how soon that flattens throughput also depends "
+                    "on what every step pays whatever its batch, which is why the knee is read off each sweep.")
+        st.caption(f"Left: {model.label}. Right: {gpu_model.label} (spec-sheet figures, a model, not a measurement).")
+
+
 CALCULATORS = {"mm1": mm1, "step_time": step_time, "step_table": step_table,
-               "slots": slots, "kv_budget": kv_budget}
+               "slots": slots, "kv_budget": kv_budget, "knee_example": knee_example}
 CALCULATOR_IDS = tuple(CALCULATORS)
 
 

@@ -84,6 +84,7 @@ def _draw_all() -> None:
         start = time.perf_counter()
         picture(p)
         time.sleep(time.perf_counter() - start)
+    calculators.warm_sweeps()                  # lesson 6's worked example, last: seconds of simulation
 
 
 def show_picture(picture_id: str) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from analysis import machines
 from ui import learner, questions
 
 PREDICTIONS_KEY = "lab_predictions"
@@ -321,7 +322,7 @@ def reveal(q: Question, guess, measured, why: str, measured_text: str | None = N
         _locked_line(slot.container(), q, guess)
     with st.container(border=True):
         cols = st.columns(2)
-        label = "Measured" if source == "measured" else "Simulated"
+        label = machines.SOURCE_LABEL["measured" if source == "measured" else "simulated"]
         if q.choices and max(len(q.show(guess)), len(shown)) > 16:     # a metric would cut a long choice short
             cols[0].markdown(f"You predicted  \n**{q.show(guess)}**")
             cols[1].markdown(f"{label}  \n**{shown}**")
@@ -344,9 +345,11 @@ def show_verdict(v, source: str = "measured") -> None:
     record_verdict(v, source)
     icon = {"shown": ":material/check_circle:", "not shown": ":material/cancel:"}.get(v.outcome, ":material/help:")
     mark = {"shown": "✓", "not shown": "✗"}.get(v.outcome, "?")
-    run = "This run" if source == "measured" else "The simulation"
-    outcome = v.outcome_words.replace("this run", run.lower())
+    run = "this run" if source == "measured" else "the simulation"
+    outcome = v.outcome_words.replace("this run", run)
     with st.container(border=True):
         st.markdown(f"{icon} **Claim:** {v.claim.text}")
+        st.markdown(machines.badge(machines.ENGINE if source == "measured" else machines.SIMULATOR,
+                                   machines.SOURCE_LABEL["measured" if source == "measured" else "simulated"]))
         st.markdown(f"**{mark} {outcome[0].upper() + outcome[1:]}** ({v.claim.metric}: {v.value_text()}; the claim "
                     f"needs {v.claim.threshold_text()}). " + ("Why: " if v.outcome == "undecided" else "") + v.words)

@@ -1,9 +1,11 @@
 """The knee: one workload under growing max_num_seqs, each setting run REPEATS times (seeds 0, 1,
 2...); throughput against p95 latency with the runs' range, and the knee by the labs' one rule
-(labs.knee_rule). Every setting gets FILL full batches of requests, all at once, so its batch
-fills whatever its size and the knee may fall anywhere in the sweep. The same sweep on the
-simulator (engine.simulate: the same scheduler, step times from a step model) answers at once
-over max_num_seqs 1 to 64 (SIM_VALUES); the real points overlay it."""
+(labs.knee_rule). Every setting gets the same requests, all at once: FILL full batches of the
+sweep's largest setting, so every batch fills and the settings' TTFT and goodput compare one
+workload. Short prompts and longer answers make the run mostly decode steps, as lesson 6's
+example is. The same sweep on the simulator (engine.simulate: the same scheduler, step times from
+a step model) answers at once over more settings (SIM_VALUES, up to the sweep's largest) on the same requests; the real points
+overlay it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,34 +22,40 @@ from labs.part import Part
 from labs.runs import estimate, run_each, simulated_run, single_run
 from labs.slo_goodput.experiment import goodput
 
-VALUES = [1, 2, 4, 8, 16, 32, 64]
+VALUES = [4, 8, 16, 32, 64, 128]
 CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-SIM_VALUES = [*range(1, 17), *range(20, 65, 4)]   # the simulated sweep: 1 to 16, then every 4 up to 64
+SIM_VALUES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]   # the simulated sweep, up to the sweep's largest
 REPEATS = 2
-FILL = 3                       # full batches of requests each setting gets
-TPOT_SLO_MS, TTFT_SLO_S = 60, 10.0   # where the SLO sliders start
+FILL = 2                       # full batches of the largest setting: the requests every setting gets
+TPOT_SLO_MS, TTFT_SLO_S = 250, 30.0   # where the SLO sliders start: on a 2-core CPU the best goodput then falls below the knee
 MIN_REQUESTS = 12
-SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=32, prompt_hi=96,
-                    output_kind="uniform", output_lo=8, output_hi=24)
+SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=32,
+                    output_kind="uniform", output_lo=24, output_hi=56)
 COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share",
-           "fill"]
+           "fill", "requests"]
 
 
-def spec_for(max_num_seqs: int, seed: int = 0, requests: int | None = None) -> WorkloadSpec:
-    """The workload one setting runs: FILL full batches of requests (at least MIN_REQUESTS), all at
-    once; `requests` fixes the count instead (a sweep whose larger batches cannot fill)."""
-    n = requests if requests is not None else max(MIN_REQUESTS, FILL * int(max_num_seqs))
-    return replace(SPEC, num_requests=n, seed=seed)
+def requests_for(values) -> int:
+    """How many requests every setting of a sweep over `values` gets: FILL full batches of the largest."""
+    return max(MIN_REQUESTS, FILL * max(int(v) for v in values))
+
+
+def spec_for(values, seed: int = 0, requests: int | None = None) -> WorkloadSpec:
+    """The workload every setting of a sweep over `values` runs, all at once: requests_for(values)
+    requests; `requests` fixes the count instead (a sweep whose larger batches cannot fill)."""
+    return replace(SPEC, num_requests=requests if requests is not None else requests_for(values), seed=seed)
 LATENCIES = {"tpot_p95_ms": ("p95 TPOT (ms)", "ms"), "ttft_p95_s": ("p95 TTFT (s)", "s")}   # axis label, unit
 
 
-def policy_for(max_num_seqs: int) -> SchedulerPolicy:
+def policy_for(max_num_seqs: int, limits: dict | None = None) -> SchedulerPolicy:
     """max_num_seqs, with a KV cache that holds every slot at its longest and a token budget that admits a
-    whole batch of prompts in one step, so neither caps the batch below max_num_seqs."""
+    whole batch of prompts in one step, so neither caps the batch below max_num_seqs. `limits` sets either
+    instead ({"max_num_batched_tokens": 8}: a budget that caps every setting's batch at 8)."""
     base, v = SchedulerPolicy(), int(max_num_seqs)
     kv = max(base.kv_capacity_tokens, v * (SPEC.prompt_len.hi + SPEC.output_len.hi))
     budget = max(base.max_num_batched_tokens, v * SPEC.prompt_len.hi)
-    return base.changed(max_num_seqs=v, kv_capacity_tokens=kv, max_num_batched_tokens=budget)
+    return base.changed(**{"max_num_seqs": v, "kv_capacity_tokens": kv, "max_num_batched_tokens": budget,
+                           **(limits or {})})
 
 
 def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
@@ -59,23 +67,23 @@ def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=Non
                       peek: bool = False) -> list[tuple[tuple[int, int], object, bool]] | None:
     """The workload under each max_num_seqs, once per seed: [((value, seed), RunResult, was_cached)]."""
     return run_each(settings(values, repeats),
-                    lambda vs, p: single_run(model, policy_for(vs[0]), spec_for(*vs), p,
+                    lambda vs, p: single_run(model, policy_for(vs[0]), spec_for(values, vs[1]), p,
                                              label=f"max_num_seqs={vs[0]}, seed {vs[1]}", refresh=refresh, peek=peek),
                     progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
 
 def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, bool]:
     """(seconds, calibrated?) the sweep takes on this machine."""
-    return estimate(model, [(policy_for(v), [Part(spec_for(v, seed))])
+    return estimate(model, [(policy_for(v), [Part(spec_for(values, seed))])
                             for v, seed in settings(values, repeats)])
 
 
-def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0,
-                   requests: int | None = None) -> list[tuple[tuple[int, int], object, bool]]:
+def simulated_runs(step_model, values=SIM_VALUES, seed: int = 0, requests: int | None = None,
+                   limits: dict | None = None) -> list[tuple[tuple[int, int], object, bool]]:
     """The workload (seed `seed`) under each max_num_seqs on the simulator, its step times from
     `step_model`: [((value, seed), RunResult, False)], the shape max_num_seqs_runs returns."""
-    return [((int(v), seed), simulated_run(step_model, policy_for(v),
-                                            spec_for(int(v), seed, requests),
+    return [((int(v), seed), simulated_run(step_model, policy_for(v, limits),
+                                            spec_for(values, seed, requests),
                                             label=f"simulated max_num_seqs={v}"), False) for v in values]
 
 
@@ -97,7 +105,8 @@ def run_rows(runs, ttft_slo_s: float | None = None, tpot_slo_s: float | None = N
                      "tpot_p95_ms": s["tpot_s"]["p95"] * 1000, "ttft_p95_s": s["ttft_s"]["p95"],
                      "tpot_p50_ms": s["tpot_s"]["p50"] * 1000, "ttft_p50_s": s["ttft_s"]["p50"],
                      "goodput_req_s": g["goodput_req_s"], "met_share": g["met_share"],
-                     "fill": max((int(st["running"]) for st in res.steps), default=0) / v})
+                     "fill": max((int(st["running"]) for st in res.steps), default=0) / v,
+                     "requests": s["requests"]})
     return pd.DataFrame(rows)
 
 
@@ -115,32 +124,37 @@ def find_knee(table: pd.DataFrame) -> int | None:
 
 def knee_verdict(table: pd.DataFrame) -> claims.Verdict:
     """The claim `knee_below_max` on this sweep: the knee below the largest setting, and the largest
-    setting's p95 TPOT well above the knee's."""
+    setting's p95 TPOT well above the knee's. Undecided where the sweep cannot tell: too few requests
+    to fill its larger batches, or throughput still climbing at its largest setting."""
     if len(table) < 2:
         return claims.judge("knee_below_max", float("nan"), "", "", "a sweep needs at least two settings.")
-    unfilled = table[table["fill_lo" if "fill_lo" in table else "fill"] < 1]
-    if len(unfilled):
-        u = unfilled.iloc[0]
-        most = int(round(u["fill_lo" if "fill_lo" in u else "fill"] * u.max_num_seqs))
+    fill = "fill_lo" if "fill_lo" in table else "fill"
+    short = table[(table[fill] < 1) & (table["requests"] < table["max_num_seqs"])]
+    if len(short):
+        u = short.iloc[0]
         return claims.judge("knee_below_max", float("nan"), "", "",
-                            f"at max_num_seqs {int(u.max_num_seqs)} the batch never held more than {most} "
-                            "requests, so this sweep cannot tell larger settings apart: give it more concurrent work.")
+                            f"at max_num_seqs {int(u.max_num_seqs)} only {int(u.requests)} requests came, so this "
+                            "sweep cannot tell larger settings apart: give it more concurrent work.")
     knee = find_knee(table)
     k, top = table[table.max_num_seqs == knee].iloc[0], table.iloc[-1]
     growth = top.tpot_p95_ms / k.tpot_p95_ms if k.tpot_p95_ms > 0 else float("nan")
+    held = int(round(top[fill] * top.max_num_seqs))
     numbers = (f"The knee is max_num_seqs {knee}: {k.output_tok_s:.0f} tok/s, {k.output_tok_s / table.output_tok_s.max():.0%} "
                f"of the best. Going on to {int(top.max_num_seqs)} changes throughput by "
                f"{top.output_tok_s / k.output_tok_s - 1:+.0%} and p95 TPOT by {growth - 1:+.0%} "
                f"({k.tpot_p95_ms:.0f} → {top.tpot_p95_ms:.0f} ms).")
     if knee == int(top.max_num_seqs):
         below = table.iloc[-2]
-        return claims.judge("knee_below_max", float("nan"), "",
-                            f"Throughput was still climbing at the largest setting ({below.output_tok_s:.0f} tok/s at "
+        return claims.judge("knee_below_max", float("nan"), "", "",
+                            f"throughput was still climbing at the largest setting ({below.output_tok_s:.0f} tok/s at "
                             f"{int(below.max_num_seqs)}, {top.output_tok_s:.0f} at {int(top.max_num_seqs)}), so the "
-                            f"knee is the largest setting: on this machine and workload it lies at "
-                            f"{int(top.max_num_seqs)} or above. Add larger values.")
+                            f"knee is the largest setting tried: it lies at {int(top.max_num_seqs)} or above, and "
+                            "only larger values can say where. Add larger values.")
+    capped = (f" The batch never held more than {held} requests at {int(top.max_num_seqs)}, though requests were "
+              "waiting: the KV cache or the token budget, not max_num_seqs, set the batch, so the larger settings ran "
+              "the same batch." if top[fill] < 1 else " Here latency hardly grew past the knee.")
     return claims.judge("knee_below_max", growth, numbers + " Past the knee, more slots mostly make every step "
-                        "longer for everyone in it.", numbers + " Here latency hardly grew past the knee.")
+                        "longer for everyone in it.", numbers + capped)
 
 
 def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = None,
@@ -175,7 +189,7 @@ def throughput_vs_latency(table: pd.DataFrame, x: str, knee_value: int | None = 
                                                "%{x:.2f}<extra></extra>"))
     t = table.sort_values("max_num_seqs") if not is_empty(table) else pd.DataFrame(columns=["max_num_seqs"])
     if len(t):
-        traces.append(go.Scatter(name="measured on the real engine" if has_sim else "measured", x=t[x],
+        traces.append(go.Scatter(name="measured on this machine's engine", x=t[x],
                                  y=t["output_tok_s"], mode="markers+text" if has_sim else "lines+markers+text",
                                  text=[f"{v}" for v in t["max_num_seqs"]], textposition="top left",
                                  line=dict(color=COLORS["running"], width=2), marker=dict(size=9),

@@ -4,6 +4,7 @@ by the labs' one rule."""
 import pandas as pd
 import streamlit as st
 
+from analysis import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
@@ -12,8 +13,10 @@ from ui import calculators, predict, session, widgets
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def simulated_runs(step_model, values: tuple):
-    """The simulated sweep's runs for this step model (read-only; re-scored per SLO below)."""
-    return lab.simulated_runs(step_model, values)
+    """The simulated sweep's runs for this step model, on the same requests as the real sweep over
+    `values` (read-only; re-scored per SLO below)."""
+    sim_values = sorted({*(v for v in lab.SIM_VALUES if v <= max(values)), *values})
+    return lab.simulated_runs(step_model, sim_values, requests=lab.requests_for(values))
 
 st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
@@ -21,8 +24,8 @@ st.caption("The same workload under growing batch limits (max_num_seqs). More sl
 
 with st.sidebar:
     widgets.choice(st.multiselect, "max_num_seqs values", lab.CHOICES, lab.VALUES, key="kn_values",
-                   help=f"Each value is a run with at most this many requests per step, given {lab.FILL} full "
-                        "batches of requests so that its batch fills.")
+                   help=f"Each value is a run with at most this many requests per step. Every run gets the same "
+                        f"requests: {lab.FILL} full batches of the largest value.")
     widgets.slider("TPOT SLO (ms)", 10, 300, lab.TPOT_SLO_MS, step=5, key="kn_tpot_ms",
                    help="Requests whose average gap between tokens is longer than this miss the SLO.")
     widgets.slider("TTFT SLO (s)", 0.5, 60.0, lab.TTFT_SLO_S, step=0.5, key="kn_ttft_s",
@@ -36,9 +39,10 @@ values, repeats = sorted(st.session_state.kn_values) or [1], st.session_state.kn
 tpot, ttft = st.session_state.kn_tpot_ms / 1000, st.session_state.kn_ttft_s
 
 spec = lab.SPEC
-st.markdown(f"The workload: for each setting, {lab.FILL} full batches of requests (at least {lab.MIN_REQUESTS}) "
-            f"arriving at once, so every batch size fills; prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, "
-            f"outputs {spec.output_len.lo}–{spec.output_len.hi}. The real sweep runs each setting "
+st.markdown(f"The workload: the same {lab.requests_for(values)} requests for every setting ({lab.FILL} full batches "
+            f"of the largest, {max(values)}), arriving at once, so every batch size fills and every setting's TTFT and "
+            f"goodput are of one workload; prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, "
+            f"outputs {spec.output_len.lo}–{spec.output_len.hi}, so most steps are decode steps. The real sweep runs each setting "
             f"{widgets.plural(repeats, 'time')} ({'seed 0' if repeats == 1 else f'seeds 0–{repeats - 1}'}), the "
             "simulation once (seed 0). "
             f"**The knee** here: {knee_rule.RULE}.")
@@ -50,7 +54,7 @@ goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"), 
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
 step_model, profiled = calculators.saved_step_model()
-sim = lab.knee_table(simulated_runs(step_model, tuple(sorted({*lab.SIM_VALUES, *values}))), ttft, tpot)
+sim = lab.knee_table(simulated_runs(step_model, tuple(values)), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
 got = widgets.stored_or_measure("knee", (tuple(values), repeats),
@@ -87,6 +91,8 @@ else:
                    f"{tpot * 1000:g} ms and TTFT ≤ {ttft:g} s: loosen the targets to compare them.", source=source)
 predict.show_verdict(lab.knee_verdict(table), source)
 
+machine = machines.ENGINE if measured else machines.SIMULATOR
+st.markdown(machines.badge(machine, machines.SOURCE_LABEL[source]) + " the numbers, charts' star and table below")
 cols = st.columns(4)
 cols[0].metric("Knee (max_num_seqs)", knee, help=knee_rule.RULE[0].upper() + knee_rule.RULE[1:] + ".")
 cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0),
@@ -104,7 +110,7 @@ with left:
 with right:
     widgets.plot(lab.throughput_vs_latency(shown_table, "ttft_p95_s", knee, ttft, sim, sim_name))
 st.markdown(f"Goodput (requests/s meeting both SLOs): {k.goodput_req_s:.2f} at the knee, "
-            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)}" + ("." if measured else " (simulated)."))
+            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)} ({machines.SOURCE_LABEL[source].lower()}).")
 columns = {"max_num_seqs": "max_num_seqs", "output_tok_s": "output tok/s", "tpot_p95_ms": "p95 TPOT (ms)",
            "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)", "ttft_p50_s": "p50 TTFT (s)",
            "goodput_req_s": "goodput (req/s)", "met_share": "share within SLO", "fill": "batch filled",

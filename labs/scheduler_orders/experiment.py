@@ -207,6 +207,15 @@ def starve_verdict(runs: dict) -> claims.Verdict:
                         numbers + " The queue empties often enough that sjf still gives the long prompts a slot soon.")
 
 
+def tenant_moves(table: pd.DataFrame, baseline: str = BASELINE) -> dict[str, float]:
+    """Each tenant's largest relative change of p95 TTFT against `baseline` over the other orders (up or
+    down): what the orders question scores (under fcfs alone the tenants wait alike)."""
+    base = table[table["order"] == baseline].set_index("tenant")["ttft_p95_s"]
+    others = table[table["order"] != baseline]
+    change = (others["ttft_p95_s"].to_numpy() / base.reindex(others["tenant"]).to_numpy() - 1)
+    return {t: float(v) for t, v in pd.Series(abs(change), index=others["tenant"].to_numpy()).groupby(level=0).max().items()}
+
+
 def favour_verdict(table: pd.DataFrame, baseline: str = BASELINE) -> claims.Verdict:
     """The claim `orders_favour_someone`: for every order but fcfs, the largest relative change of a
     tenant's p95 TTFT against fcfs; the metric is the median of those over the orders."""

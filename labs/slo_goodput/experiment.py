@@ -45,12 +45,14 @@ def capacity(step_model) -> float:
 
 
 MISSED_BOTH = "TTFT and TPOT"        # slo_verdicts' word for a request that missed both targets
-TIE = "as many of each"             # most_missed's answer where both targets were missed as often
+TIE = "about as many of each"       # most_missed's answer where both targets were missed about as often
+SAME_MISSES = 0.1                   # miss counts within this share of the larger (or 1) count as about as many
 
 
 def most_missed(missed_ttft: int, missed_tpot: int) -> str:
-    """Which target more requests missed: "TTFT", "TPOT", or TIE (0 and 0 too)."""
-    if missed_ttft == missed_tpot:
+    """Which target more requests missed: "TTFT", "TPOT", or TIE where the counts are within SAME_MISSES of
+    the larger (or within one request; 0 and 0 too), as the question says."""
+    if abs(missed_ttft - missed_tpot) <= max(1, SAME_MISSES * max(missed_ttft, missed_tpot)):
         return TIE
     return "TTFT" if missed_ttft > missed_tpot else "TPOT"
 
@@ -175,7 +177,7 @@ def goodput_vs_rate(table: pd.DataFrame, selected: float | None = None, simulate
                               legendgrouptitle_text=simulated_label)
                    for col, name, color in lines]
     if not is_empty(table):
-        real = dict(legendgroup="measured", legendgrouptitle_text="measured on the real engine") if has_sim else {}
+        real = dict(legendgroup="measured", legendgrouptitle_text="measured on this machine's engine") if has_sim else {}
         traces += [go.Scatter(name=name, x=table["rate"], y=table[col], mode="markers" if has_sim else "lines+markers",
                               marker=dict(size=10 if has_sim else 6, color=color), line=dict(color=color, width=2.5),
                               **real)

@@ -96,7 +96,7 @@ verdicts = lab.slo_verdicts(frames(res)[0], ttft, tpot)
 widgets.plot(lab.slo_scatter(verdicts, ttft, tpot))
 first_miss = lab.most_missed(g.missed_ttft, g.missed_tpot)
 if g.missed_ttft or g.missed_tpot:
-    st.markdown(f"At {rate:g} requests/s, " + ("both targets were missed as often" if first_miss == lab.TIE
+    st.markdown(f"At {rate:g} requests/s, " + ("both targets were missed about as often" if first_miss == lab.TIE
                                                   else f"**{first_miss}** is the target missed most")
                 + f" ({int(g.missed_ttft)} TTFT misses, {int(g.missed_tpot)} TPOT misses; "
                   f"{int(g.missed_both)} requests missed both).")

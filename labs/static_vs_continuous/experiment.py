@@ -26,8 +26,10 @@ WORKLOADS = {   # key: (name shown, workload)
                    WorkloadSpec(num_requests=32, rate=8.0, prompt_kind="uniform", prompt_lo=32, prompt_hi=64,
                                 output_kind="short_plus_long", output_lo=8, output_hi=192)),
     "offline_equal": ("Offline batch, equal lengths",
-                      WorkloadSpec(num_requests=32, rate=0, prompt_kind="fixed", prompt_lo=48, prompt_hi=48,
-                                   output_kind="fixed", output_lo=32, output_hi=32)),
+                      # long enough (8 batches of 64 tokens) that the two modes' finishing times are
+                      # told apart by more than this machine's run-to-run noise
+                      WorkloadSpec(num_requests=64, rate=0, prompt_kind="fixed", prompt_lo=48, prompt_hi=48,
+                                   output_kind="fixed", output_lo=64, output_hi=64)),
 }
 SLOTS = 8
 

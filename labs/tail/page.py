@@ -71,8 +71,8 @@ predict.reveal(question, guess, ttft.p99 / ttft.p50, f"p50 TTFT {ttft.p50:.2f} s
                f"{int(ttft.n)} requests.", measured_text=f"×{ttft.p99 / ttft.p50:.1f}", source=source)
 by_prompt = lab.percentile_table(reqs, "ttft_s", lab.prompt_bucket(reqs["prompt_tokens"])).iloc[1:]
 if len(by_prompt):
-    predict.reveal(group_q, group_guess, predict.best_of(dict(zip(by_prompt["group"], by_prompt["p99"])), highest=True),
-                   "p99 TTFT: " + ", ".join(f"{g.group} {g.p99:.2f} s (n = {int(g.n)})" for g in by_prompt.itertuples())
+    predict.reveal(group_q, group_guess, predict.best_of(dict(zip(by_prompt["group"], by_prompt["p95"])), highest=True),
+                   "p95 TTFT: " + ", ".join(f"{g.group} {g.p95:.2f} s (n = {int(g.n)})" for g in by_prompt.itertuples())
                    + ".", source=source)
 predict.show_verdict(lab.cause_verdict(reqs), source)
 predict.show_verdict(lab.window_verdict(reqs), source)

@@ -136,8 +136,29 @@ def fit_words(fit: dict, shown_as: str) -> str:
             f"half of that near B = t0 / c ≈ {fit['half_batch']:,.0f}.")
 
 
-def amortization_verdict(table: pd.DataFrame) -> claims.Verdict:
-    """The claim `batching_amortizes`: a step of CLAIM_BATCH sequences against a step of one."""
+NOISE_FLOOR = 0.35   # the two steps the claim compares may stray from the step model by this much more than each other
+
+
+def model_check(table: pd.DataFrame, step_model, context: int = CONTEXT) -> str | None:
+    """The run against this machine's step model (engine/core/step_fit: the profile refit on the app's own
+    steps): how far each of the claim's two steps ran from the model's prediction. If one strayed far more
+    than the other (beyond NOISE_FLOOR or three times the model's current error), the machine's load
+    changed between them and the ratio is not the engine's: why, in words; else None."""
+    at = table.set_index("batch")["step_ms"]
+    off = {b: at[b] / step_model.decode_ms(b, context) for b in (1, CLAIM_BATCH)}
+    error = getattr(step_model, "error", None) or 0.0
+    allowed = max(NOISE_FLOOR, 3 * error)
+    if max(off.values()) / min(off.values()) - 1 <= allowed:
+        return None
+    return (f"Against this machine's step model, batch 1 ran at ×{off[1]:.2f} of its prediction and batch "
+            f"{CLAIM_BATCH} at ×{off[CLAIM_BATCH]:.2f}: they disagree by more than {allowed:.0%} (the model's "
+            "current error allows for less), so the machine's load changed between them. Measure again.")
+
+
+def amortization_verdict(table: pd.DataFrame, step_model=None, context: int = CONTEXT) -> claims.Verdict:
+    """The claim `batching_amortizes`: tokens/s of a step of CLAIM_BATCH sequences against a step of one.
+    Undecided where the passes disagree with each other, or (given this machine's `step_model`) the run
+    strays from the model's prediction unevenly."""
     have = set(table["batch"].astype(int))
     if not {1, CLAIM_BATCH} <= have:
         return claims.judge("batching_amortizes", math.nan, "", "",
@@ -145,19 +166,19 @@ def amortization_verdict(table: pd.DataFrame) -> claims.Verdict:
                             f"{' and '.join(str(b) for b in (1, CLAIM_BATCH) if b not in have)}.")
     one = table[table["batch"] == 1].iloc[0]
     many = table[table["batch"] == CLAIM_BATCH].iloc[0]
-    ratio = many.step_ms / one.step_ms
+    gain = many.tokens_per_s / one.tokens_per_s
     numbers = (f"A step of {CLAIM_BATCH} sequences took {many.step_ms:.1f} ms against {one.step_ms:.1f} ms for one: "
-               f"×{ratio:.2f} the time for ×{CLAIM_BATCH} the tokens, so tokens/s grew "
-               f"×{many.tokens_per_s / one.tokens_per_s:.1f}.")
+               f"×{many.step_ms / one.step_ms:.2f} the time for ×{CLAIM_BATCH} the tokens, so tokens/s grew "
+               f"×{gain:.2f}.")
     if "runs" in table and (table["runs"] > 1).all() and "step_ms_hi" in table:
         spread_share = float(((table["step_ms_hi"] - table["step_ms_lo"]) / table["step_ms"]).max())
-        noisy = spread_share > 0.5
-    else:
-        noisy = False
-    if noisy:
-        return claims.judge("batching_amortizes", ratio, "", "", f"{numbers} But the passes disagree by up to "
-                            f"{spread_share:.0%} of a step: the machine was too busy for one reading; measure again.")
-    return claims.judge("batching_amortizes", ratio,
+        if spread_share > 0.5:
+            return claims.judge("batching_amortizes", gain, "", "", f"{numbers} But the passes disagree by up to "
+                                f"{spread_share:.0%} of a step: the machine was too busy for one reading; measure again.")
+    strayed = model_check(table, step_model, context) if step_model is not None else None
+    if strayed:
+        return claims.judge("batching_amortizes", gain, "", "", f"{numbers} {strayed}")
+    return claims.judge("batching_amortizes", gain,
                         numbers + " The weights are read once per step and shared by every sequence in it.",
                         numbers + " Here the work each sequence brings on its own (attention over its context, "
                         "its own rows through every layer) outweighs what the step shares.")

@@ -62,7 +62,7 @@ if knee is not None:
     predict.reveal(knee_q, knee_guess, knee, f"Batch {knee} makes {at.tokens_per_s[knee]:.0f} tokens/s, "
                    f"{at.tokens_per_s[knee] / table.tokens_per_s.max():.0%} of the best "
                    f"({table.tokens_per_s.max():.0f}).", source=source)
-predict.show_verdict(lab.amortization_verdict(table), source)
+predict.show_verdict(lab.amortization_verdict(table, step_model if measured else None, settings[1]), source)
 
 c = st.columns(4)
 c[0].metric(f"tokens/s at batch {int(first.batch)}", widgets.fmt(first.tokens_per_s, digits=0))
