@@ -45,13 +45,7 @@ def right_is_the_longest(choices: list[str], answer: int) -> bool:
     return len(choices[answer]) > max(len(c) for i, c in enumerate(choices) if i != answer)
 
 
-# lesson 6's quiz is being rewritten with its lesson; its first question still gives itself away
-LENGTH_ELSEWHERE = {"batch-policy"}
-
-
-@pytest.mark.parametrize("lesson", [pytest.param(l, marks=pytest.mark.xfail(
-    reason="rewritten with lesson 6", strict=False)) if l.id in LENGTH_ELSEWHERE else l for l in LESSONS],
-    ids=lambda l: l.id)
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.id)
 def test_no_right_choice_is_the_longest(lesson):
     longest = [q.question for q in lesson.quiz if right_is_the_longest(*shown_choices(q))]
     assert not longest, f"{lesson.path.name}: the right choice is the longest in {longest}"

@@ -4,6 +4,8 @@ On the Static vs continuous lab's simulated answer (no real run needed) and the 
 import re
 
 import pytest
+
+from analysis.machines import SOURCE_LABEL
 from streamlit.testing.v1 import AppTest
 
 from analysis import membership
@@ -94,7 +96,7 @@ def test_the_cluster_labs_simulated_answers_are_labelled_simulated(lab_env):
     commit(at)
     assert not at.exception, [e.message for e in at.exception]
     labels = [m.label for m in at.metric]
-    assert "Simulated" in labels and "Measured" not in labels, labels
+    assert SOURCE_LABEL["simulated"] in labels and not any(l.startswith("Measured") for l in labels), labels
 
 
 def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypatch):
