@@ -11,6 +11,7 @@ from __future__ import annotations
 
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import latency, style
@@ -156,10 +157,11 @@ def on_run_axis(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def charted(fig: dict) -> dict:
-    """A live chart with the run's axis title."""
+def charted(fig: dict) -> go.Figure:
+    """A live chart with the run's axis title, as a Figure (st.plotly_chart refuses a dict with no
+    traces, which a chart is before its first point)."""
     fig["layout"].setdefault("xaxis", {})["title"] = {"text": X_TITLE}
-    return fig
+    return go.Figure(fig)
 
 
 def headline(table: pd.DataFrame) -> None:

@@ -175,6 +175,7 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     at.text_input(key="ext_url").set_value(url + "/v1")
     at.button[0].click().run()
     assert not at.error and "model **tiny**" in at.caption[0].value
+    assert not at.exception                      # every chart drawn empty before the first request
     assert "this project's Batching Lab server" in at.caption[0].value.replace("\\", "")     # the kind of engine, named
     at.number_input(key="ext_num_requests").set_value(3)
     at.number_input(key="ext_output_lo").set_value(4)
