@@ -207,12 +207,15 @@ def live() -> None:
     gaps = gen.gaps()
     gaps["token_s"] = gaps["token_s"] - (st.session_state.get("ext_started") or 0.0)
     gaps["id"] = gaps["id"].map(dict(zip(table["id"], ours["id"])))
-    for col, metric, frame in zip(st.columns(3), ("ttft_s", "tpot_s", "itl_s"), (ours, ours, gaps)):
-        with col:
+    # two to a row: a half-width chart is what their subtitles and axis titles are wrapped for
+    cells = [c for _ in range(2) for c in st.columns(2)]
+    for cell, metric, frame in zip(cells, ("ttft_s", "tpot_s", "itl_s"), (ours, ours, gaps)):
+        with cell:
             st.plotly_chart(charted(latency.latency_over_time(frame, metric, x_range=window, window=50)),
                             width="stretch", key=f"ext_{metric}_chart")
     hidden = attach.HIDDEN["openai"] + (" " + attach.KIND_HIDDEN["llamacpp"] if kind == "llamacpp" else "")
-    st.info(widgets.plain(hidden), icon=":material/visibility_off:")
+    with cells[3]:
+        st.info(widgets.plain(hidden), icon=":material/visibility_off:")
     errors = table[table["error"].astype(bool)] if len(table) else table
     if len(errors):
         st.caption("Requests the server refused or failed, with its reason:")
