@@ -149,11 +149,6 @@ def kind_of(url: str, timeout_s: float = 3.0) -> str:
     return ""
 
 
-def kind_name(url: str, timeout_s: float = 3.0) -> str:
-    """kind_of(url) in words; "" when nothing tells."""
-    return KIND_WORDS.get(kind_of(url, timeout_s), "")
-
-
 def origin(url: str) -> tuple[str, str, int | None]:
     """(scheme, host, port) of an address, the port filled in from the scheme."""
     parsed = urlparse(url.strip())
