@@ -98,22 +98,27 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
                for name in urls}
 
     async def session():
-        async with http_client(args.num_requests) as client:
-            async def burst(url):
-                return await asyncio.gather(*(one_stream(client, url, "smollm2", r.prompt_token_ids, r.max_new_tokens)
-                                              for r in requests))
-            for name, url in urls.items():          # warm-up: connections opened, every shape seen once
-                await burst(url)
-            for i in range(args.rounds):
-                order = list(urls) if i % 2 == 0 else list(reversed(urls))
-                for name in order:
-                    figures = burst_figures(await burst(urls[name]))
-                    lone = [await one_stream(client, urls[name], "smollm2", lone_prompt, args.lone_tokens)
-                            for _ in range(args.lone)]
-                    figures["batch-1 TPOT (ms)"] = lone_tpot_ms(lone)
-                    for key, value in figures.items():
-                        results[name][key].append(value)
-                    print(f"  round {i + 1}, {name:9}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()))
+        # a new client for every burst and stream: both servers close a connection kept idle for 5 s
+        # (uvicorn's and cpp-httplib's keep-alive), and the other server's turn is longer than that
+        async def burst(url):
+            async with http_client(args.num_requests) as client:
+                return await asyncio.gather(*(one_stream(client, url, "smollm2", r.prompt_token_ids,
+                                                         r.max_new_tokens) for r in requests))
+
+        async def alone(url):
+            async with http_client(1) as client:
+                return await one_stream(client, url, "smollm2", lone_prompt, args.lone_tokens)
+        for name, url in urls.items():          # warm-up: every shape seen once
+            await burst(url)
+        for i in range(args.rounds):
+            order = list(urls) if i % 2 == 0 else list(reversed(urls))
+            for name in order:
+                figures = burst_figures(await burst(urls[name]))
+                figures["batch-1 TPOT (ms)"] = lone_tpot_ms([await alone(urls[name]) for _ in range(args.lone)])
+                for key, value in figures.items():
+                    results[name][key].append(value)
+                print(f"  round {i + 1}, {name:9}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
+                      flush=True)
     try:
         asyncio.run(session())
     finally:
