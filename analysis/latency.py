@@ -152,6 +152,25 @@ def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float
     )
 
 
+def gauges_over_time(readings: pd.DataFrame, engine: str, presenter: bool = False, x_range=None) -> dict:
+    """Running and waiting as an engine's metrics page reported them, one reading a row
+    (columns t, running, waiting). A gauge the engine does not publish is left out."""
+    title = "Running and waiting"
+    good = (f"From the metrics page of {engine}. Good: waiting stays near 0; "
+            "a waiting line that climbs means requests arrive faster than the engine admits them.")
+    xlabel, ylabel = "time (s)", "requests"
+    drawn = [n for n in ("running", "waiting") if not is_empty(readings, "t", n) and readings[n].notna().any()]
+    if not drawn:
+        return empty_figure(title, good, xlabel, ylabel, presenter)
+    t = num(readings, "t")
+    return figure(
+        data=[dict(type="scatter", name=n, x=t, y=num(readings, n), mode="lines",
+                   line=dict(color=COLORS[n], width=2, shape="hv")) for n in drawn],
+        layout=layout(title, good, xlabel, ylabel, presenter=presenter, x_range=x_range,
+                      yaxis=dict(rangemode="tozero")),
+    )
+
+
 def _buckets(values: pd.Series, n: int = 4) -> pd.Series:
     """Split a numeric column into n quantile buckets labelled by their ranges."""
     edges = np.unique(np.nanquantile(values.to_numpy(dtype=float, na_value=np.nan),

@@ -75,6 +75,7 @@ METRICS = {
     "tpot_s": ("TPOT", "finish_s", 1000.0, "ms"),
     "e2e_s": ("E2E latency", "finish_s", 1.0, "s"),
     "queue_s": ("Queue time", "first_scheduled_s", 1.0, "s"),
+    "itl_s": ("ITL", "token_s", 1000.0, "ms"),       # one gap between tokens, at the later token's time
 }
 
 
@@ -145,6 +146,16 @@ def live_x_range(now_s: float, span_s: float) -> tuple[float, float]:
     run (0..span_s until the run is that long), so the axis never rescales as data arrives."""
     hi = max(float(now_s), float(span_s))
     return hi - span_s, hi
+
+
+def load_x_range(now_s: float, last_s: float | None, busy: bool, span_s: float,
+                 min_span_s: float = 5.0) -> tuple[float, float]:
+    """A live time chart's x-axis that fits the load it shows: from 0 (or the latest span_s seconds)
+    to now while requests are in flight, to the last event once they are done (a 10 s load reads
+    0-10 s, not 0-120 s), and never narrower than min_span_s."""
+    hi = float(now_s) if busy or last_s is None else min(float(now_s), float(last_s) + 0.5)
+    hi = max(hi, min_span_s)
+    return max(0.0, hi - span_s), hi
 
 
 def figure(data, layout: dict) -> dict:

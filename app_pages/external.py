@@ -1,9 +1,10 @@
-"""Any engine: the lab's load, sent to any OpenAI-compatible server (vLLM, SGLang, TGI, or ours).
+"""Any engine: the lab's load, sent to any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp,
+Ollama, or ours).
 
 A client sees less than the engine does. This page shows only what it can know: each request's
-TTFT, TPOT and ITL timed from its own stream, a per-request timeline from this app's own
-timestamps, and running, waiting and KV usage read from the engine's Prometheus page. It says
-so beside the charts. The address can come from the environment (remote/attach.py), so a
+TTFT, TPOT and ITL timed from its own stream and charted over time, a per-request timeline from
+this app's own timestamps, and running, waiting and KV usage read from the engine's Prometheus
+page where it has one. It says so beside the charts. The address can come from the environment (remote/attach.py), so a
 teacher can point the whole app at a GPU server before class.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ WINDOW_S = 120.0               # the live charts show the latest two minutes
 
 st.title(":material/dns: Any engine: the same load, sent to a server of your own")
 st.markdown("Point the lab at **any OpenAI-compatible server**: vLLM, SGLang or TGI on your GPUs, "
-            "or this project's own `python -m engine serve`. The load generator sends real "
+            "llama.cpp's `llama-server` or Ollama on your laptop, or this project's own `python -m engine serve`. The load generator sends real "
             "streaming requests; the charts are drawn from what comes back.")
 
 try:
@@ -63,10 +64,13 @@ if connect:
         old = st.session_state.get("ext_generator")
         if old is not None:
             old.stop()
+        found = attach.kind_of(choice.url)
         st.session_state["ext_choice"] = choice
-        st.session_state["ext_generator"] = LoadGenerator(choice.api_url, choice.model, "you")
+        # Ollama's OpenAI endpoint takes text prompts only
+        st.session_state["ext_generator"] = LoadGenerator(choice.api_url, choice.model, "you",
+                                                          prompt_as="words" if found == "ollama" else "ids")
         st.session_state["ext_gauges"] = []
-        st.session_state["ext_kind"] = attach.kind_name(choice.url)
+        st.session_state["ext_kind"] = found
         st.session_state["ext_started"] = None
 
 choice: attach.EngineChoice | None = st.session_state.get("ext_choice")
@@ -77,8 +81,10 @@ if choice is None:
 
 gen: LoadGenerator = st.session_state["ext_generator"]
 kind = st.session_state.get("ext_kind", "")
+kind_words = attach.KIND_WORDS.get(kind, "")
 st.caption(f"Connected to **{widgets.plain(choice.url)}**, model **{widgets.plain(choice.model)}**"
-           + (f": {widgets.plain(kind)}." if kind else "."))
+           + (f": {widgets.plain(kind_words)}." if kind_words else
+              ": an engine this page does not recognise (its charts come from the streams)."))
 
 with st.container(border=True, key="ext_load"):
     cols = st.columns(len(LOAD_KNOBS) + 1)
@@ -99,19 +105,25 @@ with st.container(border=True, key="ext_load"):
             st.toast(f"Sending {spec.num_requests} requests at {spec.rate:g} per second.")
     if stop:
         gen.stop()
-    st.caption("Prompts are sent as token ids drawn by the lab's workload generator, with "
-               "`ignore_eos` so each request generates exactly its output length.")
+    if gen.prompt_as == "words":
+        st.caption("Ollama takes text prompts only: each prompt is sent as one word per token of the "
+                   "workload's length (\"the the ...\"), and Ollama ignores `ignore_eos`, so a request "
+                   "may stop before its output length.")
+    else:
+        st.caption("Prompts are sent as token ids drawn by the lab's workload generator, with "
+                   "`ignore_eos` so each request generates exactly its output length.")
 
 
 def read_gauges() -> None:
     """One reading of the engine's gauges per GAUGE_EVERY_S, kept for the chart."""
     readings = st.session_state.setdefault("ext_gauges", [])
-    if readings and now_s() - readings[-1]["t"] < GAUGE_EVERY_S:
-        return
+    if kind == "ollama" or (readings and now_s() - readings[-1]["t"] < GAUGE_EVERY_S):
+        return                      # Ollama publishes no metrics page: nothing to read
     try:
         g = prometheus.fetch(choice.metrics)
     except Exception as exc:        # no metrics page, or one without known names
-        st.session_state["ext_gauge_error"] = f"No gauges from {choice.metrics}: {exc}"
+        hint = " (llama-server publishes it only when started with --metrics)" if kind == "llamacpp" else ""
+        st.session_state["ext_gauge_error"] = f"No gauges from {choice.metrics}{hint}: {exc}"
         return
     st.session_state.pop("ext_gauge_error", None)
     readings.append({"t": now_s(), "running": g.running, "waiting": g.waiting, "kv": g.kv_usage, "engine": g.engine})
@@ -126,30 +138,30 @@ def run_time() -> float:
 X_TITLE = "seconds since you first pressed Send this load"
 
 
-def gauge_figure(readings: list[dict]) -> go.Figure:
-    fig = go.Figure()
-    frame = pd.DataFrame(readings)
-    origin = st.session_state.get("ext_started") or 0.0
-    for name, label in (("running", "running"), ("waiting", "waiting")):
-        if len(frame) and frame[name].notna().any():
-            fig.add_trace(go.Scatter(x=frame["t"] - origin, y=frame[name], name=label, mode="lines"))
-    names = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI"}
-    engine = st.session_state.get("ext_kind") or (names.get(frame["engine"].iloc[-1]) if len(frame) else "") \
-        or "the engine"
-    fig.update_layout(title=f"Running and waiting, from the metrics page of {engine}",
-                      xaxis_range=style.live_x_range(run_time(), WINDOW_S),
-                      xaxis_title=X_TITLE, yaxis_title="requests", height=300,
-                      margin=dict(l=50, r=10, t=50, b=40))
-    return fig
+def x_range(table: pd.DataFrame) -> tuple[float, float]:
+    """The run's time axis, fitted to the load: to now while requests stream, to the last event
+    once they are done (at most the latest WINDOW_S seconds)."""
+    events = pd.concat([table[c] for c in ("arrival_s", "finish_s")]) if len(table) else pd.Series(dtype=float)
+    last = events.max() if events.notna().any() else None
+    return style.load_x_range(run_time(), last, gen.busy, WINDOW_S)
 
 
 def on_run_axis(table: pd.DataFrame) -> pd.DataFrame:
-    """The requests table with its times on the run's own axis."""
+    """The requests table with its times on the run's own axis and short labels (#1, #2, ... in
+    the order they were sent) in place of the server's long request ids."""
     origin = st.session_state.get("ext_started") or 0.0
     out = table.copy()
     for col in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"):
         out[col] = pd.to_numeric(out[col], errors="coerce") - origin
+    out["id"] = [f"#{i + 1}" for i in range(len(table))]
     return out
+
+
+def charted(fig: dict) -> go.Figure:
+    """A live chart with the run's axis title, as a Figure (st.plotly_chart refuses a dict with no
+    traces, which a chart is before its first point)."""
+    fig["layout"].setdefault("xaxis", {})["title"] = {"text": X_TITLE}
+    return go.Figure(fig)
 
 
 def headline(table: pd.DataFrame) -> None:
@@ -172,19 +184,38 @@ def live() -> None:
     table = gen.table()
     headline(table)
     readings = st.session_state.get("ext_gauges", [])
-    if st.session_state.get("ext_gauge_error"):
+    if kind == "ollama":
+        st.info(attach.KIND_HIDDEN["ollama"], icon=":material/visibility_off:")
+    elif st.session_state.get("ext_gauge_error"):
         st.warning(widgets.plain(st.session_state["ext_gauge_error"]))
     elif readings and readings[-1]["kv"] is not None:
         st.caption(f"KV cache in use: {readings[-1]['kv']:.0%} (from the metrics page)")
+    elif readings:
+        st.caption("KV cache use: this engine's metrics page does not publish it.")
+    ours = on_run_axis(table)
+    window = x_range(ours)
     left, right = st.columns(2)
     with left:
-        timeline = latency.request_timeline(on_run_axis(table), now_s=run_time(),
-                                            x_range=style.live_x_range(run_time(), WINDOW_S))
-        timeline["layout"].setdefault("xaxis", {})["title"] = {"text": X_TITLE}
-        st.plotly_chart(timeline, width="stretch", key="ext_timeline")
+        timeline = latency.request_timeline(ours, now_s=run_time(), x_range=window)
+        st.plotly_chart(charted(timeline), width="stretch", key="ext_timeline")
     with right:
-        st.plotly_chart(gauge_figure(readings), width="stretch", key="ext_gauges_chart")
-    st.info(widgets.plain(attach.HIDDEN["openai"]), icon=":material/visibility_off:")
+        frame = pd.DataFrame(readings, columns=["t", "running", "waiting", "kv", "engine"])
+        frame["t"] = frame["t"] - (st.session_state.get("ext_started") or 0.0)
+        engine = prometheus.ENGINE_NAMES.get(frame["engine"].iloc[-1], "the engine") if len(frame) else "the engine"
+        st.plotly_chart(charted(latency.gauges_over_time(frame, engine, x_range=window)), width="stretch",
+                        key="ext_gauges_chart")
+    gaps = gen.gaps()
+    gaps["token_s"] = gaps["token_s"] - (st.session_state.get("ext_started") or 0.0)
+    gaps["id"] = gaps["id"].map(dict(zip(table["id"], ours["id"])))
+    # two to a row: a half-width chart is what their subtitles and axis titles are wrapped for
+    cells = [c for _ in range(2) for c in st.columns(2)]
+    for cell, metric, frame in zip(cells, ("ttft_s", "tpot_s", "itl_s"), (ours, ours, gaps)):
+        with cell:
+            st.plotly_chart(charted(latency.latency_over_time(frame, metric, x_range=window, window=50)),
+                            width="stretch", key=f"ext_{metric}_chart")
+    hidden = attach.HIDDEN["openai"] + (" " + attach.KIND_HIDDEN["llamacpp"] if kind == "llamacpp" else "")
+    with cells[3]:
+        st.info(widgets.plain(hidden), icon=":material/visibility_off:")
     errors = table[table["error"].astype(bool)] if len(table) else table
     if len(errors):
         st.caption("Requests the server refused or failed, with its reason:")

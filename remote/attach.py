@@ -3,7 +3,7 @@
 - embedded: an engine inside this process, one per browser session (what `make run` starts).
 - server:   a Batching Lab server (`python -m engine serve`) at a URL. Its step records and
             request rows come from /lab/*, so every chart of the Playground can be drawn.
-- openai:   any OpenAI-compatible server (vLLM, SGLang, TGI, or ours) at a URL, with a model
+- openai:   any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, Ollama, or ours) at a URL, with a model
             name and optionally a Prometheus metrics URL. Only what a client can see is known:
             timings from the stream, and the gauges the metrics page publishes.
 
@@ -105,22 +105,48 @@ def from_env(environ=None) -> EngineChoice:
         raise ValueError(f"{exc} (from the {URL_ENV} / {KIND_ENV} / {MODEL_ENV} environment variables)") from None
 
 
-def kind_name(url: str, timeout_s: float = 3.0) -> str:
-    """What kind of engine answers at `url`, in words: this project's server (it answers
-    /lab/policy) or, from the names on its metrics page, vLLM, SGLang or TGI; "" when neither tells."""
+# What kind_of() can tell, in words for the page
+KIND_WORDS = {
+    "batching-lab": "this project's Batching Lab server (it publishes vLLM's metric names)",
+    "vllm": "a vLLM server", "sglang": "an SGLang server", "tgi": "a TGI server",
+    "llamacpp": "a llama.cpp server (llama-server)",
+    "ollama": "an Ollama server",
+}
+# What an engine of that kind keeps from a client, beyond what every external engine does
+KIND_HIDDEN = {
+    "ollama": "Ollama publishes no metrics page, so how many requests it runs at once, how many wait "
+              "and how full its KV cache is cannot be seen from outside: the charts here come from the "
+              "streams alone.",
+    "llamacpp": "llama-server publishes running (busy slots) and waiting (deferred requests); its "
+                "recent builds publish no KV cache use.",
+}
+
+
+def kind_of(url: str, timeout_s: float = 3.0) -> str:
+    """What kind of engine answers at `url` (a KIND_WORDS key): this project's server (it answers
+    /lab/policy); vLLM, SGLang, TGI or llama.cpp by the names on its metrics page; llama.cpp
+    without --metrics by its /props; Ollama by its /api/version. "" when nothing tells."""
     import httpx2 as httpx
     from remote import prometheus
     base = url.rstrip("/")
+
+    def answers(path: str, key: str = "") -> bool:
+        try:
+            r = httpx.get(base + path, timeout=timeout_s)
+            return r.status_code == 200 and (not key or key in r.json())
+        except (httpx.HTTPError, ValueError, TypeError):     # no answer, or not a JSON object
+            return False
+    if answers("/lab/policy"):
+        return "batching-lab"
     try:
-        if httpx.get(base + "/lab/policy", timeout=timeout_s).status_code == 200:
-            return "this project's Batching Lab server (it publishes vLLM's metric names)"
-    except httpx.HTTPError:
-        pass
-    try:
-        found = prometheus.fetch(base + "/metrics", timeout_s).engine
+        return prometheus.fetch(base + "/metrics", timeout_s).engine
     except Exception:                 # no metrics page, or one without known names
-        return ""
-    return {"vllm": "a vLLM server", "sglang": "an SGLang server", "tgi": "a TGI server"}.get(found, "")
+        pass
+    if answers("/props", "default_generation_settings"):     # llama-server started without --metrics
+        return "llamacpp"
+    if answers("/api/version", "version"):
+        return "ollama"
+    return ""
 
 
 def origin(url: str) -> tuple[str, str, int | None]:

@@ -80,8 +80,13 @@ class ClientRecord:
 
 
 class LoadGenerator:
-    def __init__(self, api_url: str, model: str, tenant: str, api_key: str = "unused", keep_rows: int = KEEP_ROWS):
-        self.model, self.tenant = model, tenant
+    def __init__(self, api_url: str, model: str, tenant: str, api_key: str = "unused", keep_rows: int = KEEP_ROWS,
+                 prompt_as: str = "ids"):
+        """prompt_as: "ids" sends a workload request's prompt as its token ids; "words" as text of one
+        word per token (" the the ..."), for a server that takes text only (Ollama)."""
+        if prompt_as not in ("ids", "words"):
+            raise ValueError(f"prompt_as {prompt_as!r} is not allowed: choose ids or words")
+        self.model, self.tenant, self.prompt_as = model, tenant, prompt_as
         self.client = openai.AsyncOpenAI(base_url=api_url, api_key=api_key, max_retries=0, timeout=600)
         self.records: list[ClientRecord] = []
         self.keep_rows = keep_rows
@@ -142,6 +147,13 @@ class LoadGenerator:
         with self._lock:
             return metrics.itls(self.records)
 
+    def gaps(self) -> pd.DataFrame:
+        """Every inter-token gap (metrics.itls, one request at a time) with its request's id and
+        the time of the later token: the ITL chart's points."""
+        with self._lock:
+            rows = [(r.id, b, b - a) for r in self.records for a, b in zip(r.token_times, r.token_times[1:])]
+        return pd.DataFrame(rows, columns=["id", "token_s", "itl_s"])
+
     @property
     def in_flight(self) -> int:
         with self._lock:
@@ -158,18 +170,21 @@ class LoadGenerator:
         for r in sorted(requests, key=lambda r: r.arrival_s):
             await asyncio.sleep(max(0.0, start + r.arrival_s - now_s()))
             tasks.append(asyncio.ensure_future(self._one(
-                {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}, chat=False, ignore_eos=r.ignore_eos)))
+                {"prompt": self._prompt(r), "max_tokens": r.max_new_tokens}, chat=False, ignore_eos=r.ignore_eos)))
         return list(await asyncio.gather(*tasks))
 
     async def _follow(self, feed: ArrivalFeed, already_s: float = 0.0, keep_going=lambda: True) -> None:
         start = now_s() - already_s
         while not feed.exhausted and keep_going():
             for r in feed.due(now_s() - start):
-                body = {"prompt": r.prompt_token_ids, "max_tokens": r.max_new_tokens}
+                body = {"prompt": self._prompt(r), "max_tokens": r.max_new_tokens}
                 task = asyncio.ensure_future(self._one(body, chat=False, ignore_eos=r.ignore_eos))
                 self._fed.add(task)
                 task.add_done_callback(self._fed.discard)
             await asyncio.sleep(max(0.001, min(0.5, start + feed.next_s - now_s())))
+
+    def _prompt(self, r: Request):
+        return r.prompt_token_ids if self.prompt_as == "ids" else " the" * len(r.prompt_token_ids)
 
     async def _one(self, body: dict, chat: bool, ignore_eos: bool | None) -> ClientRecord:
         rec = ClientRecord(f"{self.tenant}-{next(self._ids)}", self.tenant, now_s())

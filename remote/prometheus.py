@@ -2,8 +2,14 @@
 
 Each engine publishes the same three facts under its own names. The first engine whose
 names appear on the page is the one read; a value the engine does not publish stays None
-(TGI has no KV usage gauge). Samples of one name are summed over their labels (several
-models or engines on one page add up); KV usage, a fraction, is averaged instead.
+(TGI has no KV usage gauge, nor has llama.cpp's server since its KV cache became one unified
+pool). Samples of one name are summed over their labels (several models or engines on one page
+add up); KV usage, a fraction, is averaged instead.
+
+llama.cpp's `llama-server --metrics` (tools/server/server-task.cpp, `to_metrics`): running is
+`llamacpp:requests_processing` (slots busy with a request), waiting is `llamacpp:requests_deferred`
+(requests held back because no slot was free); older builds also printed
+`llamacpp:kv_cache_usage_ratio` (0-1).
 """
 from __future__ import annotations
 
@@ -18,12 +24,15 @@ NAMES = {
              ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
     "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", ("sglang:token_usage",)),
     "tgi": ("tgi_batch_current_size", "tgi_queue_size", ()),
+    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred", ("llamacpp:kv_cache_usage_ratio",)),
 }
+# Each engine's name, as the page writes it
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp (llama-server)"}
 
 
 @dataclass(frozen=True, slots=True)
 class EngineGauges:
-    engine: str                  # vllm | sglang | tgi (ours publishes vLLM's names)
+    engine: str                  # vllm | sglang | tgi | llamacpp (ours publishes vLLM's names)
     running: float | None
     waiting: float | None
     kv_usage: float | None       # 0-1; None when the engine does not publish it

@@ -689,3 +689,30 @@ def test_a_pause_between_bursts_is_a_gap_in_the_lines_over_time():
         go.Figure(fig)
     quiet = make_steps([(("a", D, 1),)] * 5)
     assert not np.isnan(np.asarray(queue_charts.queue_over_time(quiet)["data"][0]["y"], float)).any()
+
+
+def test_load_x_range_fits_the_load_it_shows():
+    """A 10 s load read 0-120 s on the Any engine page: the axis now ends at the load's last event once
+    nothing streams, follows now while requests stream, and keeps the latest span at most."""
+    assert style.load_x_range(now_s=60.0, last_s=10.0, busy=False, span_s=120.0) == (0.0, 10.5)
+    assert style.load_x_range(now_s=8.0, last_s=7.0, busy=True, span_s=120.0) == (0.0, 8.0)
+    assert style.load_x_range(now_s=1.0, last_s=None, busy=False, span_s=120.0) == (0.0, 5.0)   # never narrower
+    assert style.load_x_range(now_s=300.0, last_s=290.0, busy=True, span_s=120.0) == (180.0, 300.0)
+
+
+def test_itl_over_time_is_one_point_per_gap_and_gauges_chart_what_the_page_published():
+    gaps = pd.DataFrame({"id": ["#1", "#1", "#2"], "token_s": [0.3, 0.35, 0.5], "itl_s": [0.05, 0.05, 0.2]})
+    fig = drawn(latency.latency_over_time(gaps, "itl_s", window=2))
+    points, p50, p95 = fig.data
+    assert list(points.x) == [0.3, 0.35, 0.5] and list(points.y) == pytest.approx([50, 50, 200])
+    assert list(points.text) == ["#1", "#1", "#2"] and fig.layout.yaxis.title.text == "ITL (ms)"
+    readings = pd.DataFrame({"t": [0.0, 1.0, 2.0], "running": [1, 4, 2], "waiting": [0, 3, 0]})
+    fig = drawn(latency.gauges_over_time(readings, "llama.cpp (llama-server)", x_range=(0, 5)))
+    assert [d.name for d in fig.data] == ["running", "waiting"] and list(fig.data[1].y) == [0, 3, 0]
+    assert "llama.cpp (llama-server)" in fig.layout.title.subtitle.text and tuple(fig.layout.xaxis.range) == (0, 5)
+    # The title is short enough for a half-width chart (it was cut off at 1280 px)
+    assert "<br>" not in fig.layout.title.text and len(fig.layout.title.text) <= style.title_chars()
+    # A gauge the engine does not publish is not drawn as a line of zeros
+    only = readings.assign(waiting=float("nan"))
+    assert [d.name for d in drawn(latency.gauges_over_time(only, "TGI")).data] == ["running"]
+    assert_empty_figure(drawn(latency.gauges_over_time(readings.iloc[:0], "vLLM")))

@@ -155,6 +155,13 @@ def test_the_page_explains_itself_without_a_server(monkeypatch):
 EXTERNAL = str(Path(__file__).resolve().parent.parent / "app_pages" / "external.py")
 
 
+def numbers(array) -> np.ndarray:
+    """A chart's array as the page sent it: a list, or plotly's typed array ({"dtype", "bdata"})."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array, dtype=float)
+
+
 def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, monkeypatch):
     """The external-engine page, pointed at our own server: it sends the workload's requests,
     times them from the stream, reads the gauges from /metrics and says what it cannot see."""
@@ -168,6 +175,7 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     at.text_input(key="ext_url").set_value(url + "/v1")
     at.button[0].click().run()
     assert not at.error and "model **tiny**" in at.caption[0].value
+    assert not at.exception                      # every chart drawn empty before the first request
     assert "this project's Batching Lab server" in at.caption[0].value.replace("\\", "")     # the kind of engine, named
     at.number_input(key="ext_num_requests").set_value(3)
     at.number_input(key="ext_output_lo").set_value(4)
@@ -185,6 +193,21 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     assert at.session_state["ext_gauges"][-1]["engine"] == "vllm"     # ours publishes vLLM's names
     assert any("does not publish its steps" in i.value for i in at.info)
     assert not at.exception
+    # TTFT, TPOT and ITL charted per request over time from the streams, on an axis that ends with
+    # the load (not 0-120 s), with short labels in place of the server's request ids
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    titles = [c["layout"]["title"]["text"] for c in charts]
+    assert titles == ["Request timeline", "Running and waiting", "TTFT over time", "TPOT over time",
+                      "ITL over time"]
+    timeline, gauges, ttft, tpot, itl = charts
+    assert list(timeline["data"][0]["y"]) == ["#1", "#2", "#3"]
+    assert sorted(ttft["data"][0]["text"]) == ["#1", "#2", "#3"] and len(numbers(tpot["data"][0]["x"])) == 3
+    gaps = gen.gaps()
+    assert len(numbers(itl["data"][0]["x"])) == len(gaps) == (table["output_tokens"] - 1).sum()
+    last = max(numbers(ttft["data"][0]["x"]).max(), numbers(tpot["data"][0]["x"]).max())
+    for chart in charts:
+        lo, hi = chart["layout"]["xaxis"]["range"]
+        assert lo == 0 and last <= hi <= max(5.0, last + 0.5) + 1e-9, (chart["layout"]["title"]["text"], hi)
 
 
 def test_many_sessions_build_figures_from_one_shared_board_at_once(server):

@@ -47,6 +47,54 @@ vllm:gpu_cache_usage_perc{model_name="a"} 0.5
 vllm:gpu_cache_usage_perc{model_name="b"} 0.25
 """
 
+# llama-server --metrics as it prints the page (tools/server/server-task.cpp, to_metrics: HELP, TYPE
+# and the value for each counter, then each gauge); this build publishes no KV cache gauge
+LLAMACPP = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 5214
+# HELP llamacpp:prompt_tokens_cached_total Number of prompt tokens reused from the cache
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total 0
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 1638
+# HELP llamacpp:n_decode_total Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 211
+# HELP llamacpp:prompt_tokens_seconds Average prompt throughput in tokens/s
+# TYPE llamacpp:prompt_tokens_seconds gauge
+llamacpp:prompt_tokens_seconds 1433.02
+# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s
+# TYPE llamacpp:predicted_tokens_seconds gauge
+llamacpp:predicted_tokens_seconds 98.2213
+# HELP llamacpp:requests_processing Number of requests processing
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 16
+# HELP llamacpp:requests_deferred Number of requests deferred
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 9
+# HELP llamacpp:n_busy_slots_per_decode Average number of busy slots per llama_decode() call
+# TYPE llamacpp:n_busy_slots_per_decode gauge
+llamacpp:n_busy_slots_per_decode 11.6445
+"""
+# An older llama-server, which printed its KV cache's use beside the same two gauges
+LLAMACPP_WITH_KV = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 7801
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.3125
+# HELP llamacpp:kv_cache_tokens KV-cache tokens.
+# TYPE llamacpp:kv_cache_tokens gauge
+llamacpp:kv_cache_tokens 2560
+# HELP llamacpp:requests_processing Number of request processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 4
+# HELP llamacpp:requests_deferred Number of request deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 0
+"""
+
 
 @pytest.fixture(scope="module")
 def smol():
@@ -98,6 +146,18 @@ def test_prometheus_reader_knows_sglang_tgi_and_vllm_names():
     assert prometheus.gauges(VLLM_OLD) == prometheus.EngineGauges("vllm", 3.0, 4.0, 0.375)
     with pytest.raises(ValueError, match="no known engine gauges"):
         prometheus.gauges("# TYPE other gauge\nother 1\n")
+
+
+def test_prometheus_reader_knows_llama_cpp_names_with_and_without_the_kv_gauge():
+    """llama-server's busy slots are running, its deferred requests waiting; its KV use is read where
+    the page has it and left None where it does not (never a made-up 0)."""
+    assert prometheus.gauges(LLAMACPP) == prometheus.EngineGauges("llamacpp", 16.0, 9.0, None)
+    assert prometheus.gauges(LLAMACPP_WITH_KV) == prometheus.EngineGauges("llamacpp", 4.0, 0.0, 0.3125)
+    assert prometheus.ENGINE_NAMES["llamacpp"].startswith("llama.cpp")
+    # its other names (the decode calls' average busy slots) are not taken for running or waiting
+    only_busy = "\n".join(l for l in LLAMACPP.splitlines() if "requests_" not in l) + "\n"
+    with pytest.raises(ValueError, match="llamacpp:requests_processing"):
+        prometheus.gauges(only_busy)
 
 
 def test_load_generator_times_each_stream_and_prometheus_sees_it_running(smol):

@@ -1,0 +1,94 @@
+"""llama.cpp's server as the Any engine page meets it: a real llama-server serving the bundled model,
+read through its metrics page and its streams. Runs when BATCHING_LAB_LLAMA_SERVER names a
+llama-server (with llama-quantize beside it: `python -m tools.llama_cpp` builds both); skipped
+otherwise."""
+import os
+import subprocess
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.runs.arrivals import build_requests
+from engine.runs.workload import WorkloadSpec
+from remote import attach, prometheus
+from remote.load import LoadGenerator
+from tools import llama_cpp
+from tools.bench_serve import free_port
+
+from test_classroom import EXTERNAL
+
+SLOTS = 2
+
+
+def test_a_named_llama_server_that_is_not_there_is_refused_by_name(tmp_path):
+    with pytest.raises(FileNotFoundError, match="BATCHING_LAB_LLAMA_SERVER='/no/such/llama-server'"):
+        llama_cpp.find_server({llama_cpp.SERVER_ENV: "/no/such/llama-server"})
+    with pytest.raises(ValueError, match="dtype 'fp16' is not allowed: choose one of fp32, bf16"):
+        llama_cpp.gguf_for("fp16", tmp_path / "llama-server")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    named = os.environ.get(llama_cpp.SERVER_ENV)
+    if not named:
+        pytest.skip(f"no llama-server: set {llama_cpp.SERVER_ENV} to one (python -m tools.llama_cpp builds it)")
+    server = llama_cpp.find_server()
+    port = free_port()
+    cmd = llama_cpp.server_command(server, llama_cpp.gguf_for("fp32", server), port, SLOTS, 512, 512)
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        llama_cpp.wait_ready(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_llama_server_streams_the_workload_and_its_metrics_page_counts_slots_and_waiting(llama):
+    """Six requests on two slots: the page sees at most two running and the rest waiting while they
+    stream, and nothing once they are done; every request generates exactly its length."""
+    assert attach.kind_of(llama) == "llamacpp"
+    assert attach.KIND_WORDS["llamacpp"] == "a llama.cpp server (llama-server)"
+    gen = LoadGenerator(llama + "/v1", "smollm2", "you")
+    requests = build_requests(WorkloadSpec(num_requests=6, rate=0, output_lo=24, output_hi=24, seed=1))
+    future = gen.send_requests(requests)
+    seen = []
+    while not future.done():
+        g = prometheus.fetch(llama + "/metrics")
+        assert g.engine == "llamacpp" and g.running <= SLOTS
+        seen.append((g.running, g.waiting))
+        time.sleep(0.05)
+    records = future.result(timeout=5)
+    assert [r.status.value for r in records] == ["finished"] * 6
+    assert [r.output_tokens for r in records] == [24] * 6
+    assert max(r for r, _ in seen) == SLOTS and max(w for _, w in seen) > 0, seen
+    idle = prometheus.fetch(llama + "/metrics")
+    assert (idle.running, idle.waiting) == (0, 0)
+    assert len(gen.gaps()) == sum(len(r.token_times) - 1 for r in records)
+
+
+def test_any_engine_page_names_llama_cpp_and_charts_its_gauges(llama, monkeypatch):
+    monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
+    at = AppTest.from_file(EXTERNAL, default_timeout=60).run()
+    at.text_input(key="ext_url").set_value(llama)
+    at.button[0].click().run()
+    caption = at.caption[0].value.replace("\\", "")
+    assert not at.error and "a llama.cpp server (llama-server)" in caption
+    at.number_input(key="ext_num_requests").set_value(4)
+    at.number_input(key="ext_output_lo").set_value(16)
+    at.number_input(key="ext_output_hi").set_value(16)
+    at.button(key="ext_start").click().run()
+    gen = at.session_state["ext_generator"]
+    deadline = time.monotonic() + 120
+    while (len(gen.records) < 4 or gen.in_flight) and time.monotonic() < deadline:
+        at.run()
+        time.sleep(0.5)
+    at.run()
+    assert list(gen.table()["status"]) == ["finished"] * 4
+    readings = at.session_state["ext_gauges"]
+    assert readings and {r["engine"] for r in readings} == {"llamacpp"}
+    assert not at.warning and not at.exception
+    assert any("KV cache use: this engine's metrics page does not publish it" in c.value for c in at.caption)
+    assert any("busy slots" in i.value for i in at.info)

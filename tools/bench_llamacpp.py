@@ -1,0 +1,154 @@
+"""This engine beside llama.cpp's server: the same requests through both, over HTTP, on this machine.
+
+Both serve SmolLM2 in the same dtype: `engine serve --dtype D`, and `llama-server` on the bundled
+GGUF converted to D by llama-quantize (tools/llama_cpp.py finds or builds llama-server). Both get
+the same knobs: slots = max_num_seqs, the step's token budget = max_num_batched_tokens (-b),
+continuous batching (llama-server's default). One client (tools/bench_serve.one_stream) sends the
+bench workload (`engine bench`'s: all requests at t=0, greedy, each forced to its output length with
+ignore_eos) to each in turn, after a warm-up, in alternating rounds (ours, llama.cpp, ours, ...).
+
+Reported per server and dtype, the median over rounds with the spread [lowest-highest]:
+- output tokens per second over the burst;
+- TTFT p50 and TPOT p50 over its requests (client-side, from the moment a request's body was sent);
+- batch-1 TPOT: one stream alone on the idle server (decode speed with nothing to batch).
+
+    .venv/bin/python -m tools.bench_llamacpp                      # fp32 and bf16, 3 rounds
+    .venv/bin/python -m tools.bench_llamacpp --dtype bf16 --rounds 5
+"""
+from __future__ import annotations
+
+import engine  # noqa: F401  (first: the OpenMP wait `engine serve` has, before torch loads)
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+
+from engine.model.model import load_model
+from engine.runs.arrivals import build_requests
+from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
+from engine.server.service import ENGINE_NICE
+from tools import llama_cpp
+from tools.bench_serve import free_port, http_client, one_stream, start_server
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", nargs="+", choices=sorted(llama_cpp.GGUF_TYPES), default=["fp32", "bf16"])
+    p.add_argument("--num-requests", type=int, default=64)
+    p.add_argument("--slots", type=int, default=16, help="max_num_seqs here, -np there")
+    p.add_argument("--batch-tokens", type=int, default=2048, help="max_num_batched_tokens here, -b there")
+    p.add_argument("--prompt-len", type=int, nargs=2, default=[16, 256])
+    p.add_argument("--output-len", type=int, nargs=2, default=[8, 128])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--lone", type=int, default=3, help="batch-1 streams per server and round")
+    p.add_argument("--lone-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def burst_figures(served: list[dict]) -> dict:
+    """Output tok/s over the burst, and the p50 of TTFT and TPOT over its requests."""
+    t0 = min(s["send"] for s in served)
+    span = max(s["end"] for s in served) - t0
+    tpots = [(s["end"] - s["first"]) / (s["tokens"] - 1) for s in served if s["tokens"] > 1]
+    return {"tok/s": sum(s["tokens"] for s in served) / span,
+            "TTFT p50 (s)": statistics.median(s["first"] - s["send"] for s in served),
+            "TPOT p50 (ms)": statistics.median(tpots) * 1000}
+
+
+def lone_tpot_ms(served: list[dict]) -> float:
+    return statistics.median((s["end"] - s["first"]) / (s["tokens"] - 1) for s in served) * 1000
+
+
+def spread(values: list[float], digits: int) -> str:
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+def start_llama(server, gguf, port: int, args) -> subprocess.Popen:
+    ctx = args.prompt_len[1] + max(args.output_len[1], args.lone_tokens) + 64
+    cmd = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
+    print("  " + " ".join(cmd))
+    # at the priority engine serve gives its engine thread (nice +ENGINE_NICE), so on a busy machine
+    # neither server gets more of the CPU than the other
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=lambda: os.nice(ENGINE_NICE))
+    llama_cpp.wait_ready(f"http://127.0.0.1:{port}", process)
+    return process
+
+
+def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
+    spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
+                        **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
+                        **LengthDist("uniform", *args.output_len).as_fields("output"))
+    requests = build_requests(spec, PromptMaker(tokenizer))
+    lone_prompt = requests[0].prompt_token_ids
+    kv_tokens = sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024
+    gguf = llama_cpp.gguf_for(dtype, server)
+    ours_args = argparse.Namespace(model="smollm2", device="cpu", dtype=dtype, max_num_seqs=args.slots,
+                                   max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
+    ports = {"ours": free_port(), "llama.cpp": free_port()}
+    print(f"\n{dtype}: {len(requests)} requests, {sum(r.max_new_tokens for r in requests)} output tokens, "
+          f"{args.slots} slots, a step's budget {args.batch_tokens} tokens; llama.cpp serves {gguf.name}")
+    processes = {"ours": start_server(ours_args, kv_tokens, ports["ours"])}
+    processes["llama.cpp"] = start_llama(server, gguf, ports["llama.cpp"], args)
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    results = {name: {"tok/s": [], "TTFT p50 (s)": [], "TPOT p50 (ms)": [], "batch-1 TPOT (ms)": []}
+               for name in urls}
+
+    async def session():
+        # a new client for every burst and stream: both servers close a connection kept idle for 5 s
+        # (uvicorn's and cpp-httplib's keep-alive), and the other server's turn is longer than that
+        async def burst(url):
+            async with http_client(args.num_requests) as client:
+                return await asyncio.gather(*(one_stream(client, url, "smollm2", r.prompt_token_ids,
+                                                         r.max_new_tokens) for r in requests))
+
+        async def alone(url):
+            async with http_client(1) as client:
+                return await one_stream(client, url, "smollm2", lone_prompt, args.lone_tokens)
+        for name, url in urls.items():          # warm-up: every shape seen once
+            await burst(url)
+        for i in range(args.rounds):
+            order = list(urls) if i % 2 == 0 else list(reversed(urls))
+            for name in order:
+                figures = burst_figures(await burst(urls[name]))
+                figures["batch-1 TPOT (ms)"] = lone_tpot_ms([await alone(urls[name]) for _ in range(args.lone)])
+                for key, value in figures.items():
+                    results[name][key].append(value)
+                print(f"  round {i + 1}, {name:9}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
+                      flush=True)
+    try:
+        asyncio.run(session())
+    finally:
+        for process in processes.values():
+            process.terminate()
+            process.wait(timeout=30)
+    return results
+
+
+def report(dtype: str, results: dict) -> None:
+    ours, theirs = results["ours"], results["llama.cpp"]
+    digits = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TPOT (ms)": 1}
+    print(f"\n{dtype}, median over {len(ours['tok/s'])} rounds [lowest-highest]:")
+    print(f"  {'':20}{'engine serve':>24}{'llama-server':>24}")
+    for key, d in digits.items():
+        print(f"  {key:20}{spread(ours[key], d):>24}{spread(theirs[key], d):>24}")
+    ratios = [a / b for a, b in zip(ours["tok/s"], theirs["tok/s"])]
+    print(f"  output tok/s, ours / llama-server, round by round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+
+
+def main() -> int:
+    args = parse_args()
+    server = llama_cpp.find_or_build()
+    tokenizer = load_model("smollm2", "cpu", "fp32").tokenizer
+    print(f"llama-server: {server}; this machine: {os.cpu_count()} logical CPUs")
+    every = {dtype: bench_dtype(dtype, server, tokenizer, args) for dtype in args.dtype}
+    for dtype, results in every.items():
+        report(dtype, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
