@@ -178,6 +178,7 @@ def status_line(board: Board, me: str) -> None:
         waiting, running = int((reqs["status"] == "waiting").sum()), int((reqs["status"] == "running").sum())
         mine = f" · **yours:** {running} running, {waiting} waiting"
     st.markdown(
+        f"**{board.policy.get('mode', 'continuous').capitalize()} batching** · "
         f"**Running:** {counts.running} of {slots} slots · **waiting:** {counts.waiting}{mine} · "
         f"{counts.text()} · **KV used:** {kv} · background load: {'on' if load['running'] else 'off'} · "
         f"viewers: {feed.viewers} · refresh every {feed.interval_s():.1f} s")

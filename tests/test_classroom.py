@@ -146,6 +146,30 @@ def test_a_student_cannot_change_the_policy_the_instructor_can(server, monkeypat
     assert service.engine.marks[-1].label == "max_num_seqs 4→2"
 
 
+def set_mode(at: AppTest, mode: str) -> AppTest:
+    at.text_input(key="cr_token").set_value(TOKEN)
+    at.selectbox(key="cr_knob_mode").set_value(mode)
+    at.button[[b.label for b in at.button].index("Apply to the engine")].click()
+    return at.run()
+
+
+def test_the_status_line_names_the_batching_mode(server, monkeypatch):
+    """The class sees which batching the engine runs, and the instructor's switch shows on the page."""
+    url, service = server
+    at = page(url, monkeypatch)
+    status = lambda: next(m.value for m in at.markdown if "slots" in m.value and "waiting" in m.value)
+    assert status().startswith("**Continuous batching**"), status()
+    try:
+        set_mode(at, "static")
+        assert service.engine.policy.mode == "static"
+        feed_module._feeds.clear()                    # the next refresh reads the server again
+        at.run()
+        assert status().startswith("**Static batching**"), status()
+    finally:
+        set_mode(at, "continuous")
+    assert service.engine.policy.mode == "continuous"
+
+
 def test_the_page_explains_itself_without_a_server(monkeypatch):
     monkeypatch.delenv("BATCHING_LAB_ENGINE_URL", raising=False)
     at = AppTest.from_file(PAGE).run()
