@@ -129,12 +129,17 @@ def _app_server(cache: Path, watch_files: bool):
         yield url, log_path
     finally:
         APP_CACHES.pop(url, None)
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a server a test started: asked first, killed if it has not gone within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="module")

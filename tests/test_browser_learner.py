@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, isolated_cache, wait_until
+from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, isolated_cache, stop, wait_until
 from ui.learner import COOKIE
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
@@ -48,12 +48,7 @@ def app(cache: Path, db: Path, port: int, log_name: str):
                 time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @contextlib.contextmanager

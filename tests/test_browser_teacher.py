@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from lessons.catalog import load_lessons
-from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, isolated_cache, wait_until
+from test_browser import CHROMIUM, OUT, ROOT, browser, free_port, isolated_cache, wait_until  # noqa: F401  (browser: a fixture)
 from test_browser_classroom import TOKEN, started
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
@@ -40,15 +40,6 @@ def classroom(tmp_path_factory):
             for p in procs:
                 p.terminate()
                 p.wait(timeout=20)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 def student(browser, url, name):
