@@ -126,11 +126,16 @@ def page(url, monkeypatch) -> AppTest:
     return at
 
 
-def apply_max_num_seqs(at: AppTest, token: str, value: int) -> AppTest:
+def apply_knob(at: AppTest, token: str, widget, value) -> AppTest:
+    """Type the token, set one of the instructor's knob widgets and press Apply."""
     at.text_input(key="cr_token").set_value(token)
-    at.number_input(key="cr_knob_max_num_seqs").set_value(value)
+    widget.set_value(value)
     at.button[[b.label for b in at.button].index("Apply to the engine")].click()
     return at.run()
+
+
+def apply_max_num_seqs(at: AppTest, token: str, value: int) -> AppTest:
+    return apply_knob(at, token, at.number_input(key="cr_knob_max_num_seqs"), value)
 
 
 def test_a_student_cannot_change_the_policy_the_instructor_can(server, monkeypatch):
@@ -147,10 +152,7 @@ def test_a_student_cannot_change_the_policy_the_instructor_can(server, monkeypat
 
 
 def set_mode(at: AppTest, mode: str) -> AppTest:
-    at.text_input(key="cr_token").set_value(TOKEN)
-    at.selectbox(key="cr_knob_mode").set_value(mode)
-    at.button[[b.label for b in at.button].index("Apply to the engine")].click()
-    return at.run()
+    return apply_knob(at, TOKEN, at.selectbox(key="cr_knob_mode"), mode)
 
 
 def test_the_status_line_names_the_batching_mode(server, monkeypatch):
