@@ -22,6 +22,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from lessons.catalog import load_lessons
+
 from engine.model.model import cache_root
 from playground.pace import interval_said
 from playground.run import REST_S
@@ -546,7 +548,8 @@ def test_a_learner_walks_lesson_2_into_its_lab_predicts_runs_and_compares(server
     page = context.new_page()
     page.set_default_timeout(90_000)
     page.goto(f"{url}/lesson-static-vs-continuous")
-    page.locator("h1", has_text="Static vs continuous batching").first.wait_for()
+    title = next(l.title for l in load_lessons()[0] if l.id == "static-vs-continuous")
+    page.locator("h1", has_text=title).first.wait_for()
     page.get_by_role("link", name=re.compile("Open the lab")).first.click()
     page.get_by_text("Predict first.").wait_for()
     assert page.get_by_role("button", name="Run both modes").count() == 0, "a run button before the guess"

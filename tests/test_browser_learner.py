@@ -97,7 +97,7 @@ def test_a_committed_prediction_survives_a_reload_and_a_restart(tmp_path):
             field.fill(GUESS)
             field.press("Enter")
             page.get_by_role("button", name="Commit my prediction").click()
-            page.get_by_text("At which batch size will the knee be").first.wait_for()
+            page.get_by_text("which will be the knee").first.wait_for()      # the second question
             page.get_by_role("button", name="Commit my prediction").click()      # the first choice offered
             first = wait_locked(page, "both guesses locked beside the simulator's answer")
             cookies = {c["name"]: c["value"] for c in context.cookies()}

@@ -112,3 +112,17 @@ def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypat
     assert estimates.estimate_text(60, True).startswith("47–73 s")
     monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=None), True))
     assert "not yet checked" in estimates.estimate_text(100, True)
+
+
+def test_a_committed_guess_stays_on_the_page_while_the_next_question_is_asked(lab_env):
+    """Static vs continuous asks two questions: after the first is committed, its line ("Your prediction:
+    …", with Predict again and the settings it is scored on) stays above the second question. It was
+    drawn into a placeholder that the settings caption then replaced, so the guess vanished."""
+    at = AppTest.from_file(str(ROOT / "labs/static_vs_continuous/page.py"), default_timeout=TIMEOUT)
+    at.run()
+    next(b for b in at.button if b.key.endswith("__commit")).click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(m.value.startswith(":material/psychology: **Your prediction:**") for m in at.markdown), \
+        [m.value for m in at.markdown]
+    assert any(b.label == "Predict again" for b in at.button)
+    assert any("Predict first." in m.value for m in at.markdown), "the second question is asked"

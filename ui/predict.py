@@ -230,11 +230,11 @@ def ask(q: Question, holds_results: bool = True):
             _locked_line(st.container(), q, guess)
             return guess
         slot = st.empty()     # reveal() redraws it locked, in this very run, once a result is shown
-        cols = slot.container().columns([4, 1])
-        cols[0].markdown(f":material/psychology: **Your prediction:** {q.text} → **{q.show(guess)}**")
-        cols[1].button("Predict again", key=f"{q.key}__again", on_click=_forget, args=(q,),
-                       help="Forget this guess and make a new one; once a result is shown, it is locked.")
-        with slot.container():
+        with slot.container():    # one container: a second slot.container() would replace the first
+            cols = st.columns([4, 1])
+            cols[0].markdown(f":material/psychology: **Your prediction:** {q.text} → **{q.show(guess)}**")
+            cols[1].button("Predict again", key=f"{q.key}__again", on_click=_forget, args=(q,),
+                           help="Forget this guess and make a new one; once a result is shown, it is locked.")
             _scored_on(q)
         st.session_state.setdefault(_SLOTS_KEY, {})[q.key] = slot
         return guess
