@@ -106,19 +106,19 @@ def step_table(model: StepModel = COURSE_MODEL, context: int = CONTEXT, batches=
     return rows
 
 
-def linear_terms(model: StepModel = COURSE_MODEL, context: int = CONTEXT) -> tuple[float, float]:
-    """(t0, c) of t(B) = t0 + c B for decode steps at `context`: the fixed cost and the cost per sequence."""
-    t0 = model.decode_ms(0, context)
-    return t0, model.decode_ms(1, context) - t0
+def line_through(rows: list[dict]) -> tuple[float, float]:
+    """(t0, c): the least-squares straight line t0 + c B through a step table's rows (step_table)."""
+    import numpy as np
+    c, t0 = np.polyfit([r["batch"] for r in rows], [r["step_ms"] for r in rows], 1)
+    return float(t0), float(c)
 
 
 def step_example_reading(rows: list[dict], machine: str) -> str:
     """Lesson 1's table on one machine (step_table at BATCHES) in sentences, worded for each way it can
     come out: the straight line t0 + cB through its rows, what 1 -> 8 and 32 -> 64 sequences give and cost,
     and its knee (below the last row, or at it: still climbing)."""
-    import numpy as np
     at = {r["batch"]: r for r in rows}
-    c, t0 = np.polyfit([r["batch"] for r in rows], [r["step_ms"] for r in rows], 1)
+    t0, c = line_through(rows)
     line = f"On {machine} a straight line through the rows gives $t_0 \\approx$ {t0:,.1f} ms and $c \\approx$ {c:,.3g} ms"
     if not (c > 0 and t0 > 0):
         line += ". "

@@ -228,6 +228,25 @@ def test_why_batch_lesson_embeds_the_step_time_calculator(tmp_path, monkeypatch)
     assert not at.warning
 
 
+def line_rows(t0: float, c: float) -> list[dict]:
+    from analysis.course import step_table
+    line = StepModel(fixed_ms=t0, knots=(), token_ms=(c,), sample_ms=0.0, decode_read_ms=0.0,
+                     prefill_pair_ms=0.0, label="a test line")
+    return step_table(line)
+
+
+def test_lesson_1_reading_has_words_for_each_outcome():
+    from analysis.course import step_example_reading
+    fixed = step_example_reading(line_rows(5.0, 1.0), "M")             # the weight read dominates: 8 pays
+    assert "sharing the step pays" in fixed and "the knee is 32, at 93% of the best" in fixed
+    assert "half of it at $B = t_0/c \\approx$ 5," in fixed
+    per_seq = step_example_reading(line_rows(0.1, 10.0), "M")          # each sequence costs its own step
+    assert "each sequence already costs about as much as it brings" in per_seq and "sharing" not in per_seq
+    flat = step_example_reading(line_rows(10.0, 0.001), "M")           # a GPU-like line: no ceiling to quote
+    assert "so flat over these rows" in flat and "ceiling $1/c$ of" not in flat
+    assert "the knee is 64, the last row" in flat and "has not flattened by 64" in flat
+
+
 def test_why_batch_worked_example_is_the_learners_own_profile_beside_a_named_gpu(tmp_path, monkeypatch):
     """Lesson 1's worked table is this machine's calibrated step model (here a saved line, 5 ms + 1 ms x B),
     badged as this machine's, beside the named GPU's roofline, badged with its name: no frozen record."""

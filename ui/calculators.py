@@ -167,7 +167,8 @@ def step_example() -> None:
 def step_table() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the table for your own t₀ and c**")
-        t0_0, c_0 = course.linear_terms(saved_step_model()[0])     # starts from this machine's step model
+        # starts from the line through this machine's step model, the one lesson 1's worked example reads
+        t0_0, c_0 = course.line_through(course.step_table(saved_step_model()[0]))
         t0_0, c_0 = min(max(t0_0, 0.5), 200.0), min(max(c_0, 0.05), 20.0)
         left, right = st.columns(2)
         t0 = left.slider("t₀: what every step pays (ms)", 0.5, 200.0, round(t0_0, 1), 0.5, key="calc_tb_t0")
