@@ -106,10 +106,44 @@ def step_table(model: StepModel = COURSE_MODEL, context: int = CONTEXT, batches=
     return rows
 
 
-def linear_terms(model: StepModel = COURSE_MODEL, context: int = CONTEXT) -> tuple[float, float]:
-    """(t0, c) of t(B) = t0 + c B for decode steps at `context`: the fixed cost and the cost per sequence."""
-    t0 = model.decode_ms(0, context)
-    return t0, model.decode_ms(1, context) - t0
+def line_through(rows: list[dict]) -> tuple[float, float]:
+    """(t0, c): the least-squares straight line t0 + c B through a step table's rows (step_table)."""
+    import numpy as np
+    c, t0 = np.polyfit([r["batch"] for r in rows], [r["step_ms"] for r in rows], 1)
+    return float(t0), float(c)
+
+
+def step_example_reading(rows: list[dict], machine: str) -> str:
+    """Lesson 1's table on one machine (step_table at BATCHES) in sentences, worded for each way it can
+    come out: the straight line t0 + cB through its rows, what 1 -> 8 and 32 -> 64 sequences give and cost,
+    and its knee (below the last row, or at it: still climbing)."""
+    at = {r["batch"]: r for r in rows}
+    t0, c = line_through(rows)
+    line = f"On {machine} a straight line through the rows gives $t_0 \\approx$ {t0:,.1f} ms and $c \\approx$ {c:,.3g} ms"
+    if not (c > 0 and t0 > 0):
+        line += ". "
+    elif t0 / c > 2 * rows[-1]["batch"]:     # a line this flat says nothing past the rows it was fitted to
+        line += (": so flat over these rows that its ceiling lies far beyond them, where the step is no longer "
+                 "the weight read and the line no longer holds. ")
+    else:
+        line += (f": a ceiling $1/c$ of {1000 / c:,.0f} tokens/s, half of it at $B = t_0/c \\approx$ "
+                 f"{t0 / c:,.0f}, and 90% only near $9\\,t_0/c \\approx$ {9 * t0 / c:,.0f}. ")
+    gain, wait = at[8]["tok_s"] / at[1]["tok_s"], at[8]["step_ms"] / at[1]["step_ms"]
+    first = (f"From 1 to 8 sequences throughput grows {gain:.1f} times while each user's gap between tokens grows "
+             f"{wait:.1f} times" + (": sharing the step pays. " if gain > wait else
+                                    ": here each sequence already costs about as much as it brings. "))
+    gain, wait = at[64]["tok_s"] / at[32]["tok_s"] - 1, at[64]["step_ms"] / at[32]["step_ms"] - 1
+    second = f"From 32 to 64, throughput grows {gain:.0%} while every user waits {wait:.0%} longer per token. "
+    k = next(r for r in rows if r["knee"])
+    best = max(r["tok_s"] for r in rows)
+    if k is rows[-1]:
+        before = rows[-2]
+        knee_words = (f"By the rule the knee is {k['batch']}, the last row: {before['batch']} gives only "
+                      f"{before['tok_s'] / best:.0%} of the best, so the curve has not flattened by {k['batch']}.")
+    else:
+        knee_words = (f"By the rule the knee is {k['batch']}, at {k['tok_s'] / best:.0%} of the best "
+                      f"({best:,.0f} tokens/s): the rows past it add little.")
+    return line + first + second + knee_words
 
 
 # ---- lesson 2: static against continuous ------------------------------------------------------

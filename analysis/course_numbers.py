@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-from analysis.course import (CONTEXT, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+from analysis.course import (GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
                              KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
-                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run, linear_terms,
-                             percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, step_table, token_times)
+                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
+                             percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
 from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
                                      TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
@@ -39,19 +39,7 @@ def _r(x: float, digits: int = 0):
 def numbers() -> dict:
     """Every worked-example number a lesson quotes, rounded as the text writes it."""
     n = {}
-    # lesson 1
-    t0, c = linear_terms()
-    rows = {r["batch"]: r for r in step_table()}
-    n.update(t0_ms=_r(t0, 1), c_ms=_r(c, 2), half_b=_r(t0 / c), ninety_b=_r(9 * t0 / c), context=CONTEXT,
-             knee_b=next(b for b, r in rows.items() if r["knee"]), ceiling_tok_s=_r(1000 / c))
-    for b in (1, 8, 32, 64):
-        n[f"step_ms_{b}"] = _r(rows[b]["step_ms"])
-        n[f"tok_s_{b}"] = _r(rows[b]["tok_s"])
-    n["gain_1_8"] = _r(rows[8]["tok_s"] / rows[1]["tok_s"], 1)
-    n["wait_1_8"] = _r(rows[8]["step_ms"] / rows[1]["step_ms"], 1)
-    n["gain_32_64"] = _r(100 * (rows[64]["tok_s"] / rows[32]["tok_s"] - 1))
-    n["share_32_of_64"] = _r(100 * rows[32]["tok_s"] / rows[64]["tok_s"])
-    n["wait_32_64"] = _r(100 * (rows[64]["step_ms"] / rows[32]["step_ms"] - 1))
+    # lesson 1 (its worked table is drawn on the page from this machine's step model: ui/calculators.step_example)
     head = 2 * SMOLLM2.hidden * SMOLLM2.vocab
     body = 2 * SMOLLM2.layers * SMOLLM2.layer_params
     n.update(gflop_token=_r((body + head) / 1e9, 2), gflop_token_no_head=_r(body / 1e9, 2),
@@ -189,7 +177,7 @@ def numbers() -> dict:
 # the number (lessons/catalog.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
-    "context", "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
+    "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
     "sl_first_batch", "sl_queue_max", "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
     "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_rate", "gp_slots", "gp_requests",
     "slo_ttft_s", "slo_tpot_ms", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
@@ -218,6 +206,5 @@ def machine_of(name: str) -> str | None:
 
 
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("t0_ms", "c_ms", "half_b", "ninety_b", "knee_b", "ceiling_tok_s", "step_ms_", "tok_s_", "gain_", "wait_",
-             "share_32", "static_", "continuous_", "lc_", "gp_", "mu", "w_", "lam_", "sim_", "l_", "tl_", "tl2_",
+_RECORDED = ("static_", "continuous_", "lc_", "gp_", "mu", "w_", "lam_", "sim_", "l_", "tl_", "tl2_",
              "sv_", "gw_")

@@ -191,7 +191,7 @@ def test_lessons_name_only_known_calculators_and_use_each():
     used = {part for l in lessons for kind, part in split_pictures(l.body) if kind == "calculator"}
     assert used == set(CALCULATOR_IDS)
     where = {l.id: [p for k, p in split_pictures(l.body) if k == "calculator"] for l in lessons}
-    assert where["queueing"] == ["mm1", "kv_budget"] and where["why-batch"] == ["step_table", "step_time"]
+    assert where["queueing"] == ["mm1", "kv_budget"] and where["why-batch"] == ["step_example", "step_table", "step_time"]
     assert where["static-vs-continuous"] == ["slots"]
 
 
@@ -225,6 +225,51 @@ def test_why_batch_lesson_embeds_the_step_time_calculator(tmp_path, monkeypatch)
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     at = lesson("why-batch")
     assert metrics(at)["Step time t(B)"] == f"{UNCALIBRATED.decode_ms(8, 128):.1f} ms"
+    assert not at.warning
+
+
+def line_rows(t0: float, c: float) -> list[dict]:
+    from analysis.course import step_table
+    line = StepModel(fixed_ms=t0, knots=(), token_ms=(c,), sample_ms=0.0, decode_read_ms=0.0,
+                     prefill_pair_ms=0.0, label="a test line")
+    return step_table(line)
+
+
+def test_lesson_1_reading_has_words_for_each_outcome():
+    from analysis.course import step_example_reading
+    fixed = step_example_reading(line_rows(5.0, 1.0), "M")             # the weight read dominates: 8 pays
+    assert "sharing the step pays" in fixed and "the knee is 32, at 93% of the best" in fixed
+    assert "half of it at $B = t_0/c \\approx$ 5," in fixed
+    per_seq = step_example_reading(line_rows(0.1, 10.0), "M")          # each sequence costs its own step
+    assert "each sequence already costs about as much as it brings" in per_seq and "sharing" not in per_seq
+    flat = step_example_reading(line_rows(10.0, 0.001), "M")           # a GPU-like line: no ceiling to quote
+    assert "so flat over these rows" in flat and "ceiling $1/c$ of" not in flat
+    assert "the knee is 64, the last row" in flat and "has not flattened by 64" in flat
+
+
+def test_why_batch_worked_example_is_the_learners_own_profile_beside_a_named_gpu(tmp_path, monkeypatch):
+    """Lesson 1's worked table is this machine's calibrated step model (here a saved line, 5 ms + 1 ms x B),
+    badged as this machine's, beside the named GPU's roofline, badged with its name: no frozen record."""
+    from analysis import course, machines
+    from engine.sim.profile import Profile, current_key, save_profile
+    from engine.sim.roofline import roofline_profile
+    monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path / "cache"))
+    line = StepModel(fixed_ms=5.0, knots=(), token_ms=(1.0,), sample_ms=0.0, decode_read_ms=0.0,
+                     prefill_pair_ms=0.0, label="calibrated: tiny, a test line")
+    save_profile(Profile(**current_key("tiny", "auto", "auto"), step_model=line, fit={}))
+    at = lesson("why-batch")
+    shown = text(at)
+    here = next(m.value for m in at.markdown if m.value.startswith(machines.badge(machines.SIMULATOR, "this machine's step model")))
+    assert "| 1 | 6.0 ms | 167 |" in here and "| 32 ← knee | 37.0 ms | 865 |" in here and "| 64 | 69.0 ms | 928 |" in here
+    assert "$t_0 \\approx$ 5.0 ms and $c \\approx$ 1 ms" in here and "half of it at $B = t_0/c \\approx$ 5" in here
+    assert "grows 3.7 times while each user's gap between tokens grows 2.2 times: sharing the step pays" in here
+    assert "By the rule the knee is 32, at 93% of the best" in here
+    gpu = roofline_profile(course.KNEE_GPU)
+    there = next(m.value for m in at.markdown if m.value.startswith(machines.badge(course.KNEE_GPU)))
+    assert f"| 1 | {gpu.decode_ms(1, course.CONTEXT):,.1f} ms |" in there and course.knee_gpu_name() in there
+    assert "calibrated: tiny, a test line" in shown and course.COURSE_MODEL.label not in shown
+    assert at.slider(key="calc_tb_t0").value == 5.0 and at.slider(key="calc_tb_c").value == 1.0
     assert not at.warning
 
 

@@ -62,8 +62,6 @@ def test_the_sentences_that_compare_say_it_the_right_way_round(computed):
     # lesson 3: the unchunked step is the spike, and a chunked step's range runs low to high
     assert 1000 * n["ex3_all_s"] > n["ex3_step_max_ms"] > n["ex3_step_ms"] >= n["ex3_decode_ms"]
     assert n["ex3_chunk_steps"] - 1 < n["ex3_chunk_ratio"] <= n["ex3_chunk_steps"]
-    # lesson 1: the sweep stops before the curve flattens
-    assert n["knee_b"] == 64 and n["ninety_b"] > 64
     # lesson 5: the busier run waits longer
     assert n["sim_q_95"] > n["sim_q_70"] and n["sim_w_95"] > n["sim_w_70"]
     # lesson 6 (the A100's sweep): a decode-dominated workload; TPOT "hardly moves" up to 64; the knee below
@@ -147,6 +145,6 @@ def test_a_number_with_no_machine_is_caught():
     lost = lambda name: None if name == "kn_new_number" else machine_of(name)     # noqa: E731
     assert len(untagged_blocks(planted, lost)) == 1
     assert UNKNOWN in tag_machines(planted, functools.partial(badge_for, machine_of=lost))
-    tagged = tag_machines("{{example:kn_tok_s_8=772}} here and {{example:t0_ms=71.6}} there", badge_for)
+    tagged = tag_machines("{{example:kn_tok_s_8=772}} here and {{example:static_end_s=22.1}} there", badge_for)
     assert machines.badge("a100-80gb:llama-3.1-8b", "A100 roofline") in tagged
     assert machines.badge(machines.RECORD, "recorded CPU") in tagged, "two machines in one block: a badge each"

@@ -3,7 +3,9 @@
 - `mm1`: arrival and service rate -> utilization, mean and p99 time in system, and the p99 curve;
 - `step_time`: batch size -> decode step time, time per token and tokens/s, from this machine's
   step model (its calibrated profile, or the hand-set guess when it has none; no model runs);
-- `step_table`: t0 and c -> lesson 1's table of t(B) = t0 + cB, its throughput and the knee, recomputed;
+- `step_example`: lesson 1's worked table on this machine's step model beside a named GPU's roofline model;
+- `step_table`: t0 and c -> lesson 1's table of t(B) = t0 + cB, its throughput and the knee, recomputed
+  (starting from this machine's step model);
 - `slots`: output lengths and slots -> the engine's scheduler, static and continuous, slot by slot;
 - `kv_budget`: arrival rate and time in system -> requests inside (Little's Law, L = lambda W), and with
   the tokens each holds and the cache size -> the KV memory they need.
@@ -132,11 +134,42 @@ def step_time() -> None:
                    f"This machine has no step model yet, so the numbers are a guess: {model.label}.")
 
 
+def _step_rows(rows: list[dict]) -> str:
+    lines = ["| Batch B | Step t(B) | Tokens/s |", "|---|---|---|"]
+    for r in rows:
+        mark = " ← knee" if r["knee"] else ""
+        lines.append(f"| {r['batch']}{mark} | {r['step_ms']:,.1f} ms | {r['tok_s']:,.0f} |")
+    return "\n".join(lines)
+
+
+@st.fragment
+def step_example() -> None:
+    """Lesson 1's worked example on two machines: this machine's step model (its calibrated profile, or the
+    hand-set guess, said so) and the named GPU's roofline model, each table with its reading and its badge."""
+    from analysis import machines
+    from engine.sim.roofline import roofline_profile
+    with st.container(border=True):
+        st.markdown(f"**The worked example on two machines**: one decode step of B sequences, each with "
+                    f"{course.CONTEXT} tokens of context. Each user waits the whole step between two of its tokens.")
+        model, measured = saved_step_model()
+        gpu = roofline_profile(course.KNEE_GPU)
+        here_name = "this machine's step model" if measured else "a guessed step model (this machine has none yet)"
+        left, right = st.columns(2)
+        for col, cost, badge, name in (
+                (left, model, machines.badge(machines.SIMULATOR, here_name), here_name),
+                (right, gpu, machines.badge(course.KNEE_GPU), course.knee_gpu_name())):
+            rows = course.step_table(cost)
+            col.markdown(badge + "\n\n" + _step_rows(rows) + "\n\n" + course.step_example_reading(rows, name))
+        st.caption(f"Left: {model.label}. Right: {gpu.label} (spec-sheet figures, a model, not a measurement).")
+
+
 @st.fragment
 def step_table() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the table for your own t₀ and c**")
-        t0_0, c_0 = course.linear_terms()
+        # starts from the line through this machine's step model, the one lesson 1's worked example reads
+        t0_0, c_0 = course.line_through(course.step_table(saved_step_model()[0]))
+        t0_0, c_0 = min(max(t0_0, 0.5), 200.0), min(max(c_0, 0.05), 20.0)
         left, right = st.columns(2)
         t0 = left.slider("t₀: what every step pays (ms)", 0.5, 200.0, round(t0_0, 1), 0.5, key="calc_tb_t0")
         c = right.slider("c: cost of each sequence (ms)", 0.05, 20.0, round(c_0, 2), 0.05, key="calc_tb_c")
@@ -255,7 +288,7 @@ def knee_example() -> None:
         st.caption(f"Left: {model.label}. Right: {gpu_model.label} (spec-sheet figures, a model, not a measurement).")
 
 
-CALCULATORS = {"mm1": mm1, "step_time": step_time, "step_table": step_table,
+CALCULATORS = {"mm1": mm1, "step_example": step_example, "step_time": step_time, "step_table": step_table,
                "slots": slots, "kv_budget": kv_budget, "knee_example": knee_example}
 CALCULATOR_IDS = tuple(CALCULATORS)
 
