@@ -112,3 +112,31 @@ def test_a_run_estimate_is_a_range_from_the_step_models_measured_error(monkeypat
     assert estimates.estimate_text(60, True).startswith("47–73 s")
     monkeypatch.setattr(calculators, "saved_step_model", lambda: (replace(UNCALIBRATED, error=None), True))
     assert "not yet checked" in estimates.estimate_text(100, True)
+
+
+def claim_boxes(at: AppTest) -> dict[str, bool]:
+    """For each claim of labs/claims.py: whether the page shows its verdict box."""
+    from labs.claims import CLAIMS
+    words = texts(at)
+    return {cid: f"**Claim:** {c.text}" in words for cid, c in CLAIMS.items()}
+
+
+def elsewhere(at: AppTest, claim_id: str) -> bool:
+    """Whether the page says where `claim_id` is tested, in place of its verdict."""
+    from labs.claims import CLAIMS
+    return any("Another claim of this lab" in c.value and CLAIMS[claim_id].text in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("rhos, about", [([0.3, 0.5, 0.7, 0.9], True), ([0.3, 0.5], False), ([0.5, 0.95], True)])
+def test_the_queueing_claim_is_judged_only_on_a_sweep_near_full_use(lab_env, rhos, about):
+    """"Waiting explodes as the server nears full use" says nothing of a sweep at 30% and 50%: there
+    the page names the setting that tests it, in place of a ✗. The overload claim keeps its own runs
+    past capacity, so it shows either way."""
+    at = AppTest.from_file(str(ROOT / "labs/queueing/page.py"), default_timeout=300)
+    at.session_state["qu_rhos"] = rhos
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    assert boxes["queueing_explodes"] == about and elsewhere(at, "queueing_explodes") != about, rhos
+    assert boxes["overload_shows_in_waiting"], rhos
