@@ -140,3 +140,18 @@ def test_the_queueing_claim_is_judged_only_on_a_sweep_near_full_use(lab_env, rho
     boxes = claim_boxes(at)
     assert boxes["queueing_explodes"] == about and elsewhere(at, "queueing_explodes") != about, rhos
     assert boxes["overload_shows_in_waiting"], rhos
+
+
+@pytest.mark.parametrize("share, bursty", [(0.1, True), (0.0, False), (0.1, False), (0.0, True)])
+def test_the_tail_claims_are_judged_only_on_a_workload_with_their_cause(lab_env, share, bursty):
+    """"The slowest requests share a cause (long prompts, bursts)" says nothing of traffic with
+    neither; "the tail gathers in busy windows (bursts)" nothing of traffic without bursts. There the
+    page names the setting that tests each, in place of a ✗."""
+    at = AppTest.from_file(str(ROOT / "labs/tail/page.py"), default_timeout=300)
+    at.session_state["ta_long"], at.session_state["ta_bursty"] = share, bursty
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    for claim_id, about in (("tail_has_a_cause", share > 0 or bursty), ("tail_by_window", bursty)):
+        assert boxes[claim_id] == about and elsewhere(at, claim_id) != about, (claim_id, share, bursty)
