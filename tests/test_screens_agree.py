@@ -155,3 +155,19 @@ def test_the_tail_claims_are_judged_only_on_a_workload_with_their_cause(lab_env,
     boxes = claim_boxes(at)
     for claim_id, about in (("tail_has_a_cause", share > 0 or bursty), ("tail_by_window", bursty)):
         assert boxes[claim_id] == about and elsewhere(at, claim_id) != about, (claim_id, share, bursty)
+
+
+@pytest.mark.parametrize("capacity", [1024, 4096])
+def test_the_kv_claim_is_judged_only_on_a_cache_too_small_for_the_batch(lab_env, capacity):
+    """"A cache too small for the running batch forces preemptions" makes no promise about a cache
+    with room for every slot at its longest: there the page names the setting that tests it, in place
+    of a ✗. The long-prompt claim beside it stays (every prompt the page offers is long)."""
+    from labs.costs import experiment as costs
+    at = AppTest.from_file(str(ROOT / "labs/costs/page.py"), default_timeout=300)
+    at.session_state["co_kv"] = capacity
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes, about = claim_boxes(at), capacity < costs.KV_NEED
+    assert boxes["small_kv_preempts"] == about and elsewhere(at, "small_kv_preempts") != about, capacity
+    assert boxes["long_prompt_stalls"], capacity
