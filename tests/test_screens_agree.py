@@ -171,3 +171,17 @@ def test_the_kv_claim_is_judged_only_on_a_cache_too_small_for_the_batch(lab_env,
     boxes, about = claim_boxes(at), capacity < costs.KV_NEED
     assert boxes["small_kv_preempts"] == about and elsewhere(at, "small_kv_preempts") != about, capacity
     assert boxes["long_prompt_stalls"], capacity
+
+
+@pytest.mark.parametrize("load, about", [(0.85, True), (0.3, False), (0.2, False), (0.35, True)])
+def test_the_scheduler_claims_are_judged_only_where_requests_queue(lab_env, load, about):
+    """Both claims of the orders lab are about requests that queue; at a light load (up to 30% of
+    capacity) the queue empties often, and the page names the setting that tests them in place of a ✗."""
+    at = AppTest.from_file(str(ROOT / "labs/scheduler_orders/page.py"), default_timeout=300)
+    at.session_state["so_load"] = load
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    for claim_id in ("orders_favour_someone", "sjf_starves_long"):
+        assert boxes[claim_id] == about and elsewhere(at, claim_id) != about, (claim_id, load)
