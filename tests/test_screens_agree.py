@@ -124,7 +124,7 @@ def claim_boxes(at: AppTest) -> dict[str, bool]:
 def elsewhere(at: AppTest, claim_id: str) -> bool:
     """Whether the page says where `claim_id` is tested, in place of its verdict."""
     from labs.claims import CLAIMS
-    return any("Another claim of this lab" in c.value and CLAIMS[claim_id].text in c.value for c in at.caption)
+    return any("Not judged here" in c.value and CLAIMS[claim_id].text in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("rhos, about", [([0.3, 0.5, 0.7, 0.9], True), ([0.3, 0.5], False), ([0.5, 0.95], True)])

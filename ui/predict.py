@@ -343,7 +343,7 @@ def simulated(q: Question, guess, answer, why: str, answer_text: str | None = No
 def verdict_elsewhere(v, pick: str) -> None:
     """In place of a verdict whose claim is about other settings than the page's: a line saying what to
     pick to test it (a ✗ there would judge the claim where it makes no promise)."""
-    st.caption(f"Another claim of this lab is about other settings: {pick} to test it (“{v.claim.text}”).")
+    st.caption(f"Not judged here, since this claim is about other settings: {pick} to test it (“{v.claim.text}”).")
 
 
 def show_verdict(v, source: str = "measured") -> None:
