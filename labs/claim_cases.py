@@ -116,9 +116,6 @@ def starve_verdict(step_model, load: float):
     return orders.starve_verdict(order_runs(step_model, load, ("fcfs", "sjf"), orders.SIM_REQUESTS))
 
 
-LIGHT = 0.3   # sjf's counter-case: a light load, where the queue empties often and nobody is passed over for long
-
-
 def dynamic_verdict(step_model, load: float):
     rate = dynamic.rate_for(step_model, load)
     return dynamic.waiting_verdict(dynamic.wait_table(dynamic.simulated_wait_runs(step_model, rate)))
@@ -157,9 +154,9 @@ CASES = {
                          lambda n, m: tail_verdicts(m, 0.0, False, 0.3)["tail_has_a_cause"], NOT_SHOWN),
     "tail_by_window": (lambda n, m: tail_verdicts(m, 0.1, True, tail.LOAD)["tail_by_window"],
                        lambda n, m: tail_verdicts(m, 0.0, False, 0.3)["tail_by_window"], NOT_SHOWN),
-    "orders_favour_someone": (lambda n, m: favour_verdict(m, orders.LOAD), lambda n, m: favour_verdict(m, 0.3),
+    "orders_favour_someone": (lambda n, m: favour_verdict(m, orders.LOAD), lambda n, m: favour_verdict(m, orders.LIGHT),
                               NOT_SHOWN),
-    "sjf_starves_long": (lambda n, m: starve_verdict(m, orders.LOAD), lambda n, m: starve_verdict(m, LIGHT),
+    "sjf_starves_long": (lambda n, m: starve_verdict(m, orders.LOAD), lambda n, m: starve_verdict(m, orders.LIGHT),
                          NOT_SHOWN),
     "waiting_to_batch": (lambda n, m: dynamic_verdict(m, dynamic.LOAD),
                          lambda n, m: dynamic_verdict(m, 3.0), NOT_SHOWN),

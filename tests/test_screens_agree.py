@@ -126,3 +126,76 @@ def test_a_committed_guess_stays_on_the_page_while_the_next_question_is_asked(la
         [m.value for m in at.markdown]
     assert any(b.label == "Predict again" for b in at.button)
     assert any("Predict first." in m.value for m in at.markdown), "the second question is asked"
+
+
+def claim_boxes(at: AppTest) -> dict[str, bool]:
+    """For each claim of labs/claims.py: whether the page shows its verdict box."""
+    from labs.claims import CLAIMS
+    words = texts(at)
+    return {cid: f"**Claim:** {c.text}" in words for cid, c in CLAIMS.items()}
+
+
+def elsewhere(at: AppTest, claim_id: str) -> bool:
+    """Whether the page says where `claim_id` is tested, in place of its verdict."""
+    from labs.claims import CLAIMS
+    return any("Not judged here" in c.value and CLAIMS[claim_id].text in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("rhos, about", [([0.3, 0.5, 0.7, 0.9], True), ([0.3, 0.5], False), ([0.5, 0.95], True)])
+def test_the_queueing_claim_is_judged_only_on_a_sweep_near_full_use(lab_env, rhos, about):
+    """"Waiting explodes as the server nears full use" says nothing of a sweep at 30% and 50%: there
+    the page names the setting that tests it, in place of a ✗. The overload claim keeps its own runs
+    past capacity, so it shows either way."""
+    at = AppTest.from_file(str(ROOT / "labs/queueing/page.py"), default_timeout=300)
+    at.session_state["qu_rhos"] = rhos
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    assert boxes["queueing_explodes"] == about and elsewhere(at, "queueing_explodes") != about, rhos
+    assert boxes["overload_shows_in_waiting"], rhos
+
+
+@pytest.mark.parametrize("share, bursty", [(0.1, True), (0.0, False), (0.1, False), (0.0, True)])
+def test_the_tail_claims_are_judged_only_on_a_workload_with_their_cause(lab_env, share, bursty):
+    """"The slowest requests share a cause (long prompts, bursts)" says nothing of traffic with
+    neither; "the tail gathers in busy windows (bursts)" nothing of traffic without bursts. There the
+    page names the setting that tests each, in place of a ✗."""
+    at = AppTest.from_file(str(ROOT / "labs/tail/page.py"), default_timeout=300)
+    at.session_state["ta_long"], at.session_state["ta_bursty"] = share, bursty
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    for claim_id, about in (("tail_has_a_cause", share > 0 or bursty), ("tail_by_window", bursty)):
+        assert boxes[claim_id] == about and elsewhere(at, claim_id) != about, (claim_id, share, bursty)
+
+
+@pytest.mark.parametrize("capacity", [1024, 4096])
+def test_the_kv_claim_is_judged_only_on_a_cache_too_small_for_the_batch(lab_env, capacity):
+    """"A cache too small for the running batch forces preemptions" makes no promise about a cache
+    with room for every slot at its longest: there the page names the setting that tests it, in place
+    of a ✗. The long-prompt claim beside it stays (every prompt the page offers is long)."""
+    from labs.costs import experiment as costs
+    at = AppTest.from_file(str(ROOT / "labs/costs/page.py"), default_timeout=300)
+    at.session_state["co_kv"] = capacity
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes, about = claim_boxes(at), capacity < costs.KV_NEED
+    assert boxes["small_kv_preempts"] == about and elsewhere(at, "small_kv_preempts") != about, capacity
+    assert boxes["long_prompt_stalls"], capacity
+
+
+@pytest.mark.parametrize("load, about", [(0.85, True), (0.3, False), (0.2, False), (0.35, True)])
+def test_the_scheduler_claims_are_judged_only_where_requests_queue(lab_env, load, about):
+    """Both claims of the orders lab are about requests that queue; at a light load (up to 30% of
+    capacity) the queue empties often, and the page names the setting that tests them in place of a ✗."""
+    at = AppTest.from_file(str(ROOT / "labs/scheduler_orders/page.py"), default_timeout=300)
+    at.session_state["so_load"] = load
+    at.run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    boxes = claim_boxes(at)
+    for claim_id in ("orders_favour_someone", "sjf_starves_long"):
+        assert boxes[claim_id] == about and elsewhere(at, claim_id) != about, (claim_id, load)

@@ -340,6 +340,12 @@ def simulated(q: Question, guess, answer, why: str, answer_text: str | None = No
     return reveal(q, guess, answer, why, answer_text, source="simulated")
 
 
+def verdict_elsewhere(v, pick: str) -> None:
+    """In place of a verdict whose claim is about other settings than the page's: a line saying what to
+    pick to test it (a ✗ there would judge the claim where it makes no promise)."""
+    st.caption(f"Not judged here, since this claim is about other settings: {pick} to test it (“{v.claim.text}”).")
+
+
 def show_verdict(v, source: str = "measured") -> None:
     """The lab's claim and what this run says about it, in words computed from the run."""
     record_verdict(v, source)

@@ -167,7 +167,7 @@ def stall_verdict(off: dict, on: dict, long_prompt: int) -> claims.Verdict:
 
 def kv_verdict(k: dict, capacity: int) -> claims.Verdict:
     """The claim `small_kv_preempts` on one run (kv_summary) at `capacity` tokens of KV."""
-    need = KV_SLOTS * (KV_SPEC.prompt_len.hi + KV_SPEC.output_len.hi)
+    need = KV_NEED
     numbers = (f"At {capacity:,} tokens of KV ({capacity / need:.0%} of the {need:,} that {KV_SLOTS} requests need at "
                f"their longest) the run made {k['preemptions']} preemptions of {k['preempted_requests']} requests, "
                f"and prefilled {k['recomputed_tokens']} prompt tokens again; the cache peaked at {k['kv_peak_pct']:.0f}%.")
@@ -213,9 +213,16 @@ def token_gaps(series: dict[str, pd.DataFrame], arrivals: list[float] | None = N
 KV_SPEC = WorkloadSpec(num_requests=24, rate=0, prompt_kind="uniform", prompt_lo=64, prompt_hi=128,
                        output_kind="uniform", output_lo=64, output_hi=128)
 KV_SLOTS = 16
+KV_NEED = KV_SLOTS * (KV_SPEC.prompt_len.hi + KV_SPEC.output_len.hi)   # every slot at its longest
 KV_DEFAULT = 4096
 KV_MIN = 256   # one request's prompt + output must fit: 128 + 128
 KV_SMALL = 1024   # the page's first KV capacity: small enough that this workload preempts
+
+
+def kv_too_small(capacity: int) -> bool:
+    """Whether a cache of `capacity` tokens is too small for the running batch at its longest: what
+    `small_kv_preempts` is about (a cache with room for all of it makes the claim no promise)."""
+    return capacity < KV_NEED
 
 
 def kv_run(model, kv_capacity: int, progress=None, refresh: bool = False, peek: bool = False):

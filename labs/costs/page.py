@@ -99,7 +99,7 @@ spec = lab.KV_SPEC
 st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_len.lo}–{spec.prompt_len.hi}, "
             f"outputs {spec.output_len.lo}–{spec.output_len.hi} tokens), up to {lab.KV_SLOTS} running together. "
             f"The cache may hold **{capacity} tokens**; all {lab.KV_SLOTS} at their longest need about "
-            f"{lab.KV_SLOTS * (spec.prompt_len.hi + spec.output_len.hi)}.")
+            f"{lab.KV_NEED}.")
 kv_q = predict.question("costs_kv", capacity=f"{capacity:,}", settings={"KV capacity": f"{capacity:,} tokens"})
 kv_guess = predict.ask(kv_q)
 if kv_guess is not None:
@@ -114,7 +114,11 @@ if kv_guess is not None:
     k = lab.kv_summary(res)
     predict.reveal(kv_q, kv_guess, k["preemptions"], f"{k['recomputed_tokens']} prompt tokens were prefilled again.",
                    source=kv_source)
-    predict.show_verdict(lab.kv_verdict(k, capacity), kv_source)
+    if lab.kv_too_small(capacity):
+        predict.show_verdict(lab.kv_verdict(k, capacity), kv_source)
+    else:
+        predict.verdict_elsewhere(lab.kv_verdict(k, capacity), f"set the KV capacity below {lab.KV_NEED:,} tokens "
+                                                               "(too small for the batch) in the sidebar")
     reqs, steps = frames(res)
     cols = st.columns(4)
     cols[0].metric("Preemptions", k["preemptions"], help="Times a running request lost its KV blocks "

@@ -206,6 +206,12 @@ def drawn_words(points: pd.DataFrame) -> str:
 # ----------------------------------------------------------------------------- verdicts
 
 
+def near_full(rhos) -> bool:
+    """Whether a sweep reaches near full use without passing capacity: what `queueing_explodes` is
+    about (at light loads alone the queue stays short whatever the claim says)."""
+    return any(NEAR_FULL <= r < 1 for r in rhos)
+
+
 def explodes_verdict(points: pd.DataFrame, mu: float) -> claims.Verdict:
     """The claim `queueing_explodes` on this sweep: mean queue time at the highest utilization
     below 100% against the lowest, with time in system beside the M/M/1 model's."""

@@ -71,7 +71,12 @@ because = (f"Mean queue time was {first.queue_mean_s:.3g} s at {first.rho:.0%} a
 if measured:
     predict.record("queueing", {"utilizations": ", ".join(f"{r:.0%}" for r in rhos)}, mu=f"{mu:.2f} requests/s")
 predict.reveal(question, guess, ratio, because, measured_text=f"×{ratio:.1f}", source=source)
-predict.show_verdict(lab.explodes_verdict(points, mu), source)
+explodes = lab.explodes_verdict(points, mu)
+if lab.near_full(rhos):
+    predict.show_verdict(explodes, source)
+else:
+    predict.verdict_elsewhere(explodes, f"add a utilization of {lab.NEAR_FULL:.0%} or more, below 100% (near "
+                                        "full use), in the sidebar")
 cols = st.columns(3)
 cols[0].metric(f"Capacity μ ({source})", widgets.fmt(mu, "req/s"),
                help="Finished requests per second while the queue is never empty: the middle half of a run where "

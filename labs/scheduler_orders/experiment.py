@@ -28,6 +28,7 @@ BASELINE = "fcfs"
 REQUESTS = 120
 SIM_REQUESTS = 400
 LOAD = 0.85
+LIGHT = 0.3              # a light load, where the queue empties often: what neither claim is about
 LONG_PROMPT = 256        # prompts above this many tokens are "long" for the starvation claim
 # the prompt-length table's rows: the long prompts the claim counts, and the rest
 LENGTHS = ((0, LONG_PROMPT, f"≤ {LONG_PROMPT} tokens"), (LONG_PROMPT + 1, 10 ** 9, f"long: > {LONG_PROMPT} tokens"))

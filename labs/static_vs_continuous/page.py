@@ -78,8 +78,7 @@ for v in lab.verdicts(s, c, workload):
         predict.show_verdict(v, source)
     else:
         names = " or ".join(f"“{lab.WORKLOADS[w][0]}”" for w in lab.CLAIM_WORKLOADS[v.claim.id])
-        st.caption(f"Another claim of this lab is about other traffic: pick {names} in the sidebar to test it "
-                   f"(“{v.claim.text}”).")
+        predict.verdict_elsewhere(v, f"pick {names} in the sidebar")
 cols = st.columns(4)
 cols[0].metric("Output throughput (continuous)", widgets.fmt(c["output_tok_s"], "tok/s", 1),
                delta=f"×{c['output_tok_s'] / s['output_tok_s']:.2f} vs static", delta_color="off")

@@ -128,6 +128,11 @@ def time_window(requests: pd.DataFrame, windows: int = WINDOWS) -> pd.Series:
 TAIL_SHARE = 0.05        # "the tail": the slowest 5% of requests by TTFT
 
 
+def has_a_cause(long_share: float, bursty: bool) -> bool:
+    """Whether the workload holds a cause for `tail_has_a_cause` to find: long prompts or a bursty tenant."""
+    return long_share > 0 or bursty
+
+
 def cause_verdict(requests: pd.DataFrame) -> claims.Verdict:
     """The claim `tail_has_a_cause`: among the slowest TAIL_SHARE of requests by TTFT, the group (by
     prompt length or tenant; MIN_GROUP requests or more) most over-represented against its share of

@@ -74,8 +74,17 @@ if len(by_prompt):
     predict.reveal(group_q, group_guess, predict.best_of(dict(zip(by_prompt["group"], by_prompt["p95"])), highest=True),
                    "p95 TTFT: " + ", ".join(f"{g.group} {g.p95:.2f} s (n = {int(g.n)})" for g in by_prompt.itertuples())
                    + ".", source=source)
-predict.show_verdict(lab.cause_verdict(reqs), source)
-predict.show_verdict(lab.window_verdict(reqs), source)
+# Each claim is judged only on a workload it is about: a cause needs long prompts or bursts to find,
+# and the claim about busy windows is about bursts.
+if lab.has_a_cause(share, bursty):
+    predict.show_verdict(lab.cause_verdict(reqs), source)
+else:
+    predict.verdict_elsewhere(lab.cause_verdict(reqs), "set a long-prompt share above 0% or turn the bursty tenant "
+                                                       "on in the sidebar")
+if bursty:
+    predict.show_verdict(lab.window_verdict(reqs), source)
+else:
+    predict.verdict_elsewhere(lab.window_verdict(reqs), "turn the bursty tenant on in the sidebar")
 name, scale, unit = METRICS[metric]
 by = {"prompt": lab.prompt_bucket(reqs["prompt_tokens"]), "tenant": reqs["tenant"], "window": lab.time_window(reqs),
       "none": None}[segment]
