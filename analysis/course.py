@@ -316,7 +316,7 @@ def knee_reading(rows: list[dict], machine: str) -> str:
     after = rows[i + 1]
     return (f"On {machine} the knee is {k['max_num_seqs']}: {k['tok_s']:,.0f} tokens/s, {k['tok_s'] / best:.0%} of "
             f"the best. Going on to {after['max_num_seqs']} adds {after['tok_s'] / k['tok_s'] - 1:.0%} throughput "
-            f"while every stream's p95 TPOT goes from {k['tpot_p95_ms']:,.0f} to {after['tpot_p95_ms']:,.0f} ms.")
+            f"while the p95 TPOT over all streams goes from {k['tpot_p95_ms']:,.0f} to {after['tpot_p95_ms']:,.0f} ms.")
 
 
 def ridge_sentence(device, name: str) -> str:
