@@ -10,21 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_browser import ARGS, CHROMIUM, OUT, app_server, open_playground, status_el, wait_until
+from test_browser import CHROMIUM, OUT, app_server, browser, open_playground, status_el, wait_until  # noqa: F401  (browser: a fixture)
 from test_browser_classroom import TOKEN, classroom, open_page, own_cells  # noqa: F401  (classroom: a fixture)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
 SHOTS = Path(os.environ.get("SCREENS_OUT", OUT))
 LAPTOP, PHONE = {"width": 1280, "height": 720}, {"width": 390, "height": 844}
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 def shot(page, name: str) -> None:
@@ -47,9 +38,9 @@ def queue_line(page) -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs, float), np.array([np.nan if v is None else v for v in ys], float)
 
 
-def test_the_classroom_draws_a_pause_as_a_gap_and_every_column_of_its_tables(classroom, chromium):  # noqa: F811
+def test_the_classroom_draws_a_pause_as_a_gap_and_every_column_of_its_tables(classroom, browser):  # noqa: F811
     engine_url, url = classroom
-    amy = open_page(chromium, url, "amy")
+    amy = open_page(browser, url, "amy")
     amy.set_viewport_size(LAPTOP)
     send = amy.get_by_role("button", name="Send a burst of 8")
     send.click()
@@ -73,7 +64,7 @@ def test_the_classroom_draws_a_pause_as_a_gap_and_every_column_of_its_tables(cla
     amy.wait_for_timeout(1000)
     shot(amy, "classroom-tables-1280x720.png")
     assert not clipped_tables(amy), clipped_tables(amy)
-    teacher = open_page(chromium, url)
+    teacher = open_page(browser, url)
     teacher.set_viewport_size(LAPTOP)
     teacher.get_by_text("Instructor", exact=True).click()
     teacher.locator(".st-key-cr_token input").fill(TOKEN)
@@ -109,9 +100,9 @@ def chart_tops(page) -> list[float]:
         .map(el => el.getBoundingClientRect()).filter(r => r.height > 100).map(r => r.top + window.scrollY)""")
 
 
-def test_the_playground_shows_a_chart_above_the_fold_and_names_its_batching_mode(app, chromium):
+def test_the_playground_shows_a_chart_above_the_fold_and_names_its_batching_mode(app, browser):
     url, _ = app
-    context = chromium.new_context(viewport=LAPTOP)
+    context = browser.new_context(viewport=LAPTOP)
     page = open_playground(context, url, mode="static")
     page.get_by_role("button", name="Start", exact=True).click()
     wait_until(lambda: "· static batching ·" in status_el(page).inner_text(), what="the status line naming static batching")
@@ -140,9 +131,9 @@ def white_columns(page, chart) -> int:
     return int((region >= 250).all(axis=0).sum())
 
 
-def test_the_static_vs_continuous_grids_are_solid(app, chromium):
+def test_the_static_vs_continuous_grids_are_solid(app, browser):
     url, _ = app
-    context = chromium.new_context(viewport=LAPTOP)
+    context = browser.new_context(viewport=LAPTOP)
     page = context.new_page()
     page.set_default_timeout(90_000)
     page.goto(f"{url}/static_vs_continuous?svc_workload=mixed")
@@ -165,9 +156,9 @@ def test_the_static_vs_continuous_grids_are_solid(app, chromium):
     context.close()
 
 
-def test_the_cluster_lab_labels_its_simulated_answers(app, chromium):
+def test_the_cluster_lab_labels_its_simulated_answers(app, browser):
     url, _ = app
-    context = chromium.new_context(viewport=LAPTOP)
+    context = browser.new_context(viewport=LAPTOP)
     page = context.new_page()
     page.set_default_timeout(180_000)
     page.goto(f"{url}/cluster")
