@@ -17,7 +17,6 @@ another one (tests use this to load a broken lesson next to good ones).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -31,13 +30,14 @@ from lessons.quiz import show_quiz
 from ui import calculators, learner, lesson_pictures, predict
 from ui.machine_tags import badge_for
 from ui.registry import lab_title
+from engine import settings
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
 # st.Page(..., url_path=LAB_URL_PATHS[lab_id]), and lesson text links to /<that path>.
 LAB_URL_PATHS: dict[str, str] = {lab_id: lab_id for lab_id in catalog.LAB_IDS}
 LESSON_URL_PREFIX = "lesson-"          # lesson "why-batch" -> url_path "lesson-why-batch"
 GLOSSARY_URL_PATH = "glossary"
-FOLDER_ENV = "BATCHING_LAB_LESSONS_DIR"
+FOLDER_ENV = settings.LESSONS_DIR
 MAX_HITS = 10
 MIN_QUERY = 2
 
@@ -64,7 +64,7 @@ _cache: dict[tuple, Site] = {}
 
 
 def lessons_folder() -> Path:
-    return Path(os.environ.get(FOLDER_ENV) or catalog.FOLDER)
+    return settings.lessons_dir() or Path(catalog.FOLDER)
 
 
 def load_site() -> Site:

@@ -13,7 +13,6 @@ over after a reload included; the CPU they share would not run more at a watchab
 """
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from functools import partial
@@ -26,19 +25,14 @@ from engine.runs.live import engine_threads
 from playground.run import PlaygroundRun
 from playground.setup import Setup
 from ui import session
+from engine import settings
 
 RUN_KEY = "lab_run"
 TOKEN_KEY = "lab_run_token"
 HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
 TAKEOVER_WAIT_S = 1.5         # after a reload, how long the old session may take to disconnect
-MAX_ENGINES_ENV = "BATCHING_LAB_MAX_ENGINES"
-
-
-def max_engines() -> int:
-    value = os.environ.get(MAX_ENGINES_ENV, "4")
-    if not (value.isdigit() and int(value) >= 1):
-        raise ValueError(f"{MAX_ENGINES_ENV} is {value!r}: it must be a whole number, 1 or more")
-    return int(value)
+MAX_ENGINES_ENV = settings.MAX_ENGINES
+max_engines = settings.max_engines
 
 
 def run() -> PlaygroundRun | None:

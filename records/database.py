@@ -8,22 +8,19 @@ refuses a file a newer version of the app made rather than guess at its tables.
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
-DB_ENV = "BATCHING_LAB_DB"
+from engine import settings
+
+DB_ENV = settings.DB
 FILE_NAME = "learners.sqlite3"
 TIMEOUT_S = 5.0          # how long a write waits for another writer before it gives up
 
 
 def db_path() -> Path:
     """BATCHING_LAB_DB, or learners.sqlite3 in the cache folder (BATCHING_LAB_CACHE, ~/.cache/batching-lab)."""
-    named = os.environ.get(DB_ENV, "").strip()
-    if named:
-        return Path(named).expanduser()
-    from engine.model.model import cache_root      # the project's one cache folder (imported late: torch)
-    return cache_root() / FILE_NAME
+    return settings.db_file() or settings.cache_root() / FILE_NAME
 
 
 # Each entry turns version i into version i + 1. Never edit one that has shipped: add the next.

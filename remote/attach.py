@@ -23,14 +23,15 @@ run`, on loopback) may reach any address: its one user is on this machine.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from engine import settings
+
 KINDS = ("embedded", "server", "openai")
-URL_ENV, KIND_ENV, MODEL_ENV, METRICS_ENV = ("BATCHING_LAB_ENGINE_URL", "BATCHING_LAB_ENGINE_KIND",
-                                             "BATCHING_LAB_ENGINE_MODEL", "BATCHING_LAB_METRICS_URL")
-ALLOWED_ENV = "BATCHING_LAB_ALLOWED_ENGINES"
+URL_ENV, KIND_ENV, MODEL_ENV, METRICS_ENV = (settings.ENGINE_URL, settings.ENGINE_KIND, settings.ENGINE_MODEL,
+                                             settings.METRICS_URL)
+ALLOWED_ENV = settings.ALLOWED_ENGINES
 
 # What each kind shows, and what it cannot (the page says so next to its charts).
 HIDDEN = {
@@ -97,10 +98,8 @@ def choice(kind: str = "", url: str = "", model: str = "", metrics_url: str = ""
 
 def from_env(environ=None) -> EngineChoice:
     """The engine named by the BATCHING_LAB_ENGINE_* variables; embedded when none is set."""
-    env = os.environ if environ is None else environ
     try:
-        return choice(env.get(KIND_ENV, ""), env.get(URL_ENV, ""), env.get(MODEL_ENV, ""),
-                      env.get(METRICS_ENV, ""))
+        return choice(*(settings.value(name, environ) for name in (KIND_ENV, URL_ENV, MODEL_ENV, METRICS_ENV)))
     except ValueError as exc:
         raise ValueError(f"{exc} (from the {URL_ENV} / {KIND_ENV} / {MODEL_ENV} environment variables)") from None
 
@@ -161,11 +160,10 @@ def origin(url: str) -> tuple[str, str, int | None]:
 
 def check_reachable(url: str, environ=None) -> None:
     """Refuse (ValueError) an address the "Any engine" page may not reach from this app."""
-    env = os.environ if environ is None else environ
-    attached = from_env(env)
+    attached = from_env(environ)
     if not attached.remote:
         return                                   # an app of its own: its user chooses freely
-    allowed = [a.strip() for a in env.get(ALLOWED_ENV, "").split(",") if a.strip()]
+    allowed = [a.strip() for a in settings.value(ALLOWED_ENV, environ).split(",") if a.strip()]
     if "*" in allowed:
         return
     targets = {origin(u) for u in (attached.url, attached.metrics, *allowed)}

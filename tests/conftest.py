@@ -1,9 +1,10 @@
 """Fixtures several test files share, and the `browser` mark `make test` splits its run by."""
 import os
+import time
 
 import pytest
 
-from engine.model.model import cache_root
+from engine.settings import cache_root
 
 
 @pytest.fixture
@@ -16,6 +17,31 @@ def lab_env(tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
     return tmp_path
+
+
+def wait_until(fn, timeout=90, what="condition", explain=None, interval=0.1):
+    """Poll `fn` until it returns something true, and return that. A call that raises counts as not
+    yet (an element being redrawn, a server still starting). On a timeout, AssertionError says what
+    was awaited, the last error if any, and `explain()` (if given) what the test could see then, so a
+    failure on a machine we cannot watch tells where it stuck."""
+    deadline = time.monotonic() + timeout
+    error = None
+    while True:
+        try:
+            value = fn()
+        except Exception as exc:
+            value, error = None, exc
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            seen = f"; last error: {type(error).__name__}: {error}" if error is not None else ""
+            if explain is not None:
+                try:
+                    seen += f"; seen then: {explain()}"
+                except Exception as exc:
+                    seen += f"; seen then: nothing ({type(exc).__name__}: {exc})"
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{seen}")
+        time.sleep(interval)
 
 
 BROWSER_PREFIX = "test_browser"      # test_browser*.py: the tests that drive a real Chromium

@@ -24,11 +24,12 @@ import pytest
 
 from lessons.catalog import load_lessons
 
-from engine.model.model import cache_root
+from engine.settings import cache_root
 from playground.pace import interval_said
 from playground.run import REST_S
 from playground.view import REFRESH_S
 from playground.setup import Setup
+from conftest import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -229,26 +230,6 @@ def chart_marks(page) -> list[str]:
         "el => ((el._fullLayout && el._fullLayout.annotations) || []).map(a => a.text)")
 
 
-def wait_until(fn, timeout=90, what="condition", explain=None):
-    """Poll `fn` until it returns something true. On a timeout, `explain()` (if given) says what
-    the test could see then, so a failure on a machine we cannot watch tells where it stuck."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except Exception:          # the element is being redrawn: try again
-            value = None
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            seen = ""
-            if explain is not None:
-                try:
-                    seen = f"; seen then: {explain()}"
-                except Exception as exc:
-                    seen = f"; seen then: nothing ({type(exc).__name__}: {exc})"
-            raise AssertionError(f"timed out waiting for {what}{seen}")
-        time.sleep(0.25)
 
 
 def engines_running(context, url) -> int:

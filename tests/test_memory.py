@@ -19,6 +19,7 @@ from engine.model.model import load_model
 from engine.runs.workload import WorkloadSpec
 from playground.run import PlaygroundRun
 from playground.setup import Setup
+from conftest import wait_until
 
 WINDOW = 40
 # A tight KV cache (preemptions), prompts that can never fit (rejections), steady arrivals.
@@ -121,11 +122,6 @@ def tiny():
     return load_model("tiny")
 
 
-def wait_until(cond, timeout_s=30):
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return cond()
 
 
 def test_close_frees_the_runner_and_its_kv_pool(tiny):

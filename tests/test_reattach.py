@@ -12,6 +12,7 @@ from engine.model.model import load_model
 from playground.reattach import RunRegistry
 from playground.run import PlaygroundRun
 from playground.setup import Setup
+from conftest import wait_until
 
 
 class FakeRun:
@@ -74,11 +75,6 @@ def test_closed_and_forgotten_runs_are_not_taken_over():
     assert runs.take_over("b", owner({"connected": True})) is None and len(runs) == 0
 
 
-def wait_until(cond, timeout_s=30):
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return cond()
 
 
 def test_a_run_whose_page_never_comes_back_is_closed_after_the_grace_period():

@@ -14,7 +14,8 @@ from remote import attach, prometheus
 from remote.lab_control import LabControl, LabRefused
 from remote.lab_stream import LabStream
 from remote.load import LoadGenerator
-from test_server import TOKEN, serving, wait_for
+from test_server import TOKEN, serving
+from conftest import wait_until
 
 SGLANG = """# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
@@ -164,7 +165,7 @@ def test_load_generator_times_each_stream_and_prometheus_sees_it_running(smol):
     url, _ = smol
     gen = LoadGenerator(url + "/v1", "smollm2", "amy")
     futures = gen.send_prompt("Name a colour.", max_tokens=400, n=3, ignore_eos=True)
-    wait_for(lambda: gen.in_flight == 3 and all(r.first_token_s is not None for r in gen.records), timeout_s=60)
+    wait_until(lambda: gen.in_flight == 3 and all(r.first_token_s is not None for r in gen.records), timeout=60)
     busy = prometheus.fetch(url + "/metrics")
     assert busy.engine == "vllm" and busy.running + busy.waiting == 3 and busy.kv_usage > 0
     for f in futures:
@@ -239,7 +240,7 @@ def test_controls_need_the_token_and_drive_background_load_and_reset(smol):
         teacher.start_load(speed=3)
     teacher.start_load(rate=20.0, num_requests=6, prompt_kind="fixed", prompt_lo=16, output_kind="fixed",
                        output_lo=300, output_hi=300, seed=1)
-    wait_for(lambda: teacher.load()["sent"] == 6, timeout_s=30)
+    wait_until(lambda: teacher.load()["sent"] == 6, timeout=30)
     rows = LabStream(url).poll().requests
     background = rows[rows["id"].str.startswith("bg1-")]
     assert len(background) == 6 and set(background["tenant"]) <= {"tenant-a", "tenant-b", "tenant-c", "tenant-d"}
@@ -248,10 +249,10 @@ def test_controls_need_the_token_and_drive_background_load_and_reset(smol):
     assert "background load on: 20 req/s" in list(before.marks["label"])
     eve = LoadGenerator(url + "/v1", "smollm2", "eve")
     in_flight = eve.send_prompt("Go on", 1500, ignore_eos=True)[0]
-    wait_for(lambda: eve.records and eve.records[0].first_token_s is not None, timeout_s=60)
+    wait_until(lambda: eve.records and eve.records[0].first_token_s is not None, timeout=60)
     runs = service.run
     assert teacher.reset()["run"] == runs + 1
-    wait_for(lambda: service.engine.step_count == 0 and not service.engine.has_work(), timeout_s=30)
+    wait_until(lambda: service.engine.step_count == 0 and not service.engine.has_work(), timeout=30)
     assert teacher.load()["running"] is False
     cut = in_flight.result(timeout=30)
     assert cut.status.value == "aborted" and 0 < cut.output_tokens < 1500

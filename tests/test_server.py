@@ -24,6 +24,7 @@ from engine.server.app import create_app
 from engine.server.connections import Server, server_config
 from engine.server.limits import ServerLimits
 from engine.server.service import ENGINE_NICE, THREAD_NAME, EngineService
+from conftest import wait_until
 
 TOKEN = "teacher-secret"
 TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -92,11 +93,6 @@ def sample(families, name, suffix="", **labels) -> float:
                if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def wait_for(check, timeout_s=15.0):
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 # ----------------------------------------------------------------------------- the OpenAI API
@@ -210,7 +206,7 @@ def test_a_disconnect_mid_stream_frees_the_kv_cache(server):
         lines = r.iter_lines()
         assert next(line for line in lines if line.startswith("data:"))
         assert sample(metrics(url), "vllm:kv_cache_usage_perc") > 0
-    wait_for(lambda: sample(metrics(url), "vllm:kv_cache_usage_perc") == 0
+    wait_until(lambda: sample(metrics(url), "vllm:kv_cache_usage_perc") == 0
              and sample(metrics(url), "vllm:num_requests_running") == 0)
     assert sample(metrics(url), "vllm:request_success", "_total", finished_reason="abort") == before + 1
     rows = httpx.get(url + "/lab/requests").json()["requests"]
@@ -303,7 +299,7 @@ def test_429_with_retry_after_when_the_queue_or_the_tenant_is_full(tiny):
             assert r.status_code == 429 and "'amy' has 1 requests in flight" in r.json()["error"]["message"]
             assert r.headers["retry-after"]
             with httpx.stream("POST", url + "/v1/completions", json={**long, "user": "bob"}, timeout=30):
-                wait_for(lambda: sample(metrics(url), "vllm:num_requests_waiting") == 1)
+                wait_until(lambda: sample(metrics(url), "vllm:num_requests_waiting") == 1)
                 r = httpx.post(url + "/v1/completions", json={**long, "user": "cyd"}, timeout=30)
                 assert r.status_code == 429 and "max_waiting=1" in r.json()["error"]["message"]
                 assert r.headers["retry-after"]

@@ -14,7 +14,8 @@ import pytest
 from engine.core.config import SchedulerPolicy
 from engine.model.model import load_model
 from engine.server.limits import ServerLimits
-from test_server import TOKEN, serving, wait_for
+from test_server import TOKEN, serving
+from conftest import wait_until
 
 SURROGATE = b'"a\\ud800b"'          # JSON for a string holding a lone surrogate
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -223,7 +224,7 @@ def test_a_new_user_string_does_not_reset_the_per_client_limit(tiny):
             go.set()
             r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, headers=AUTH, timeout=30)
             assert r.status_code == 200, "the instructor is exempt"
-        wait_for(lambda: service.in_flight() == 0)
+        wait_until(lambda: service.in_flight() == 0)
     with serving(tiny, max_inflight_per_client=0, limits=ServerLimits(trusted_clients=frozenset({"127.0.0.1"}))) as (url, _):
         assert httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 200
 
@@ -298,7 +299,7 @@ def test_a_refusal_for_a_clients_own_limit_is_answered_after_its_retry_after(tin
             assert httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, headers=AUTH,
                               timeout=30).status_code == 200
             assert time.monotonic() - start < 0.6
-        wait_for(lambda: service.in_flight() == 0)
+        wait_until(lambda: service.in_flight() == 0)
 
 
 def test_a_connection_over_the_limit_is_held_a_while_then_closed(tiny):
@@ -481,7 +482,7 @@ def test_a_stop_ends_open_streams_with_a_finish_reason_and_done(tiny):
         threads = [threading.Thread(target=stream), threading.Thread(target=lab)]
         for t in threads:
             t.start()
-        wait_for(lambda: len(lines) >= 3 and follower)
+        wait_until(lambda: len(lines) >= 3 and follower)
     for t in threads:
         t.join(15)
     assert lines[-1] == "data: [DONE]"

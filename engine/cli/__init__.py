@@ -11,7 +11,6 @@ workload flags are generated from the knobs (engine/cli/flags.py).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from ..core.config import EngineConfig, SchedulerPolicy
@@ -23,6 +22,7 @@ from .flags import add_knob_flag, add_knob_flags, add_model_flags, add_simulate_
 from .run import run_command
 from .serve import add_serve_parser, serve_command
 from .validate_sim import add_validate_sim_parser, validate_sim_command
+from .. import settings
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Batching Lab inference engine")
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if os.environ.get("BATCHING_LAB_DEBUG") == "1":
+        if settings.debug():
             raise
         expected = isinstance(exc, (ValueError, OSError))
         text = " ".join(str(exc).split()) or "no details"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import secrets
 import sys
 
@@ -20,8 +19,9 @@ from .flags import add_knob_flags, add_model_flags, policy_from
 from ..core.config import EngineConfig, SchedulerPolicy
 from ..model.threads import in_passing_thread
 from ..server import limits
+from .. import settings
 
-TOKEN_ENV = "BATCHING_LAB_INSTRUCTOR_TOKEN"
+TOKEN_ENV = settings.INSTRUCTOR_TOKEN
 KEEP_STEPS = 20_000        # a server runs for days: keep a window of recent steps, not all of them
 SERVE_MAX_WAITING = 256    # a server's waiting line is capped unless --max-waiting says otherwise (0: no cap)
 
@@ -97,10 +97,10 @@ def serve_command(args) -> int:
     from ..server.connections import Server, server_config
 
     policy = policy_from(args)
-    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(16)
+    token = settings.instructor_token() or secrets.token_urlsafe(16)
     print(f"loading {args.model} ...", file=sys.stderr)
     app = build_app(args, policy, token)
-    if not os.environ.get(TOKEN_ENV):
+    if not settings.instructor_token():
         print(f"instructor token: {token}  (or set {TOKEN_ENV})", file=sys.stderr)
     # The start-up heap (the model, the tokenizer, the libraries: hundreds of thousands of objects)
     # lives as long as the server. Frozen, the garbage collector stops walking it, so a full

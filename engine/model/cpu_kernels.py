@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .kernel_paths import PATHS, chosen_path, cpu_id, missing_features
-from .model import cache_root
+from ..settings import cache_root
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_kernels.c")

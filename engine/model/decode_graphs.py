@@ -17,9 +17,10 @@ same padded forward runs eagerly (record=False), which is how the tests hold it 
 """
 from __future__ import annotations
 
-import os
 
 import torch
+
+from .. import settings
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FIRST_CONTEXT = 256
@@ -29,7 +30,7 @@ COLUMNS = ("token", "position", "slot", "context")   # then the block table
 
 def graphs_on(device: torch.device) -> bool:
     """Decode steps replay graphs on a CUDA device, unless BATCHING_LAB_CUDA_GRAPHS=0."""
-    return device.type == "cuda" and os.environ.get("BATCHING_LAB_CUDA_GRAPHS", "1") != "0"
+    return device.type == "cuda" and settings.cuda_graphs()
 
 
 def bucket(n: int, sizes) -> int | None:

@@ -8,11 +8,12 @@ cpu_kernels.py, which needs torch, so that a record of which code ran needs no t
 """
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 
-ENV = "BATCHING_LAB_KERNELS"
+from .. import settings
+
+ENV = settings.KERNELS
 
 # The vector paths, widest first: the CPU features each needs (as Linux's /proc/cpuinfo names
 # them) and the gcc flags that hold a -march=native build to them. cpu_kernels.c picks its code
@@ -54,7 +55,7 @@ def widest_path(flags: set[str] | None = None) -> str:
 
 
 def _env_value() -> str:
-    return os.environ.get(ENV, "1").strip().lower()
+    return settings.kernels()
 
 
 def forced() -> bool:

