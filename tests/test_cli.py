@@ -130,3 +130,17 @@ def test_simulate_flags_are_checked(tmp_path, capsys, argv, message):
     import re
     assert main(["run", "--out", str(tmp_path / "x"), "--num-requests", "2", *argv]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_the_cli_route_checks_the_policy_once(tmp_path, monkeypatch):
+    """Flags -> policy -> engine -> scheduler: the scheduler, the live policy's one owner, checks it;
+    nothing on the way checks it again. A bad value is still refused, naming the knob."""
+    from engine.core.config import SchedulerPolicy
+    calls = []
+    check = SchedulerPolicy.validate
+    monkeypatch.setattr(SchedulerPolicy, "validate", lambda self: calls.append(1) or check(self))
+    assert main(["run", "--cost-model", "--out", str(tmp_path / "once"), "--num-requests", "3", "--rate", "0"]) == 0
+    assert len(calls) == 1
+    assert main(["run", "--cost-model", "--out", str(tmp_path / "bad"), "--num-requests", "3",
+                 "--prompt-lookup-min", "5", "--prompt-lookup-max", "3"]) == 2
+    assert not (tmp_path / "bad").exists()

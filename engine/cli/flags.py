@@ -61,7 +61,8 @@ def knob_values(args, cls) -> dict:
 
 
 def policy_from(args) -> SchedulerPolicy:
-    return SchedulerPolicy(**knob_values(args, SchedulerPolicy)).validate()
+    """The policy the flags ask for; the scheduler checks it, once, as the engine is built."""
+    return SchedulerPolicy(**knob_values(args, SchedulerPolicy))
 
 
 def spec_from(args) -> WorkloadSpec:

@@ -47,8 +47,7 @@ def build_engine(config: EngineConfig, policy: SchedulerPolicy, model=None, cost
     speculative decoding's drafts accepted with the chance `draft_acceptance` (the workload's).
     Settings it cannot use, or a KV pool beyond this machine's memory, are refused with a
     ValueError that says why."""
-    config.validate()
-    policy.validate()
+    config.validate()                  # the policy is checked by the scheduler, its one owner
     check_kv_memory(config, policy, model)
     config = size_kv_pool(config, policy)
     pool = BlockPool(config.kv_pool_tokens // config.block_size, config.block_size)
