@@ -11,7 +11,6 @@ from __future__ import annotations
 
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import latency, style
@@ -22,6 +21,7 @@ from engine.runs.workload import WorkloadSpec
 from remote import attach, prometheus
 from remote.load import LoadGenerator, now_s, served_model
 from ui import widgets
+from ui.live_chart import live_chart
 
 LOAD_KNOBS = ("rate", "num_requests", "output_lo", "output_hi")
 WORKLOAD = knobs_of(WorkloadSpec)
@@ -157,11 +157,10 @@ def on_run_axis(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def charted(fig: dict) -> go.Figure:
-    """A live chart with the run's axis title, as a Figure (st.plotly_chart refuses a dict with no
-    traces, which a chart is before its first point)."""
+def charted(fig: dict) -> dict:
+    """A live chart's figure with the run's axis title."""
     fig["layout"].setdefault("xaxis", {})["title"] = {"text": X_TITLE}
-    return go.Figure(fig)
+    return fig
 
 
 def headline(table: pd.DataFrame) -> None:
@@ -197,13 +196,12 @@ def live() -> None:
     left, right = st.columns(2)
     with left:
         timeline = latency.request_timeline(ours, now_s=run_time(), x_range=window)
-        st.plotly_chart(charted(timeline), width="stretch", key="ext_timeline")
+        live_chart(charted(timeline), "ext_timeline")
     with right:
         frame = pd.DataFrame(readings, columns=["t", "running", "waiting", "kv", "engine"])
         frame["t"] = frame["t"] - (st.session_state.get("ext_started") or 0.0)
         engine = prometheus.ENGINE_NAMES.get(frame["engine"].iloc[-1], "the engine") if len(frame) else "the engine"
-        st.plotly_chart(charted(latency.gauges_over_time(frame, engine, x_range=window)), width="stretch",
-                        key="ext_gauges_chart")
+        live_chart(charted(latency.gauges_over_time(frame, engine, x_range=window)), "ext_gauges_chart")
     gaps = gen.gaps()
     gaps["token_s"] = gaps["token_s"] - (st.session_state.get("ext_started") or 0.0)
     gaps["id"] = gaps["id"].map(dict(zip(table["id"], ours["id"])))
@@ -211,8 +209,8 @@ def live() -> None:
     cells = [c for _ in range(2) for c in st.columns(2)]
     for cell, metric, frame in zip(cells, ("ttft_s", "tpot_s", "itl_s"), (ours, ours, gaps)):
         with cell:
-            st.plotly_chart(charted(latency.latency_over_time(frame, metric, x_range=window, window=50)),
-                            width="stretch", key=f"ext_{metric}_chart")
+            live_chart(charted(latency.latency_over_time(frame, metric, x_range=window, window=50)),
+                       f"ext_{metric}_chart")
     hidden = attach.HIDDEN["openai"] + (" " + attach.KIND_HIDDEN["llamacpp"] if kind == "llamacpp" else "")
     with cells[3]:
         st.info(widgets.plain(hidden), icon=":material/visibility_off:")

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import httpx2 as httpx
 
-from engine.runs.arrivals import ArrivalFeed
+from engine.runs.arrivals import ArrivalFeed, FedByArrivals
 from engine.core.config import SLO_KNOBS, SchedulerPolicy
 from engine.core.engine import PolicyMark
 from engine.runs.live import RunState, Snapshot
@@ -35,7 +35,7 @@ from remote.load import LoadGenerator, now_s, served_model
 SERVER_KNOBS = frozenset(SchedulerPolicy.__dataclass_fields__) - frozenset(SLO_KNOBS)
 
 
-class SharedRun:
+class SharedRun(FedByArrivals):
     def __init__(self, url: str, spec: WorkloadSpec, prompts: PromptMaker | None, tenant: str,
                  token: str = "", keep_steps: int = KEEP_STEPS, timeout_s: float = 10.0,
                  is_alive=lambda: True, idle_timeout_s: float = 600):
@@ -141,14 +141,6 @@ class SharedRun:
                 # the page has already seen; a change made now goes after every change seen.
                 step, t_s = max(step, seen[-1].step), max(t_s, seen[-1].t_s)
             self._marks.append(PolicyMark.of(step, t_s, changes, knobs))
-
-    @property
-    def arrived(self) -> int:
-        return self.feed.count
-
-    @property
-    def exhausted(self) -> bool:
-        return self.feed.exhausted
 
     def policy(self) -> SchedulerPolicy:
         """The server's live policy (the instructor, or another student with the token, may change it)."""

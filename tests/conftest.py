@@ -44,6 +44,17 @@ def wait_until(fn, timeout=90, what="condition", explain=None, interval=0.1):
         time.sleep(interval)
 
 
+def commit_predictions(at):
+    """Press an AppTest page's "Commit my prediction" buttons, one question after another (each guess
+    stays at its default), until the page asks nothing more: a lab shows its results only then."""
+    for _ in range(4):
+        button = next((b for b in at.button if b.key.endswith("__commit")), None)
+        if button is None:
+            break
+        button.click().run()
+    return at
+
+
 BROWSER_PREFIX = "test_browser"      # test_browser*.py: the tests that drive a real Chromium
 
 

@@ -214,14 +214,9 @@ def test_padded_rows_bound_the_row_counts_onednn_meets():
     assert all(m <= padded_rows(m) <= m * 1.125 for m in range(1, 5000))
 
 
-@pytest.mark.parametrize("path", list(kernel_paths.PATHS))
-def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch, path):
-    """The whole forward, kernels on vs plain PyTorch: decode at batch 1 and batch 3, one step."""
-    from engine.model.model import load_model
-    from engine.model.runner import ModelRunner, SeqInput
-    lm = load_model("tiny", device="cpu", dtype="fp32")
-    prompts = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((30, 7, 50))]
-    results = []
+def runners_on_and_off(monkeypatch, path, lm):
+    """A runner on `path`'s kernels, then one on plain PyTorch; a skip where this CPU cannot run `path`."""
+    from engine.model.runner import ModelRunner
     if shutil.which("gcc"):
         kernels_of(path)                                     # a skip where this CPU cannot run it
     for use in (path, "0"):
@@ -229,6 +224,18 @@ def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch, path
         runner = ModelRunner(lm, 32, block_size=16)
         assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
         assert runner.kernels is None or runner.kernels.path == path
+        yield runner
+
+
+@pytest.mark.parametrize("path", list(kernel_paths.PATHS))
+def test_runner_gives_the_same_logits_with_and_without_kernels(monkeypatch, path):
+    """The whole forward, kernels on vs plain PyTorch: decode at batch 1 and batch 3, one step."""
+    from engine.model.model import load_model
+    from engine.model.runner import SeqInput
+    lm = load_model("tiny", device="cpu", dtype="fp32")
+    prompts = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((30, 7, 50))]
+    results = []
+    for runner in runners_on_and_off(monkeypatch, path, lm):
         tables = [[3 * i, 3 * i + 1, 3 * i + 2, 20 + i] for i in range(3)]
         runner.forward_logits([SeqInput(f"r{i}", p, 0, t, True) for i, (p, t) in enumerate(zip(prompts, tables))])
         one = runner.forward_logits([SeqInput("r0", [9], 30, tables[0], True)])
@@ -245,7 +252,7 @@ def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_ker
     its keys), a whole prompt, a chunk held back from sampling, and decodes: the same logits on
     both paths, step after step, whatever the index bookkeeping does."""
     from engine.model.model import load_model
-    from engine.model.runner import ModelRunner, SeqInput
+    from engine.model.runner import SeqInput
     lm = load_model("tiny", device="cpu", dtype="fp32")
     p = [[5 + (i * 7 + j) % 200 for j in range(n)] for i, n in enumerate((40, 7, 50))]
     t = [[3 * i, 3 * i + 1, 3 * i + 2, 20 + i] for i in range(3)]
@@ -254,13 +261,7 @@ def test_prefill_chunks_beside_decodes_give_the_same_logits_with_and_without_ker
               SeqInput("r2", p[2][:30], 0, t[2], False)],
              [SeqInput("r2", p[2][30:], 30, t[2], True), SeqInput("r1", [9], 8, t[1], True)]]
     results = []
-    if shutil.which("gcc"):
-        kernels_of(path)                                     # a skip where this CPU cannot run it
-    for use in (path, "0"):
-        monkeypatch.setenv("BATCHING_LAB_KERNELS", use)
-        runner = ModelRunner(lm, 32, block_size=16)
-        assert (runner.kernels is None) == (use == "0" or shutil.which("gcc") is None)
-        assert runner.kernels is None or runner.kernels.path == path
+    for runner in runners_on_and_off(monkeypatch, path, lm):
         results.append([runner.forward_logits(step) for step in steps])
     for ours, plain in zip(*results):
         close(ours, plain, torch.float32)

@@ -16,6 +16,7 @@ from labs import runs
 from labs.knee import experiment as knee
 from ui.predict import MEASUREMENTS_KEY, PREDICTIONS_KEY
 from ui.registry import LESSON_LABS
+from conftest import commit_predictions as commit
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
@@ -46,16 +47,6 @@ def kept(at: AppTest, question: str) -> dict:
     [entry] = [e for e in at.session_state[PREDICTIONS_KEY].values() if e["id"] == question]
     return entry
 
-
-def commit(at: AppTest) -> AppTest:
-    """Press the page's "Commit my prediction" buttons, one question after another (each guess stays
-    at its default), until the page asks nothing more."""
-    for _ in range(4):
-        button = next((b for b in at.button if b.key.endswith("__commit")), None)
-        if button is None:
-            break
-        button.click().run()
-    return at
 
 
 def simulated_answer(at: AppTest) -> bool:

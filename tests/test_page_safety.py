@@ -18,6 +18,7 @@ from labs.why_batch import experiment as why_batch
 from playground.run import PlaygroundRun
 from ui.registry import LESSON_LABS
 from ui.widgets import plain
+from conftest import commit_predictions
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -54,16 +55,6 @@ def page(path: str, query: dict | None = None) -> AppTest:
         at.query_params[key] = value
     return at.run()
 
-
-def past_the_prediction(at: AppTest) -> AppTest:
-    """A lab shows its run button and results only once the learner has committed a guess to each
-    of its questions, one after another."""
-    for _ in range(4):
-        button = next((b for b in at.button if b.key.endswith("__commit")), None)
-        if button is None:
-            break
-        button.click().run()
-    return at
 
 
 def as_shown(markdown: str) -> str:
@@ -132,7 +123,7 @@ def test_a_failing_measurement_shows_an_error_not_a_traceback(lab_env, monkeypat
         raise RuntimeError(f"could not write {ROOT}/engine/runs/results.py")
 
     monkeypatch.setattr(why_batch, "batch_scaling", broken)
-    at = past_the_prediction(page("labs/why_batch/page.py"))
+    at = commit_predictions(page("labs/why_batch/page.py"))
     at.button(key="why_batch__run").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.error, "the failure is reported on the page"
@@ -145,7 +136,7 @@ def test_a_failing_lookup_of_stored_results_shows_an_error(lab_env, monkeypatch)
         raise ValueError(f"bad JSON in {ROOT}/results/run-1.json")
 
     monkeypatch.setattr(why_batch, "batch_scaling", broken)
-    at = past_the_prediction(page("labs/why_batch/page.py"))
+    at = commit_predictions(page("labs/why_batch/page.py"))
     assert not at.exception, [e.message for e in at.exception]
     assert at.error and all(no_traceback(m) for m in messages(at))
 

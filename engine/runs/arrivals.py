@@ -115,3 +115,16 @@ class ArrivalFeed:
 def build_requests(spec: WorkloadSpec, prompts: PromptMaker | None = None) -> list[Request]:
     """The whole workload at once: an ArrivalFeed drained to its end (ValueError for continuous traffic)."""
     return ArrivalFeed(spec, prompts).due(math.inf)
+
+
+class FedByArrivals:
+    """What a run fed by an ArrivalFeed (`self.feed`) says of its arrivals, in this process or on a server."""
+    feed: ArrivalFeed
+
+    @property
+    def arrived(self) -> int:
+        return self.feed.count
+
+    @property
+    def exhausted(self) -> bool:
+        return self.feed.exhausted

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from .arrivals import ArrivalFeed
+from .arrivals import ArrivalFeed, FedByArrivals
 from .build import build_engine
 from ..core.clock import VirtualClock
 from ..core.config import EngineConfig, SchedulerPolicy
@@ -81,7 +81,7 @@ class Snapshot:
     counts: Counts = field(default_factory=Counts)      # the whole run's requests, as the snapshot was taken
 
 
-class LiveRun:
+class LiveRun(FedByArrivals):
     def __init__(self, policy: SchedulerPolicy, spec: WorkloadSpec, model=None,
                  config: EngineConfig | None = None, is_alive=lambda: True, idle_timeout_s: float = 600,
                  keep_steps: int | None = KEEP_STEPS, cost=None, prompts: PromptMaker | None = None,
@@ -174,14 +174,6 @@ class LiveRun:
     def now(self) -> float:
         """The engine's clock."""
         return self.engine.clock.now()
-
-    @property
-    def arrived(self) -> int:
-        return self.feed.count
-
-    @property
-    def exhausted(self) -> bool:
-        return self.feed.exhausted
 
     def policy(self) -> SchedulerPolicy:
         return self.engine.policy
