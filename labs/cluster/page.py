@@ -103,7 +103,7 @@ st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on th
             "round_robin and "
             "prefix_affinity. TTFT is timed by the client; the hit rates come from the servers' own /metrics.")
 real = widgets.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
-                                 lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, False),
+                                 lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, None),
                                  "Starting servers and routing…", stop=False)
 if real is not None:
     got = real[0]

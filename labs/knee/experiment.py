@@ -19,6 +19,7 @@ from engine.runs.workload import WorkloadSpec
 from labs import claims, knee_rule
 from labs.repeats import error_bars, spread
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, run_each, simulated_run, single_run
 from labs.slo_goodput.experiment import goodput
 
@@ -72,8 +73,8 @@ def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=Non
                     progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
 
-def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, bool]:
-    """(seconds, calibrated?) the sweep takes on this machine."""
+def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) the sweep takes on this machine."""
     return estimate(model, [(policy_for(v), [Part(spec_for(values, seed))])
                             for v, seed in settings(values, repeats)])
 

@@ -8,7 +8,7 @@ from analysis import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -53,7 +53,8 @@ guess = predict.gate(question)
 goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"), settings=slos,
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 sim = lab.knee_table(simulated_runs(step_model, tuple(values)), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
