@@ -93,7 +93,7 @@ else:
 predict.show_verdict(lab.knee_verdict(table), source)
 
 machine = machines.ENGINE if measured else machines.SIMULATOR
-st.markdown(machines.badge(machine, machines.SOURCE_LABEL[source]) + " the numbers, charts' star and table below")
+st.markdown(machines.badge(machine, machines.source_label(source, profiled)) + " the numbers, charts' star and table below")
 cols = st.columns(4)
 cols[0].metric("Knee (max_num_seqs)", knee, help=knee_rule.RULE[0].upper() + knee_rule.RULE[1:] + ".")
 cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0),
@@ -111,7 +111,7 @@ with left:
 with right:
     widgets.plot(lab.throughput_vs_latency(shown_table, "ttft_p95_s", knee, ttft, sim, sim_name))
 st.markdown(f"Goodput (requests/s meeting both SLOs): {k.goodput_req_s:.2f} at the knee, "
-            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)} ({machines.SOURCE_LABEL[source].lower()}).")
+            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)} ({machines.source_label(source, profiled).lower()}).")
 columns = {"max_num_seqs": "max_num_seqs", "output_tok_s": "output tok/s", "tpot_p95_ms": "p95 TPOT (ms)",
            "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)", "ttft_p50_s": "p50 TTFT (s)",
            "goodput_req_s": "goodput (req/s)", "met_share": "share within SLO", "fill": "batch filled",
