@@ -22,15 +22,22 @@ st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
            "mostly latency. The knee is the operating point, not the engine's maximum.")
 
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
+tpot_start_ms, ttft_start_s = lab.slo_defaults(step_model)     # from this machine's step model: see the lab
 with st.sidebar:
     widgets.choice(st.multiselect, "max_num_seqs values", lab.CHOICES, lab.VALUES, key="kn_values",
                    help=f"Each value is a run with at most this many requests per step. Every run gets the same "
                         f"requests: {lab.FILL} full batches of the largest value.")
-    widgets.slider("TPOT SLO (ms)", 10, 300, lab.TPOT_SLO_MS, step=5, key="kn_tpot_ms",
-                   help="Requests whose average gap between tokens is longer than this miss the SLO.")
-    widgets.slider("TTFT SLO (s)", 0.5, 60.0, lab.TTFT_SLO_S, step=0.5, key="kn_ttft_s",
+    lo, hi, step = lab.TPOT_SLIDER_MS
+    widgets.slider("TPOT SLO (ms)", lo, hi, tpot_start_ms, step=step, key="kn_tpot_ms",
+                   help="Requests whose average gap between tokens is longer than this miss the SLO. It starts "
+                        f"at {lab.TPOT_SLO_TIMES:g}× the TPOT of one request alone on this machine's step model.")
+    lo, hi, step = lab.TTFT_SLIDER_S
+    widgets.slider("TTFT SLO (s)", lo, hi, ttft_start_s, step=step, key="kn_ttft_s",
                    help="Requests that wait longer than this for their first token miss the SLO. Every request "
-                        "arrives at once here, so TTFT is mostly time spent queueing.")
+                        "arrives at once here, so TTFT is mostly time spent queueing. It starts at "
+                        f"{lab.TTFT_SLO_LONE_REQUESTS}× one request's whole time alone on this machine's step model.")
     widgets.slider("Runs per setting", 1, 5, lab.REPEATS, key="kn_repeats",
                    help="Each run draws the workload with another seed. The charts show the mean and the range "
                         "of the runs: a point whose bars overlap its neighbour's is not really different.")
@@ -53,8 +60,6 @@ guess = predict.gate(question)
 goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"), settings=slos,
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
-speed = machine_speed.here()
-step_model, profiled = speed.step_model, speed.calibrated
 sim = lab.knee_table(simulated_runs(step_model, tuple(values)), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
