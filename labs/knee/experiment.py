@@ -99,8 +99,9 @@ def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
 def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=None, refresh: bool = False,
                       peek: bool = False) -> list[tuple[tuple[int, int], object, bool]] | None:
     """The workload under each max_num_seqs, once per seed: [((value, seed), RunResult, was_cached)]."""
+    specs = {seed: spec_for(values, seed) for seed in range(repeats)}     # every setting gets the same requests
     return run_each(settings(values, repeats),
-                    lambda vs, p: single_run(model, policy_for(vs[0]), spec_for(values, vs[1]), p,
+                    lambda vs, p: single_run(model, policy_for(vs[0]), specs[vs[1]], p,
                                              label=f"max_num_seqs={vs[0]}, seed {vs[1]}", refresh=refresh, peek=peek),
                     progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
