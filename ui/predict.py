@@ -302,13 +302,15 @@ def _score(q: Question, guess, answer) -> tuple[bool, str]:
 def source_label(source: str, label: str | None = None) -> str:
     """What a result says it comes from: `label` where the page names another machine (a GPU's roofline
     model), else measured on this machine's engine, or simulated on this machine's step model, a guessed
-    one where this machine is not calibrated (ui.machine_speed)."""
+    one where this machine is not calibrated (engine.sim.machine_speed's kind: the page has read it
+    already, so no spinner here)."""
     if label:
         return label
     if source == "measured":
         return machines.source_label(source, True)
-    from ui import machine_speed
-    return machines.source_label(source, machine_speed.here().calibrated)
+    from engine.sim.machine_speed import machine_speed
+    from ui.session import model_name        # it imports torch
+    return machines.source_label(source, machine_speed(model_name()).calibrated)
 
 
 def reveal(q: Question, guess, measured, why: str, measured_text: str | None = None,
