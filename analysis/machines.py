@@ -4,8 +4,9 @@ A learner meets numbers from several machines, often on one page: this machine's
 machine's step model on the simulator, the course's recorded step model of a small CPU, and named
 GPUs' roofline models. Every number shown says which, with the words and the badge made here:
 
-- a lab's result: `SOURCE_LABEL[source]` ("Measured on this machine's engine" or "Simulated on this
-  machine's step model"), beside the prediction it answers and in its claim's verdict;
+- a lab's result: `source_label(source, calibrated)` ("Measured on this machine's engine", "Simulated on
+  this machine's step model", or, where this machine has no profile, "Simulated on a guessed step model:
+  this machine is not calibrated yet"), beside the prediction it answers and in its claim's verdict;
 - a lesson's worked-example number (``{{example:name=shown}}``): its machine is declared in
   analysis/course_numbers.py (`machine_of`), and lessons/catalog.py's `tag_machines` places a badge
   after each paragraph or table that quotes one (one badge when the block's numbers share a machine,
@@ -16,14 +17,15 @@ No Streamlit here: a badge is Markdown that Streamlit draws (``:gray-badge[...]`
 from __future__ import annotations
 
 ENGINE = "engine"            # this machine's real engine, measured
-SIMULATOR = "simulator"      # this machine's step model (its calibrated profile), on the simulator
+SIMULATOR = "simulator"      # this machine's step model (its calibrated profile, or the guess), on the simulator
 RECORD = "record"            # the course's recorded step model of a two-core CPU (analysis/course.COURSE_MODEL)
 SUPPOSED_1 = "supposed-1"    # lesson 1's sums on a supposed bandwidth and peak (course_numbers.EX1_*)
 SUPPOSED_3 = "supposed-3"    # lesson 3's sums on a supposed machine (course_numbers.EX3_*)
 ANY = "any"                  # no machine: a setting, a count of the scheduler's or a model's shape
 
 SOURCE_LABEL = {"measured": "Measured on this machine's engine",
-                "simulated": "Simulated on this machine's step model"}
+                "simulated": "Simulated on this machine's step model",
+                "guessed": "Simulated on a guessed step model: this machine is not calibrated yet"}
 _WORDS = {ENGINE: "this machine's engine", SIMULATOR: "this machine's simulator",
           RECORD: "recorded 2-core CPU (SmolLM2-135M, fp32), simulated",
           SUPPOSED_1: "a supposed machine (its bandwidth and peak named in the text)",
@@ -40,6 +42,20 @@ def words(machine: str) -> str:
     if device in DEVICES and model in MODELS:
         return f"{DEVICES[device].name} roofline, {MODELS[model].name}, simulated"
     raise ValueError(f"no machine named {machine!r}: one of {', '.join(_WORDS)} or DEVICE:MODEL of the roofline")
+
+
+def source_label(source: str, calibrated: bool) -> str:
+    """A lab result's label: `source` "measured" (this machine's engine) or "simulated" on this machine's
+    step model, where `calibrated` says whether that model was measured here (engine.sim.machine_speed's
+    kind): a simulation on the hand-set guess never calls itself this machine's."""
+    if source == "measured":
+        return SOURCE_LABEL["measured"]
+    return SOURCE_LABEL["simulated" if calibrated else "guessed"]
+
+
+def roofline_label(profile: str) -> str:
+    """A result simulated on a named GPU's roofline model ("l4:llama-3.1-8b"), not on this machine."""
+    return "Simulated on the " + words(profile).removesuffix(", simulated")
 
 
 def short(machine: str) -> str:

@@ -15,18 +15,20 @@ the real thing.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from engine.core import step_fit
 from engine.runs import results
 from engine.runs.arrivals import build_requests
 from engine.runs.build import build_engine
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.results import RunResult
+from engine.sim.machine_speed import MachineSpeed, machine_speed
 from engine.sim.simulate import SimProfile, simulate
 from engine.runs.workload import PromptMaker, WorkloadSpec
-from labs import timing
 from labs.part import Part
 
 
@@ -102,12 +104,8 @@ def single_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, progress=None
         return None if data is None else (RunResult(**data), True)
     model = _need_model(model)
 
-    def measure(again: bool):
-        result, hit = results.cached_run(model, policy, spec, progress=progress, label=label, refresh=again)
-        if not hit:
-            _learn_speed(model, policy, [Part(spec)], result)
-        return result, hit
-    return _guarded(measure, refresh)
+    return _guarded(lambda again: results.cached_run(model, policy, spec, progress=progress, label=label,
+                                                     refresh=again), refresh)
 
 
 def simulated_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, label: str = "") -> RunResult:
@@ -134,15 +132,30 @@ def simulated_name(step_model) -> str:
     return f"simulated (step model: {kind}{'' if error is None else f', current error {100 * error:.0f}%'})"
 
 
-def _learn_speed(model, policy: SchedulerPolicy, parts: list, result: RunResult) -> None:
-    """Tell the time ledger (labs.timing) how long this run's steps took against the cost model."""
-    predicted = sum(end - start for start, end in timing.simulate(policy, parts))
-    timing.learn(fingerprint(model), predicted, timing.busy_s(result.steps))
+def estimate(model, jobs) -> tuple[float, MachineSpeed]:
+    """How long the real runs `jobs` = [(policy, parts)] take on this machine, and the step model that
+    says so: each run on the simulator with this machine's step model (engine.sim.machine_speed: its
+    profile refit from the app's own real steps, or the hand-set guess), from its first arrival to its
+    last step's end. widgets.estimate_text shows it as a range from that model's current error."""
+    speed = machine_speed(model)
+    return sum(_simulated_s(speed.step_model, policy, parts) for policy, parts in jobs), speed
 
 
-def estimate(model, jobs) -> tuple[float, bool]:
-    """labs.timing.estimate_runs for this machine: (seconds, calibrated?) for [(policy, parts)]."""
-    return timing.estimate_runs(fingerprint(model), jobs)
+_SECONDS: dict[tuple, float] = {}     # (step model's costs, job) -> seconds: pages redraw their buttons often
+_SECONDS_KEPT = 512
+
+
+def _simulated_s(step_model, policy: SchedulerPolicy, parts: list[Part]) -> float:
+    """One run's seconds on the simulator, from its first arrival to its last step's end."""
+    key = (step_model.knots, tuple(step_model.coefficients),
+           json.dumps([policy.to_dict(), [p.to_dict() for p in parts]], sort_keys=True))
+    if key not in _SECONDS:
+        engine = simulate(EngineConfig(), policy, SimProfile("estimate", "estimate", step_model), _part_requests(parts))
+        first = min((r.arrival_s for r in engine.requests.values()), default=0.0)
+        if len(_SECONDS) >= _SECONDS_KEPT:
+            _SECONDS.clear()
+        _SECONDS[key] = max((s.t_end_s for s in engine.steps), default=first) - first
+    return _SECONDS[key]
 
 
 def mix_run(model, policy: SchedulerPolicy, parts: list[Part], progress=None, label: str = "",
@@ -184,11 +197,10 @@ def simulated_mix_run(step_model, policy: SchedulerPolicy, parts: list[Part], la
 
 def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
     engine = build_engine(config, policy, model)
+    step_fit.record_steps(engine, model)       # the app's step model learns from a lab's real steps too
     for r in _part_requests(parts, PromptMaker(model.tokenizer)):
         engine.submit(r)
-    result = results.run_to_end(engine, policy, progress, label)
-    _learn_speed(model, policy, parts, result)
-    return result
+    return results.run_to_end(engine, policy, progress, label)
 
 
 def run_each(settings, run_one, progress=None, describe=str) -> list[tuple] | None:

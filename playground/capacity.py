@@ -23,11 +23,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from engine.core import step_fit
-from engine.sim.calibrate import calibrate
-from engine.sim.profile import load_profile, save_profile
 from engine.core.step_model import StepModel, StepShape
-from engine.model.threads import in_passing_thread
 from engine.runs.workload import LengthDist
 
 from playground.setup import KNOBS, Setup
@@ -106,19 +102,3 @@ def rate_slider_hi(model: StepModel) -> float:
     simulated GPU), twice its capacity there, in tens of req/s, so it too can be driven past capacity."""
     twice = 2 * capacity(model, Setup()).rate
     return max(KNOBS["rate"].hi, 10.0 * math.ceil(twice / 10))
-
-
-def machine_step_model(model) -> StepModel:
-    """The step model of a loaded model on this machine, as this app runs it: its profile (or,
-    when there is none or it is stale, a quick measurement of a few seconds on a thread of its own,
-    as the engine's, saved as this machine's profile until `python -m engine calibrate` measures
-    it in full), refit online from every real step this app's live runs take (engine.step_fit).
-    Its label says its current error."""
-    key = step_fit.model_key(model)
-    fit = step_fit.existing(key)
-    if fit is None:
-        found = load_profile(*key)
-        if found is None:           # saved, labelled a quick estimate, for the lessons' calculators
-            found = save_profile(in_passing_thread(calibrate, model, quick=True))   # and the next start
-        fit = step_fit.fit_for(key, found.step_model, getattr(found, "path", ""))
-    return fit.current()

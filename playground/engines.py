@@ -3,17 +3,16 @@
 
 A simulated engine is the same Engine and Scheduler on the cost model and a virtual clock
 (engine/runs/live.py), its step times predicted by a step model: this machine's calibrated profile
-(playground.capacity.machine_step_model), or a roofline model of an H100 serving Llama-3.1-8B
-(engine/sim/roofline.py). It runs at `speed` times real time. No Streamlit here.
+(engine.sim.machine_speed, measured quickly first where it has none), or a roofline model of an
+H100 serving Llama-3.1-8B (engine/sim/roofline.py). It runs at `speed` times real time. No Streamlit here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.sim.machine_speed import machine_speed
 from engine.sim.roofline import roofline_profile
 from remote import attach
-
-from playground.capacity import machine_step_model
 
 REAL = "real"
 CHOICES = {                      # id (in the page's address) -> what the page calls it
@@ -57,7 +56,7 @@ def step_times(choice: str, model):
     if choice in (REAL, SERVER):
         return None
     if choice == "sim_machine":
-        return machine_step_model(model)
+        return machine_speed(model, measure_if_missing=True).step_model
     if choice == "sim_h100":
         return roofline_profile(H100_PROFILE)
     raise ValueError(f"engine {choice!r} is not one of {', '.join(choices())}")
@@ -66,7 +65,7 @@ def step_times(choice: str, model):
 def sizing_model(choice: str, model):
     """The step model that sizes the presets and the arrival-rate slider for an engine choice: a
     simulated engine's own, else this machine's (the real engine; a shared server's is not known)."""
-    return step_times(choice, model) or machine_step_model(model)
+    return step_times(choice, model) or machine_speed(model, measure_if_missing=True).step_model
 
 
 def from_query(params: dict) -> tuple[str, int, list[str]]:
@@ -121,4 +120,4 @@ def real_note(model) -> str:
     """What the page says of a run on this machine's real engine: the step model its steps refit,
     which sizes the presets and the simulation, and how far off it is now."""
     return (f"Real engine. Every step it takes refits this machine's step model, which sizes the "
-            f"presets and the simulated engine: {machine_step_model(model).label}.")
+            f"presets and the simulated engine: {machine_speed(model, measure_if_missing=True).step_model.label}.")

@@ -139,3 +139,17 @@ def test_a_run_that_strays_from_the_step_model_unevenly_is_undecided():
     assert strayed.outcome == UNDECIDED and "step model" in strayed.words, strayed.words
     assert why_batch.amortization_verdict(table({1: on_time[1], 8: 2 * on_time[8]})).outcome == SHOWN, \
         "without the step model only the repeats can say"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_knee_labs_slo_targets_start_where_they_separate_the_settings(model):
+    """The knee lab's SLO sliders start from the machine's own step model: some settings meet the targets
+    and some miss them, and the most goodput is at the knee or below it, never past it (on the H100 the
+    knee is the largest setting: its decode steps hardly grow over the sweep, so only TTFT separates).
+    A fixed 250 ms / 30 s, a 2-core CPU's numbers, is met by every request of every setting on the H100."""
+    from labs.claim_cases import knee
+    tpot_ms, ttft_s = knee.slo_defaults(MODELS[model])
+    table = knee.knee_table(knee.simulated_runs(MODELS[model], knee.VALUES), ttft_s, tpot_ms / 1000)
+    best = int(table.loc[table.goodput_req_s.idxmax()].max_num_seqs)
+    assert table.goodput_req_s.max() > 0 and table.met_share.min() < 0.5, table
+    assert best <= knee.find_knee(table), f"best goodput at {best}, past the knee"

@@ -52,7 +52,7 @@ def kept(at: AppTest, question: str) -> dict:
 def simulated_answer(at: AppTest) -> bool:
     """The simulator's answer is on the page: a guess shown beside a simulated result, and the claim's
     verdict said of the simulation."""
-    label = SOURCE_LABEL["simulated"]          # every result names its machine
+    label = SOURCE_LABEL["guessed"]     # every result names its machine: no profile in lab_env, so the guess
     beside = (any(m.label == label for m in at.metric)
               or any(m.value.startswith(label + "  \n") for m in at.markdown))   # a long choice, as text
     return beside and "The simulation" in texts(at)

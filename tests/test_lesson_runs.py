@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from engine.runs.results import RunResult
-from labs import knee_rule, timing
+from labs import knee_rule, runs
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
@@ -270,22 +270,25 @@ def test_kv_demand_is_littles_law_times_tokens():
     assert need["bytes"] == pytest.approx(4e8)
 
 
-def test_estimates_stretch_busy_time_but_not_waits_for_arrivals(tmp_path, monkeypatch):
+def test_a_run_estimate_is_the_run_on_this_machines_step_model(tmp_path, monkeypatch):
+    """A lab's run-time estimate is its runs on the simulator with this machine's step model
+    (engine.sim.machine_speed): the guess where nothing was measured, said so; a machine twice as
+    slow takes twice as long (every request arrives at once: no idle gaps to keep)."""
+    from dataclasses import replace
+
+    from engine.core.step_model import UNCALIBRATED
+    from engine.sim.machine_speed import CALIBRATED, MachineSpeed
     monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
-    # steps of 1 s at 0-1 and 1-2, then an idle gap until an arrival at 5
-    steps = [(0.0, 1.0), (1.0, 2.0), (5.0, 6.0)]
-    assert timing.stretched_duration(steps, 1.0) == pytest.approx(6.0)
-    assert timing.stretched_duration(steps, 2.0) == pytest.approx(7.0)   # 0-2, 2-4, waits to 5, 5-7
-    assert timing.stretched_duration(steps, 4.0) == pytest.approx(12.0)  # 0-8, then 8-12: no wait left
-    machine = {"cpu": "test"}
-    assert timing.speed_factor(machine) is None
-    timing.learn(machine, 10.0, 25.0)
-    timing.learn(machine, 10.0, 15.0)
-    assert timing.speed_factor(machine) == pytest.approx(2.0)
-    seconds, calibrated = timing.estimate_runs(machine, [knee_job()])
-    assert calibrated and seconds > 0
-    plain, _ = timing.estimate_runs({"cpu": "other"}, [knee_job()])
-    assert seconds == pytest.approx(2 * plain), "all arrive at once: no idle gaps, so twice as slow"
+    seconds, speed = runs.estimate("tiny", [knee_job(), knee_job()])
+    assert not speed.calibrated and speed.step_model == UNCALIBRATED
+    policy, parts = knee_job()
+    alone = runs.simulated_run(UNCALIBRATED, policy, parts[0].spec).summary["duration_s"]
+    assert seconds == pytest.approx(2 * alone)
+    slower = replace(UNCALIBRATED.scaled(2.0, "twice as slow"), error=0.1)
+    monkeypatch.setattr(runs, "machine_speed", lambda model: MachineSpeed(slower, CALIBRATED))
+    twice, speed = runs.estimate("tiny", [knee_job()])
+    assert speed.calibrated and speed.error == 0.1
+    assert twice == pytest.approx(2 * alone)
 
 
 def knee_job():

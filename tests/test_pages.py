@@ -306,12 +306,13 @@ def test_a_preset_is_sized_again_for_the_engine_chosen(app, monkeypatch):
     import dataclasses
     from engine.sim.roofline import roofline_profile
     from playground import engines
-    from playground.capacity import machine_step_model, rate_slider_hi
+    from engine.sim.machine_speed import CALIBRATED, MachineSpeed, machine_speed
+    from playground.capacity import rate_slider_hi
     from playground.engines import H100_PROFILE
     from ui import session
-    measured = machine_step_model(session._load("tiny"))
+    measured = machine_speed(session._load("tiny"), measure_if_missing=True).step_model
     h100, here = roofline_profile(H100_PROFILE), dataclasses.replace(measured, fixed_ms=measured.fixed_ms + 10)
-    monkeypatch.setattr(engines, "machine_step_model", lambda model: here)
+    monkeypatch.setattr(engines, "machine_speed", lambda model, **kw: MachineSpeed(here, CALIBRATED))
     at = app(PLAYGROUND)
     at.selectbox(key="pg_preset").set_value("rush_hour").run()
     at.selectbox(key="pg_engine").set_value("sim_h100").run()
@@ -458,12 +459,12 @@ def test_presets_are_valid_and_reject_nothing(pid):
 
 
 def test_choosing_a_preset_sets_workload_policy_and_link(app):
-    from playground.capacity import machine_step_model
+    from engine.sim.machine_speed import machine_speed
     from ui import session
     at = app(PLAYGROUND)
     at.selectbox(key="pg_preset").set_value("multi_tenant_api").run()
     no_exception(at)
-    want = PRESETS["multi_tenant_api"].setup_for(machine_step_model(session._load("tiny")))
+    want = PRESETS["multi_tenant_api"].setup_for(machine_speed(session._load("tiny"), measure_if_missing=True).step_model)
     assert at.selectbox(key="pg_order").value == "fair"
     assert at.slider(key="pg_tenants").value == want.tenants
     assert at.slider(key="pg_prompt_len").value == (want.prompt_lo, want.prompt_hi)

@@ -102,28 +102,6 @@ def test_capacity_of_a_machine_with_constant_step_time():
     assert cap.ttft_s == pytest.approx(0.1)          # the prompt's step and the step it may wait for
 
 
-def test_the_playground_uses_the_profile_and_measures_once_without_one(monkeypatch):
-    from types import SimpleNamespace
-
-    import playground.capacity as cap
-    from engine.core import step_fit
-    model = SimpleNamespace(name="m", dtype="torch.float32", device="cpu")
-    monkeypatch.setattr(step_fit, "_fits", {})
-    monkeypatch.setattr(cap, "load_profile", lambda *key: SimpleNamespace(step_model=CPU))
-    monkeypatch.setattr(cap, "calibrate", lambda *a, **k: pytest.fail("measured despite a profile"))
-    got = cap.machine_step_model(model)
-    assert got.coefficients == CPU.coefficients and "not yet checked" in got.label
-    quick = []
-    monkeypatch.setattr(step_fit, "_fits", {})
-    monkeypatch.setattr(cap, "load_profile", lambda *key: None)
-    saved = []
-    monkeypatch.setattr(cap, "calibrate", lambda m, **k: quick.append(k) or SimpleNamespace(step_model=CPU))
-    monkeypatch.setattr(cap, "save_profile", lambda p: saved.append(p) or p)
-    assert cap.machine_step_model(model).coefficients == cap.machine_step_model(model).coefficients == CPU.coefficients
-    assert quick == [{"quick": True}]                 # measured once, quickly
-    assert len(saved) == 1                            # and kept for the lessons and the next start
-
-
 def test_the_rate_slider_reaches_past_a_fast_engines_capacity_and_its_presets():
     """This machine's slider ends at the knob's end; the simulated H100's further, past twice its
     capacity, so every preset sized for it lands on the slider, rush hour included."""

@@ -132,7 +132,9 @@ def test_a_lab_page_shows_the_simulated_chart_right_after_the_prediction(lab_env
     captions = " ".join(c.value for c in at.caption)
     assert "Simulated" in captions and "Run it on the real engine" in captions
     assert "uncalibrated" in captions, "the step model is named (no profile in an empty cache: the guess)"
-    assert any(m.label == SOURCE_LABEL["simulated"] for m in at.metric), "the guess beside the simulator's answer"
+    labels = [m.label for m in at.metric]
+    assert SOURCE_LABEL["guessed"] in labels, "the guess beside the simulator's answer, on a guessed step model"
+    assert SOURCE_LABEL["simulated"] not in labels, "an uncalibrated machine's model is never called this machine's"
     assert "The simulation" in " ".join(m.value for m in at.markdown), "and the claim judged on the simulation"
     assert any(b.key.endswith("__run") for b in at.button), "the real run stays one button away"
     assert not list(lab_env.glob("results/run-*.json")) and not list(lab_env.glob("*/run-*.json"))

@@ -124,12 +124,12 @@ def headless(seconds: float, out: str, query: str = "") -> None:
     from urllib.parse import parse_qs
 
     from engine.model.model import load_model
-    from playground.capacity import machine_step_model
+    from engine.sim.machine_speed import machine_speed
     from playground.run import PlaygroundRun
     from playground.setup import Setup
     install(out)
     model = load_model("smollm2")
-    machine_step_model(model)              # as the page does: the refit now records every step
+    machine_speed(model, measure_if_missing=True)   # as the page does: the refit now records every step
     setup, _ = Setup.from_query({k: v[-1] for k, v in parse_qs(query).items()})
     run = PlaygroundRun(setup, model)
     run.start()

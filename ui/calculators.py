@@ -23,11 +23,10 @@ from analysis import course
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
-from engine.core import step_fit
 from engine.core.config import EngineConfig
-from engine.sim.profile import load_profile
-from engine.runs.results import cache_dir
-from engine.core.step_model import UNCALIBRATED, StepModel
+from engine.core.step_model import StepModel
+from engine.sim.machine_speed import machine_speed as engine_speed
+from ui import machine_speed
 
 # With t(B) = t0 + c·B, throughput B / t(B) reaches KNEE_SHARE of its ceiling 1/c at B = AT_SHARE · t0/c
 AT_SHARE = KNEE_SHARE / (1 - KNEE_SHARE)
@@ -76,42 +75,24 @@ def mm1_table(mu: float, rho_now: float) -> str:
     return "\n".join(lines)
 
 
-@st.cache_resource(ttl=60, show_spinner=False)
-def _profiled(model_name: str, folder: str):
-    """This machine's saved profile of the model (None: none, or stale). `folder` (the results
-    cache, where profiles live) is only a cache key: pointing BATCHING_LAB_CACHE elsewhere reads afresh."""
-    return load_profile(model_name)
-
-
 def warm() -> None:
-    """Read this machine's step model into the cache off the page (ui/lesson_pictures.py calls it on its thread)."""
-    _step_model()
+    """Read this machine's step model off the page (ui/lesson_pictures.py calls it on its thread)."""
+    from ui.session import model_name     # it imports torch, which only this calculator needs
+    engine_speed(model_name())
 
 
 def warm_sweeps() -> None:
     """Run lesson 6's two sweeps off the page (ui/lesson_pictures.py, after the pictures): a page that finds
     them cached answers at once."""
-    _knee_sweep_here(_step_model()[0])
+    from ui.session import model_name
+    _knee_sweep_here(engine_speed(model_name()).step_model)
     course.knee_sweep()
 
 
-def _step_model() -> tuple[StepModel, bool]:
-    """This machine's step model as the app runs it, and whether it had a profile (saved_step_model, without
-    the page's spinner)."""
-    from ui.session import model_name     # it imports torch, which only this calculator needs
-    found = _profiled(model_name(), cache_dir())
-    if found is None:
-        return UNCALIBRATED, False
-    key = (found.model, found.dtype, found.device)
-    return step_fit.fit_for(key, found.step_model, found.path).current(), True
-
-
-def saved_step_model() -> tuple[StepModel, bool]:
-    """This machine's step model as the app runs it: its saved profile, refit from the app's own
-    real steps (engine.step_fit: this process's, or the refit stored beside the profile), its label
-    saying its current error; and whether it had a profile (else the hand-set guess)."""
-    with st.spinner("Reading this machine's step model…"):
-        return _step_model()
+def _here() -> tuple[StepModel, bool]:
+    """This machine's step model (ui.machine_speed), and whether it was measured here (else the hand-set guess)."""
+    speed = machine_speed.here()
+    return speed.step_model, speed.calibrated
 
 
 @st.fragment
@@ -121,7 +102,7 @@ def step_time() -> None:
         left, right = st.columns(2)
         batch = left.slider("Batch size B (sequences in the step)", 1, 64, 8, key="calc_step_batch")
         context = right.slider("Context per sequence (tokens)", 16, 2048, 128, 16, key="calc_step_context")
-        model, measured = saved_step_model()
+        model, measured = _here()
         t, t0 = model.decode_ms(batch, context), model.decode_ms(0, context)
         cols = st.columns(3)
         cols[0].metric("Step time t(B)", f"{t:.1f} ms")
@@ -151,7 +132,7 @@ def step_example() -> None:
     with st.container(border=True):
         st.markdown(f"**The worked example on two machines**: one decode step of B sequences, each with "
                     f"{course.CONTEXT} tokens of context. Each user waits the whole step between two of its tokens.")
-        model, measured = saved_step_model()
+        model, measured = _here()
         gpu = roofline_profile(course.KNEE_GPU)
         here_name = "this machine's step model" if measured else "a guessed step model (this machine has none yet)"
         left, right = st.columns(2)
@@ -168,7 +149,7 @@ def step_table() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the table for your own t₀ and c**")
         # starts from the line through this machine's step model, the one lesson 1's worked example reads
-        t0_0, c_0 = course.line_through(course.step_table(saved_step_model()[0]))
+        t0_0, c_0 = course.line_through(course.step_table(_here()[0]))
         t0_0, c_0 = min(max(t0_0, 0.5), 200.0), min(max(c_0, 0.05), 20.0)
         left, right = st.columns(2)
         t0 = left.slider("t₀: what every step pays (ms)", 0.5, 200.0, round(t0_0, 1), 0.5, key="calc_tb_t0")
@@ -269,7 +250,7 @@ def knee_example() -> None:
         st.markdown(f"**The worked example on two machines**: prompts of {spec.prompt_lo}–{spec.prompt_hi} tokens, "
                     f"answers of {spec.output_lo}–{spec.output_hi}, all sent at once; every setting of a machine's "
                     "sweep gets the same requests, as many as its largest setting holds.")
-        model, measured = saved_step_model()
+        model, measured = _here()
         with st.spinner("Running the sweep on this machine's step model…"):
             here = _knee_sweep_here(model)
         gpu = course.knee_sweep()

@@ -1,6 +1,8 @@
 """A lab run's expected duration, for its run button: a range from the step model's measured error."""
 from __future__ import annotations
 
+from engine.sim.machine_speed import MachineSpeed
+
 
 def duration_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
@@ -19,13 +21,13 @@ def estimate_range_text(seconds: float, error: float | None) -> str:
     return f"{span} (± the step model's current error here, {error:.0%})"
 
 
-def estimate_text(seconds: float, calibrated: bool, error: float | None = None) -> str:
-    """A run's expected duration for the run buttons, as a range from the step model's measured
-    error on this machine (`error`; read from the app's step model where not given): from this
-    machine's measured speed, or (before anything was measured here) the cost model's guess,
-    said as such."""
-    if error is None:
-        from ui.calculators import saved_step_model
-        error = saved_step_model()[0].error
-    text = estimate_range_text(seconds, error)
-    return text if calibrated else f"{text} by the cost model; this machine's own speed is learned from its first run"
+def estimate_text(seconds: float, speed: MachineSpeed | None) -> str:
+    """A run's expected duration for the run buttons: `seconds` as this machine's step model `speed`
+    (labs.runs.estimate) times the runs, a range from its current error; on the hand-set guess, said
+    as such; `speed` None: a figure not from this machine's step model (a fixed one, said so)."""
+    if speed is None:
+        return f"about {duration_text(seconds)} (a rough figure, not from this machine's step model)"
+    if not speed.calibrated:
+        return (f"about {duration_text(seconds)} on a guessed step model: this machine is not calibrated yet "
+                "(the Playground measures it on its first run)")
+    return estimate_range_text(seconds, speed.error)

@@ -299,10 +299,25 @@ def _score(q: Question, guess, answer) -> tuple[bool, str]:
     return number_verdict(float(guess), float(answer))
 
 
+def source_label(source: str, label: str | None = None) -> str:
+    """What a result says it comes from: `label` where the page names another machine (a GPU's roofline
+    model), else measured on this machine's engine, or simulated on this machine's step model, a guessed
+    one where this machine is not calibrated (engine.sim.machine_speed's kind: the page has read it
+    already, so no spinner here)."""
+    if label:
+        return label
+    if source == "measured":
+        return machines.source_label(source, True)
+    from engine.sim.machine_speed import machine_speed
+    from ui.session import model_name        # it imports torch
+    return machines.source_label(source, machine_speed(model_name()).calibrated)
+
+
 def reveal(q: Question, guess, measured, why: str, measured_text: str | None = None,
-           source: str = "measured") -> bool:
+           source: str = "measured", label: str | None = None) -> bool:
     """Show the guess beside the result with the gap explained, record it in the session's progress
-    and lock the guess. `source`: "measured" (the real engine) or "simulated". A choice is right or
+    and lock the guess. `source`: "measured" (the real engine) or "simulated"; `label`: what the result
+    is labelled where it is not this machine's (source_label). A choice is right or
     wrong; a number is close within CLOSE_FACTOR. Returns right/close."""
     right, words = _score(q, guess, measured)
     shown = measured_text or q.show(measured)
@@ -322,7 +337,7 @@ def reveal(q: Question, guess, measured, why: str, measured_text: str | None = N
         _locked_line(slot.container(), q, guess)
     with st.container(border=True):
         cols = st.columns(2)
-        label = machines.SOURCE_LABEL["measured" if source == "measured" else "simulated"]
+        label = source_label(source, label)
         if q.choices and max(len(q.show(guess)), len(shown)) > 16:     # a metric would cut a long choice short
             cols[0].markdown(f"You predicted  \n**{q.show(guess)}**")
             cols[1].markdown(f"{label}  \n**{shown}**")
@@ -335,9 +350,9 @@ def reveal(q: Question, guess, measured, why: str, measured_text: str | None = N
     return right
 
 
-def simulated(q: Question, guess, answer, why: str, answer_text: str | None = None) -> bool:
+def simulated(q: Question, guess, answer, why: str, answer_text: str | None = None, label: str | None = None) -> bool:
     """reveal() with the simulator's answer, before the real run."""
-    return reveal(q, guess, answer, why, answer_text, source="simulated")
+    return reveal(q, guess, answer, why, answer_text, source="simulated", label=label)
 
 
 def verdict_elsewhere(v, pick: str) -> None:
@@ -346,7 +361,7 @@ def verdict_elsewhere(v, pick: str) -> None:
     st.caption(f"Not judged here, since this claim is about other settings: {pick} to test it (“{v.claim.text}”).")
 
 
-def show_verdict(v, source: str = "measured") -> None:
+def show_verdict(v, source: str = "measured", label: str | None = None) -> None:
     """The lab's claim and what this run says about it, in words computed from the run."""
     record_verdict(v, source)
     icon = {"shown": ":material/check_circle:", "not shown": ":material/cancel:"}.get(v.outcome, ":material/help:")
@@ -356,6 +371,6 @@ def show_verdict(v, source: str = "measured") -> None:
     with st.container(border=True):
         st.markdown(f"{icon} **Claim:** {v.claim.text}")
         st.markdown(machines.badge(machines.ENGINE if source == "measured" else machines.SIMULATOR,
-                                   machines.SOURCE_LABEL["measured" if source == "measured" else "simulated"]))
+                                   source_label(source, label)))
         st.markdown(f"**{mark} {outcome[0].upper() + outcome[1:]}** ({v.claim.metric}: {v.value_text()}; the claim "
                     f"needs {v.claim.threshold_text()}). " + ("Why: " if v.outcome == "undecided" else "") + v.words)

@@ -201,6 +201,14 @@ def existing(key: tuple) -> StepFit | None:
     return _fits.get(key)
 
 
+def record_steps(engine, model) -> None:
+    """Let this process's refit of `model` (if a page has read its step model) learn from every real
+    step `engine` takes: the Playground's live runs and the labs' runs alike."""
+    fit = existing(model_key(model))
+    if fit is not None:
+        engine.step_observer = fit.observe
+
+
 def model_key(model) -> tuple:
     """(name, dtype, device) of a loaded model: what a StepFit is kept by."""
     return (model.name, str(model.dtype).replace("torch.", ""), str(model.device))

@@ -96,9 +96,7 @@ class LiveRun(FedByArrivals):
         self.engine.keep_steps = keep_steps
         self.engine.clock.stop()                 # the run's time starts with its first step
         if model is not None:                    # the app's step model learns from every real step
-            fit = step_fit.existing(step_fit.model_key(model))
-            if fit is not None:
-                self.engine.step_observer = fit.observe
+            step_fit.record_steps(self.engine, model)
         if prompts is None and model is not None:
             prompts = PromptMaker(model.tokenizer)
         self.feed = ArrivalFeed(spec, prompts)

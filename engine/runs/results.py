@@ -86,9 +86,7 @@ def run_workload(model, policy: SchedulerPolicy, spec: WorkloadSpec, config: Eng
                  progress=None, prompts: PromptMaker | None = None, label: str = "") -> RunResult:
     """One seeded workload through the real engine, start to finish. progress(fraction, text) is optional."""
     engine = build_engine(config or EngineConfig(), policy, model)
-    fit = step_fit.existing(step_fit.model_key(model))    # the app's step model learns from a lab's real steps too
-    if fit is not None:
-        engine.step_observer = fit.observe
+    step_fit.record_steps(engine, model)      # the app's step model learns from a lab's real steps too
     for r in build_requests(spec, prompts or PromptMaker(model.tokenizer)):
         engine.submit(r)
     return run_to_end(engine, policy, progress, label)

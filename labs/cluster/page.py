@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import cluster as charts
+from analysis import machines
 from cluster.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
@@ -88,7 +89,7 @@ predict.reveal(question, guess, best,
                          "yet its p95 TTFT is higher: the slowest requests are set by bursts of queueing, which "
                          "the saved prefill does not remove (compare the p50 column).",
                          "the two p95 TTFTs are about the same: the saved prefill is small next to the queueing."),
-               source="simulated")
+               source="simulated", label=machines.roofline_label(profile))
 widgets.plot(charts.routing_bars(runs))
 widgets.table(pd.DataFrame(lab.routing_table(runs)), csv="cluster-routing")
 groups = charts.prefix_groups(runs["round_robin"], lab.routing_requests(profile, spec, replicas))
@@ -103,7 +104,7 @@ st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on th
             "round_robin and "
             "prefix_affinity. TTFT is timed by the client; the hit rates come from the servers' own /metrics.")
 real = widgets.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
-                                 lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, False),
+                                 lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, None),
                                  "Starting servers and routing…", stop=False)
 if real is not None:
     got = real[0]
@@ -155,7 +156,7 @@ predict.reveal(q2, guess2, cheaper,
                          + (", and paid for it in replicas it kept when the traffic fell."
                             if cheaper == lab.AUTOSCALER_NAMES["waiting"] else "."),
                          "Both met the SLO about equally often.", tol=0.01),
-               source="simulated")
+               source="simulated", label=machines.roofline_label(profile))
 widgets.plot(charts.replicas_over_time(scaled, phases, lab.AUTOSCALER_NAMES))
 widgets.table(pd.DataFrame(lab.autoscale_table(scaled)), csv="cluster-autoscaling")
 left, right = st.columns(2)
@@ -175,7 +176,7 @@ own = {"prefix_affinity_hits": router_numbers(runs), "busy_fraction_overprovisio
 for c in CHECKS:
     with st.spinner(f"Simulating the runs for “{c.id}”…"):
         numbers = own.get(c.id) or claim_numbers(c.id, profile)
-    predict.show_verdict(judge(c, numbers), source="simulated")
+    predict.show_verdict(judge(c, numbers), source="simulated", label=machines.roofline_label(profile))
 widgets.definitions(
     "\n- **Prefix hit rate** (cluster): prompt tokens found in the replicas' prefix caches / prompt tokens looked up."
     "\n- **Load imbalance**: the busiest replica's time spent running steps over the mean (1.0 = even)."

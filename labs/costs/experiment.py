@@ -19,6 +19,7 @@ from engine.runs.workload import WorkloadSpec
 from engine.sim.step_times import TIMED_BUDGET, time_scheduling
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run
 
 # ----------------------------------------------------------------------------- 1. a long prompt stalls decodes
@@ -92,8 +93,8 @@ def simulated_stall_runs(step_model, long_prompt: int = LONG_PROMPT, budget: int
 
 
 def stall_estimate_s(model, arrivals, long_prompt: int = LONG_PROMPT, budget: int = BUDGET,
-                     step_priority: str = STEP_PRIORITY) -> tuple[float, bool]:
-    """(seconds, calibrated?) the two stall runs take on this machine."""
+                     step_priority: str = STEP_PRIORITY) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) the two stall runs take on this machine."""
     return estimate(model, [(stall_policy(chunked, budget, long_prompt, step_priority),
                              stall_parts(long_prompt, arrivals))
                             for _, chunked in CHUNKING])
@@ -238,7 +239,7 @@ def simulated_kv_run(step_model, kv_capacity: int):
     return simulated_run(step_model, policy, KV_SPEC, label=f"KV {kv_capacity} tokens, simulated"), False
 
 
-def kv_estimate_s(model, kv_capacity: int) -> tuple[float, bool]:
+def kv_estimate_s(model, kv_capacity: int) -> tuple[float, MachineSpeed]:
     return estimate(model, [(SchedulerPolicy(max_num_seqs=KV_SLOTS, kv_capacity_tokens=int(kv_capacity)),
                              [Part(KV_SPEC)])])
 

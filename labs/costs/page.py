@@ -9,7 +9,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]
@@ -44,7 +44,8 @@ widgets.write_link(["co_long", "co_budget", "co_priority", "co_kv"])
 # ----- 1. chunked prefill
 st.header("1 · A long prompt arrives into running decodes")
 long_len, budget, priority = st.session_state.co_long, st.session_state.co_budget, st.session_state.co_priority
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 arrivals = lab.long_arrivals(step_model)
 off_budget = lab.stall_policy(False, budget, long_len).max_num_batched_tokens
 first = ("running decodes take their tokens first and the prompt gets what is left" if priority == "decode_first"

@@ -15,9 +15,10 @@ from analysis.membership import member_counts
 from analysis.style import COLORS, empty_figure, is_empty, layout
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
-from labs import claims, timing
+from labs import claims
 from labs.repeats import error_bars, spread
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run
 
 WAITS_MS = [0, 500, 2000]
@@ -74,7 +75,7 @@ def simulated_wait_runs(step_model, rate: float, waits=WAITS_MS, slots: int = SL
             for ws in settings(waits, repeats)]
 
 
-def estimate_s(model, rate: float, waits=WAITS_MS, slots: int = SLOTS, repeats: int = REPEATS) -> tuple[float, bool]:
+def estimate_s(model, rate: float, waits=WAITS_MS, slots: int = SLOTS, repeats: int = REPEATS) -> tuple[float, MachineSpeed]:
     return estimate(model, [(wait_policy(w, slots), [Part(spec_at(rate, seed))])
                             for w, seed in settings(waits, repeats)])
 
@@ -86,7 +87,7 @@ def run_rows(runs) -> pd.DataFrame:
     for (wait, seed), res, _ in runs:
         _, steps = frames(res)
         s = res.summary
-        busy = timing.busy_s(res.steps)
+        busy = s["busy_s"]
         rows.append({"max_wait_ms": wait, "seed": seed, "ttft_p50_s": s["ttft_s"]["p50"],
                      "ttft_p95_s": s["ttft_s"]["p95"], "mean_batch": float(member_counts(steps).mean()),
                      "busy_tok_s": s["output_tokens"] / busy if busy > 0 else float("nan"),

@@ -7,7 +7,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
 from labs.runs import simulated_name
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 WAIT = knobs_of(SchedulerPolicy)["max_wait_ms"]
 
@@ -38,7 +38,8 @@ with st.sidebar:
 widgets.write_link(["db_waits", "db_slots", "db_repeats"])
 waits = sorted(st.session_state.db_waits) or [0]
 slots, repeats = st.session_state.db_slots, st.session_state.db_repeats
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 rate = arrival_rate(step_model, slots)
 
 spec = lab.SPEC

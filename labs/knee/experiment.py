@@ -8,6 +8,7 @@ a step model) answers at once over more settings (SIM_VALUES, up to the sweep's 
 overlay it."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import pandas as pd
@@ -15,10 +16,13 @@ import plotly.graph_objects as go
 
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, layout
 from engine.core.config import SchedulerPolicy
+from engine.core.step_model import StepShape
+from engine.runs.arrivals import build_requests
 from engine.runs.workload import WorkloadSpec
 from labs import claims, knee_rule
 from labs.repeats import error_bars, spread
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, run_each, simulated_run, single_run
 from labs.slo_goodput.experiment import goodput
 
@@ -27,12 +31,41 @@ CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SIM_VALUES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]   # the simulated sweep, up to the sweep's largest
 REPEATS = 2
 FILL = 2                       # full batches of the largest setting: the requests every setting gets
-TPOT_SLO_MS, TTFT_SLO_S = 250, 30.0   # where the SLO sliders start: on a 2-core CPU the best goodput then falls below the knee
+# Where the SLO sliders start: from this machine's step model, not fixed numbers. A fixed target that
+# a small CPU's larger settings miss is met by a GPU at every setting, and then goodput cannot tell the
+# settings apart. TPOT: TPOT_SLO_TIMES x one request decoding alone. A decode step grows with its batch,
+# so the settings past the knee (where more slots mostly lengthen every step) break it, and the
+# smaller ones keep it; 3.5 is where a 2-core CPU's simulated sweep keeps it up to 24 slots of a knee
+# at 64. TTFT: every request arrives at once, so a request's TTFT is mostly waiting behind the others;
+# TTFT_SLO_LONE_REQUESTS x one request's whole time alone (its prompt, then every token at batch 1) lets
+# a request wait for about that many served one after another. The smallest settings, which serve few
+# at a time, break it for most of the queue; larger ones keep it for more of it.
+TPOT_SLO_TIMES = 3.5
+TTFT_SLO_LONE_REQUESTS = 10
+TPOT_SLIDER_MS = (10, 300, 5)          # the sliders: lowest, highest, step
+TTFT_SLIDER_S = (0.5, 60.0, 0.5)
 MIN_REQUESTS = 12
 SPEC = WorkloadSpec(num_requests=32, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=32,
                     output_kind="uniform", output_lo=24, output_hi=56)
 COLUMNS = ["output_tok_s", "tpot_p95_ms", "ttft_p95_s", "tpot_p50_ms", "ttft_p50_s", "goodput_req_s", "met_share",
            "fill", "requests"]
+
+
+def slo_defaults(step_model) -> tuple[int, float]:
+    """(TPOT ms, TTFT s) where the SLO sliders start on a machine whose step times `step_model` predicts
+    (above: why these multiples), on the sliders' steps and within their ranges."""
+    requests = build_requests(SPEC)
+    prompt = round(statistics.fmean(len(r.prompt_token_ids) for r in requests))
+    output = round(statistics.fmean(r.max_new_tokens for r in requests))
+    alone_tpot_ms = step_model.decode_ms(1, prompt + output // 2)
+    alone_s = (step_model.predict(StepShape(prompt, 1, 0, prompt * (prompt + 1) // 2))
+               + (output - 1) * alone_tpot_ms) / 1000
+    return (int(_on_slider(TPOT_SLO_TIMES * alone_tpot_ms, *TPOT_SLIDER_MS)),
+            _on_slider(TTFT_SLO_LONE_REQUESTS * alone_s, *TTFT_SLIDER_S))
+
+
+def _on_slider(value: float, lo: float, hi: float, step: float) -> float:
+    return float(min(hi, max(lo, lo + step * round((value - lo) / step))))
 
 
 def requests_for(values) -> int:
@@ -66,14 +99,15 @@ def settings(values=VALUES, repeats: int = REPEATS) -> list[tuple[int, int]]:
 def max_num_seqs_runs(model, values=VALUES, repeats: int = REPEATS, progress=None, refresh: bool = False,
                       peek: bool = False) -> list[tuple[tuple[int, int], object, bool]] | None:
     """The workload under each max_num_seqs, once per seed: [((value, seed), RunResult, was_cached)]."""
+    specs = {seed: spec_for(values, seed) for seed in range(repeats)}     # every setting gets the same requests
     return run_each(settings(values, repeats),
-                    lambda vs, p: single_run(model, policy_for(vs[0]), spec_for(values, vs[1]), p,
+                    lambda vs, p: single_run(model, policy_for(vs[0]), specs[vs[1]], p,
                                              label=f"max_num_seqs={vs[0]}, seed {vs[1]}", refresh=refresh, peek=peek),
                     progress, describe=lambda vs: f"max_num_seqs={vs[0]} (run {vs[1] + 1} of {repeats})")
 
 
-def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, bool]:
-    """(seconds, calibrated?) the sweep takes on this machine."""
+def estimate_s(model, values=VALUES, repeats: int = REPEATS) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) the sweep takes on this machine."""
     return estimate(model, [(policy_for(v), [Part(spec_for(values, seed))])
                             for v, seed in settings(values, repeats)])
 

@@ -8,7 +8,7 @@ from analysis import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -22,15 +22,22 @@ st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
            "mostly latency. The knee is the operating point, not the engine's maximum.")
 
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
+tpot_start_ms, ttft_start_s = lab.slo_defaults(step_model)     # from this machine's step model: see the lab
 with st.sidebar:
     widgets.choice(st.multiselect, "max_num_seqs values", lab.CHOICES, lab.VALUES, key="kn_values",
                    help=f"Each value is a run with at most this many requests per step. Every run gets the same "
                         f"requests: {lab.FILL} full batches of the largest value.")
-    widgets.slider("TPOT SLO (ms)", 10, 300, lab.TPOT_SLO_MS, step=5, key="kn_tpot_ms",
-                   help="Requests whose average gap between tokens is longer than this miss the SLO.")
-    widgets.slider("TTFT SLO (s)", 0.5, 60.0, lab.TTFT_SLO_S, step=0.5, key="kn_ttft_s",
+    lo, hi, step = lab.TPOT_SLIDER_MS
+    widgets.slider("TPOT SLO (ms)", lo, hi, tpot_start_ms, step=step, key="kn_tpot_ms",
+                   help="Requests whose average gap between tokens is longer than this miss the SLO. It starts "
+                        f"at {lab.TPOT_SLO_TIMES:g}× the TPOT of one request alone on this machine's step model.")
+    lo, hi, step = lab.TTFT_SLIDER_S
+    widgets.slider("TTFT SLO (s)", lo, hi, ttft_start_s, step=step, key="kn_ttft_s",
                    help="Requests that wait longer than this for their first token miss the SLO. Every request "
-                        "arrives at once here, so TTFT is mostly time spent queueing.")
+                        "arrives at once here, so TTFT is mostly time spent queueing. It starts at "
+                        f"{lab.TTFT_SLO_LONE_REQUESTS}× one request's whole time alone on this machine's step model.")
     widgets.slider("Runs per setting", 1, 5, lab.REPEATS, key="kn_repeats",
                    help="Each run draws the workload with another seed. The charts show the mean and the range "
                         "of the runs: a point whose bars overlap its neighbour's is not really different.")
@@ -53,7 +60,6 @@ guess = predict.gate(question)
 goodput_q = predict.question("knee_goodput", choices=(*values, "none of them"), settings=slos,
                              help=f"Goodput counts requests within TPOT ≤ {tpot * 1000:g} ms and TTFT ≤ {ttft:g} s.")
 goodput_guess = predict.gate(goodput_q)
-step_model, profiled = calculators.saved_step_model()
 sim = lab.knee_table(simulated_runs(step_model, tuple(values)), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
@@ -92,7 +98,7 @@ else:
 predict.show_verdict(lab.knee_verdict(table), source)
 
 machine = machines.ENGINE if measured else machines.SIMULATOR
-st.markdown(machines.badge(machine, machines.SOURCE_LABEL[source]) + " the numbers, charts' star and table below")
+st.markdown(machines.badge(machine, machines.source_label(source, profiled)) + " the numbers, charts' star and table below")
 cols = st.columns(4)
 cols[0].metric("Knee (max_num_seqs)", knee, help=knee_rule.RULE[0].upper() + knee_rule.RULE[1:] + ".")
 cols[1].metric("Throughput at the knee", widgets.fmt(k.output_tok_s, "tok/s", 0),
@@ -110,7 +116,7 @@ with left:
 with right:
     widgets.plot(lab.throughput_vs_latency(shown_table, "ttft_p95_s", knee, ttft, sim, sim_name))
 st.markdown(f"Goodput (requests/s meeting both SLOs): {k.goodput_req_s:.2f} at the knee, "
-            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)} ({machines.SOURCE_LABEL[source].lower()}).")
+            f"{top.goodput_req_s:.2f} at {int(top.max_num_seqs)} ({machines.source_label(source, profiled).lower()}).")
 columns = {"max_num_seqs": "max_num_seqs", "output_tok_s": "output tok/s", "tpot_p95_ms": "p95 TPOT (ms)",
            "ttft_p95_s": "p95 TTFT (s)", "tpot_p50_ms": "p50 TPOT (ms)", "ttft_p50_s": "p50 TTFT (s)",
            "goodput_req_s": "goodput (req/s)", "met_share": "share within SLO", "fill": "batch filled",

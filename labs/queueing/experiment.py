@@ -29,6 +29,7 @@ from engine.core.validation import SMOLLM2_KV_BYTES_PER_TOKEN, kv_bytes_per_toke
 from engine.runs.workload import WorkloadSpec
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 SPEC = WorkloadSpec(num_requests=40, rate=0, prompt_kind="uniform", prompt_lo=16, prompt_hi=64,
@@ -117,17 +118,16 @@ def simulated_capacity_and_runs(step_model, utilizations=UTILIZATIONS, mu: float
                                     label=f"rho {rho:g}, simulated"), False) for rho in utilizations]
 
 
-def estimate_s(model, utilizations=UTILIZATIONS, mu: float | None = None) -> tuple[float, bool]:
-    """(seconds, calibrated?) the capacity run and the utilization runs take on this machine. Before
-    mu is measured, the cost model's own capacity (scaled to this machine) stands in for it."""
+def estimate_s(model, utilizations=UTILIZATIONS, mu: float | None = None) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) the capacity run and the utilization runs take on this machine. Before
+    mu is measured, the capacity the step model predicts for the capacity run stands in for it."""
+    seconds = 0.0
     if mu is None:
         spec = capacity_spec()
-        seconds, calibrated = estimate(model, [(POLICY, [Part(spec)])])
+        seconds, _ = estimate(model, [(POLICY, [Part(spec)])])
         mu = spec.num_requests / seconds if seconds > 0 else 1.0
-    else:
-        seconds, calibrated = 0.0, True
-    runs, calibrated_runs = estimate(model, [(POLICY, [Part(run_spec(rho, mu))]) for rho in utilizations])
-    return seconds + runs, calibrated and calibrated_runs
+    runs, speed = estimate(model, [(POLICY, [Part(run_spec(rho, mu))]) for rho in utilizations])
+    return seconds + runs, speed
 
 
 def waiting_growth(steps: pd.DataFrame, requests: pd.DataFrame) -> float:

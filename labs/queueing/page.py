@@ -6,7 +6,7 @@ import streamlit as st
 from analysis import queue_charts
 from labs.queueing import experiment as lab
 from labs.runs import frames
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -56,7 +56,8 @@ question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
                             help="ρ is the share of the engine's capacity the arrivals ask for. The lesson's "
                                  "M/M/1 table is one way to reason about it.")
 guess = predict.gate(question)
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 got, source = widgets.measured_or_simulated(
     "queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
     "Measure μ, then run each utilization", _estimate, "Measuring capacity, then each arrival rate…",

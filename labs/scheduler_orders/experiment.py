@@ -19,6 +19,7 @@ from engine.runs.results import RunResult
 from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, frames, mix_run, run_each, simulated_mix_run
 from labs.queueing.experiment import waiting_growth
 from labs.tail.experiment import percentile_table, prompt_bucket
@@ -80,7 +81,7 @@ def simulated_order_runs(step_model, rate: float, orders=ORDER_NAMES, seed: int 
                                       label=f"{order}, simulated"), False) for order in orders}
 
 
-def estimate_s(model, rate: float, orders=ORDER_NAMES, seed: int = 0) -> tuple[float, bool]:
+def estimate_s(model, rate: float, orders=ORDER_NAMES, seed: int = 0) -> tuple[float, MachineSpeed]:
     return estimate(model, [(POLICY.changed(order=order), order_parts(rate, seed)) for order in orders])
 
 

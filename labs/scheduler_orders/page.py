@@ -3,7 +3,7 @@ loses. The simulator answers at once; the real runs replace it."""
 import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -42,7 +42,8 @@ orders = [o for o in lab.ORDER_NAMES if o in st.session_state.so_orders] or ["fc
 if "fcfs" not in orders:
     orders = ["fcfs", *orders]
 load, seed = st.session_state.so_load, st.session_state.so_seed
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 mu = capacity(step_model)
 rate = round(load * mu, 3)
 

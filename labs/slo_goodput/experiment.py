@@ -26,6 +26,7 @@ from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run
 
 LOADS = [0.5, 1.0, 1.5, 2.0]      # the real runs' arrival rates, as shares of the predicted capacity
@@ -71,8 +72,8 @@ def rate_runs(model, rates, progress=None, refresh: bool = False,
                     progress, describe=lambda rate: f"rate {rate:g}/s")
 
 
-def estimate_s(model, rates) -> tuple[float, bool]:
-    """(seconds, calibrated?) the runs take on this machine."""
+def estimate_s(model, rates) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) the runs take on this machine."""
     return estimate(model, [(POLICY, [Part(replace(SPEC, rate=float(rate)))]) for rate in rates])
 
 

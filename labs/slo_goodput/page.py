@@ -4,7 +4,7 @@ import streamlit as st
 
 from labs.runs import frames, simulated_name
 from labs.slo_goodput import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -33,7 +33,8 @@ with st.sidebar:
                         "\"Run the arrival rates\" has measured them.")
 widgets.write_link(["sg_ttft_ms", "sg_tpot_ms", "sg_load"])
 ttft, tpot = st.session_state.sg_ttft_ms / 1000, st.session_state.sg_tpot_ms / 1000
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 rates = real_rates(step_model)
 
 spec = lab.SPEC

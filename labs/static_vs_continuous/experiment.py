@@ -15,6 +15,7 @@ from engine.runs.results import RunResult
 from engine.runs.workload import SHORT_SPAN, WorkloadSpec
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, run_each, simulated_run, single_run
 
 MODES = ("static", "continuous")
@@ -71,8 +72,8 @@ def simulated_modes(step_model, workload: str, max_num_seqs: int = SLOTS, seed: 
             for mode in MODES}
 
 
-def estimate_s(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -> tuple[float, bool]:
-    """(seconds, calibrated?) both runs take on this machine."""
+def estimate_s(model, workload: str, max_num_seqs: int = SLOTS, seed: int = 0) -> tuple[float, MachineSpeed]:
+    """(seconds, this machine's step model) both runs take on this machine."""
     spec = workload_spec(workload, seed)
     return estimate(model, [(mode_policy(mode, max_num_seqs), [Part(spec)]) for mode in MODES])
 

@@ -7,7 +7,7 @@ from analysis import membership
 from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
@@ -47,7 +47,8 @@ question = predict.question("static_vs_continuous", choices=lab.FINISH_CHOICES, 
 guess = predict.gate(question)
 ttft_q = predict.question("svc_ttft", settings=named)
 ttft_guess = predict.gate(ttft_q)
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 sim = simulated_modes(step_model, *settings)
 sim_summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in sim.items()}
 got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),

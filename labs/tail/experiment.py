@@ -14,6 +14,7 @@ from engine.core.metrics import PERCENTILES, percentile
 from engine.runs.workload import LengthDist, WorkloadSpec
 from labs import claims
 from labs.part import Part
+from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, mix_run, simulated_mix_run
 
 REQUESTS = 120
@@ -71,7 +72,7 @@ def simulated_tail_run(step_model, rate: float, long_share: float = 0.1, bursty:
                              label=f"long share {long_share:.0%}, simulated"), False
 
 
-def estimate_s(model, rate: float, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, bool]:
+def estimate_s(model, rate: float, long_share: float = 0.1, bursty: bool = True, seed: int = 0) -> tuple[float, MachineSpeed]:
     return estimate(model, [(POLICY, tail_parts(long_share, bursty, seed, rate))])
 
 

@@ -6,7 +6,7 @@ from analysis import latency
 from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "window": "time window", "none": "nothing (all requests)"}
@@ -43,7 +43,8 @@ with st.sidebar:
 widgets.write_link(["ta_long", "ta_bursty", "ta_seed", "ta_segment", "ta_metric"])
 share, bursty, seed = st.session_state.ta_long, st.session_state.ta_bursty, st.session_state.ta_seed
 metric, segment = st.session_state.ta_metric, st.session_state.ta_segment
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 rate = arrival_rate(step_model, share)
 
 st.markdown(f"The workload: requests at {rate:g} per second in all ({lab.LOAD:.0%} of what this machine's step model "

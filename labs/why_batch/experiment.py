@@ -4,7 +4,6 @@ model of the step time."""
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pandas as pd
@@ -19,9 +18,12 @@ from analysis.style import (
     room_above,
     vline,
 )
+from engine.core.config import SchedulerPolicy
 from engine.runs.results import cache_path
+from engine.runs.workload import WorkloadSpec
 from engine.sim.step_times import measure_batch_scaling
-from labs import claims, knee_rule, timing
+from labs import claims, knee_rule
+from labs.part import Part
 from labs.repeats import REPEATS, error_bars, spread
 from labs.runs import cached, estimate, fingerprint
 
@@ -43,9 +45,7 @@ def batch_scaling(model, batch_sizes=BATCH_SIZES, context: int = CONTEXT, steps:
         rows = []
         for k in range(repeats):
             sub = progress and (lambda f, text, k=k: progress((k + f) / repeats, f"pass {k + 1}/{repeats}: {text}"))
-            t = time.perf_counter()
             rows += [{**r, "repeat": k} for r in measure_batch_scaling(m, sizes, context, steps, sub)]
-            timing.learn(fingerprint(m), scaling_predicted_s(sizes, context, steps), time.perf_counter() - t)
         return rows
     return cached(path, model, measure, refresh, peek)
 
@@ -60,15 +60,20 @@ def predicted_scaling(step_model, batch_sizes=BATCH_SIZES, context: int = CONTEX
     return rows
 
 
-def scaling_predicted_s(sizes, context: int = CONTEXT, steps: int = STEPS) -> float:
-    """The cost model's seconds for one pass over `sizes` (without this machine's speed)."""
-    return sum(timing.stretched_duration(timing.simulate(*timing.scaling_job(b, context, steps)), 1.0)
-               for b in sizes)
-
-
 def estimate_s(model, sizes, context: int = CONTEXT, steps: int = STEPS, repeats: int = REPEATS):
-    """(seconds, calibrated?) the measurement takes on this machine."""
-    return estimate(model, [timing.scaling_job(b, context, steps) for b in sizes] * repeats)
+    """(seconds, this machine's step model) the measurement takes (labs.runs.estimate)."""
+    return estimate(model, [scaling_job(b, context, steps) for b in sizes] * repeats)
+
+
+def scaling_job(batch: int, context: int, steps: int):
+    """Timing one batch size (engine.sim.step_times.measure_batch_scaling) as a run the simulator can
+    time: `batch` prompts of `context` tokens prefilled in one step, then `steps` decode steps."""
+    tokens = batch * (context + steps + 1)
+    policy = SchedulerPolicy(max_num_seqs=batch, max_num_batched_tokens=max(batch * context, 16),
+                             kv_capacity_tokens=max(tokens, 16))
+    spec = WorkloadSpec(num_requests=batch, rate=0, prompt_kind="fixed", prompt_lo=context, prompt_hi=context,
+                        output_kind="fixed", output_lo=steps + 1, output_hi=steps + 1)
+    return policy, [Part(spec)]
 
 
 def scaling_table(rows: list[dict]) -> pd.DataFrame:

@@ -4,7 +4,7 @@ import streamlit as st
 
 from labs import knee_rule
 from labs.why_batch import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import machine_speed, predict, session, widgets
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
@@ -33,7 +33,8 @@ guess = predict.gate(question)
 knee_q = predict.question("why_batch_knee", choices=tuple(sizes), settings=named, share=f"{knee_rule.KNEE_SHARE:.0%}",
                           help=f"The rule: {knee_rule.RULE}.")
 knee_guess = predict.gate(knee_q)
-step_model, profiled = calculators.saved_step_model()
+speed = machine_speed.here()
+step_model, profiled = speed.step_model, speed.calibrated
 predicted = lab.predicted_scaling(step_model, sizes, settings[1])
 got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
                                 "Measure step times", lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
