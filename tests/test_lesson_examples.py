@@ -5,8 +5,8 @@ import functools
 
 import pytest
 
-from analysis import machines
-from analysis.course_numbers import machine_of, numbers
+from course import machines
+from course.numbers import machine_of, numbers
 from lessons.catalog import BLOCK_BREAK, FOLDER, find_blocks, find_example_numbers, load_lessons, tag_machines
 from tests.test_lesson_numbers import written
 from ui.calculators import CALCULATOR_IDS

@@ -6,8 +6,8 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import course_serving, pictures
-from analysis.pictures_course import PICTURES
+from course import examples_serving as course_serving, pictures
+from course.pictures_examples import PICTURES
 from ui.lesson_pictures import PICTURE_IDS
 
 
@@ -128,7 +128,7 @@ def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monk
     waiting for minutes on a busy machine. It keeps their priority and pauses after each picture
     instead."""
     import time
-    from analysis import course
+    from course import examples as course
     from ui import calculators
     from ui import lesson_pictures as glue
     seen, pauses = [], []

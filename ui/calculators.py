@@ -19,7 +19,7 @@ import math
 
 import streamlit as st
 
-from analysis import course
+from course import examples as course
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
@@ -146,7 +146,7 @@ def _step_rows(rows: list[dict]) -> str:
 def step_example() -> None:
     """Lesson 1's worked example on two machines: this machine's step model (its calibrated profile, or the
     hand-set guess, said so) and the named GPU's roofline model, each table with its reading and its badge."""
-    from analysis import machines
+    from course import machines
     from engine.sim.roofline import roofline_profile
     with st.container(border=True):
         st.markdown(f"**The worked example on two machines**: one decode step of B sequences, each with "
@@ -262,7 +262,7 @@ def _sweep_table(rows: list[dict]) -> str:
 def knee_example() -> None:
     """Lesson 6's worked example on two machines: this machine's step model (its calibrated profile, or the
     hand-set guess, said so) and the named GPU's roofline model, each with its knee and its ridge point."""
-    from analysis import machines
+    from course import machines
     from engine.sim.roofline import roofline_profile, this_cpu
     with st.container(border=True):
         spec = course.KNEE_SPEC

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.pictures import Picture
-from analysis.pictures_course import PICTURES
+from course.pictures import Picture
+from course.pictures_examples import PICTURES
 from engine.runs.results import cache_dir
 
 PICTURE_IDS = tuple(PICTURES)
@@ -76,7 +76,7 @@ def _draw_all() -> None:
     minutes on a busy machine (its import of torch, with a page's first run waiting behind it). So
     it keeps the pages' priority, and pauses after each picture as long as the picture took,
     leaving the pages at least half of the time."""
-    from analysis import course
+    from course import examples as course
     from ui import calculators
     calculators.warm()                         # this machine's step model (and the torch it imports)
     course.load_example(course.LOADS[-1])      # the queueing calculators' defaults

@@ -6,8 +6,8 @@ nobody declared gets a red badge saying so, and tests/test_lesson_examples.py fa
 """
 from __future__ import annotations
 
-from analysis import machines
-from analysis.course_numbers import machine_of
+from course import machines
+from course.numbers import machine_of
 
 UNKNOWN = ":red-badge[:material/help: no machine named]"
 

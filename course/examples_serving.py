@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from analysis.course import (COURSE_MODEL, QUEUE_SLOTS, QUEUE_SPEC, capacity, mixed, percentile, run)
+from course.examples import (COURSE_MODEL, QUEUE_SLOTS, QUEUE_SPEC, capacity, mixed, percentile, run)
 from engine.runs.build import build_engine
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.workload import WorkloadSpec

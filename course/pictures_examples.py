@@ -9,9 +9,9 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis import course, course_serving
-from analysis.pictures import PICTURES as RUN_PICTURES, Picture
-from analysis.pictures_cluster import PICTURES as CLUSTER_PICTURES
+from course import examples as course, examples_serving as course_serving
+from course.pictures import PICTURES as RUN_PICTURES, Picture
+from course.pictures_cluster import PICTURES as CLUSTER_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
 from engine.sim.roofline import roofline_profile
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 
-from analysis.course import (GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+from course.examples import (GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
                              KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
                              percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
-from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
+from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
                                      TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.validation import kv_bytes_per_token
@@ -192,8 +192,8 @@ _ANY = {  # settings of the examples, counts the scheduler decides alone, and th
 
 def machine_of(name: str) -> str | None:
     """The machine (analysis.machines) a worked-example number comes from; None if it has none yet."""
-    from analysis import machines
-    from analysis.course import KNEE_GPU
+    from course import machines
+    from course.examples import KNEE_GPU
     if name in _ANY:
         return machines.ANY
     if name.startswith("ex1_"):
