@@ -1,8 +1,8 @@
 """The course's own worked examples: the engine's scheduler on the simulator, and the engine's constants.
 
-A lesson quotes a number from here with a marker, ``{{example:static_end_s=5.1}}``: the reader
-sees ``5.1`` and tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``,
-so the text says what this code computes. The pictures (analysis/pictures*.py) draw the same runs.
+A lesson quotes a number from here with a marker, ``{{number:example.static_end_s}}``: the page
+shows course/numbers.py's ``numbers()["static_end_s"]``, computed from these runs, so the text says
+what this code computes. The pictures (course/pictures*.py) draw the same runs.
 
 Every run uses COURSE_MODEL, one recorded calibration of this engine (SmolLM2-135M in fp32 on a
 two-core CPU, `python -m engine calibrate`), frozen here so that the lessons' numbers are the same

@@ -1,6 +1,6 @@
 """The course's worked examples of serving traffic (lessons 7 to 9): a tail split by prompt length,
 starvation under shortest-job-first, and replicas behind a gateway with an autoscaler watching them.
-The same simulator and recorded step model as analysis/course.py.
+The same simulator and recorded step model as course/examples.py.
 """
 from __future__ import annotations
 

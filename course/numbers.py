@@ -1,11 +1,13 @@
-"""Every worked-example number the lessons quote, computed from the course's runs (analysis/course.py).
+"""Every worked-example number the lessons quote, computed from the course's runs (course/examples.py).
 
-A lesson writes ``{{example:static_end_s=22.1}}``; the reader sees ``22.1``, and
-tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``.
+A lesson writes ``{{number:example.static_end_s}}``; the page shows ``numbers()["static_end_s"]``
+(lessons/catalog.render_numbers), and tests/test_lesson_examples.py checks every name the lessons use is here.
 """
 from __future__ import annotations
 
+import functools
 import math
+import threading
 
 from course.examples import (GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
                              KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
@@ -36,8 +38,24 @@ def _r(x: float, digits: int = 0):
     return round(x) if digits == 0 else round(x, digits)
 
 
+def setting(name: str):
+    """A worked-example number that is one of the course's settings, the same on every machine, without
+    running anything (the glossary quotes these). KeyError for any other name."""
+    return {"slo_ttft_s": SLO_TTFT_S, "slo_tpot_ms": _r(1000 * SLO_TPOT_S)}[name]
+
+
+_computing = threading.Lock()
+
+
 def numbers() -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it."""
+    """Every worked-example number a lesson quotes, rounded as the text writes it (seconds of simulation:
+    computed once per process, a second caller waiting for the first; do not change the dict)."""
+    with _computing:
+        return _numbers()
+
+
+@functools.lru_cache(maxsize=1)
+def _numbers() -> dict:
     n = {}
     # lesson 1 (its worked table is drawn on the page from this machine's step model: ui/calculators.step_example)
     head = 2 * SMOLLM2.hidden * SMOLLM2.vocab
@@ -173,7 +191,7 @@ def numbers() -> dict:
     return n
 
 
-# Which machine each worked-example number comes from (analysis/machines.py): the lessons show it beside
+# Which machine each worked-example number comes from (course/machines.py): the lessons show it beside
 # the number (lessons/catalog.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
@@ -191,7 +209,7 @@ _ANY = {  # settings of the examples, counts the scheduler decides alone, and th
 
 
 def machine_of(name: str) -> str | None:
-    """The machine (analysis.machines) a worked-example number comes from; None if it has none yet."""
+    """The machine (course.machines) a worked-example number comes from; None if it has none yet."""
     from course import machines
     from course.examples import KNEE_GPU
     if name in _ANY:

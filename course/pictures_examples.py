@@ -1,6 +1,6 @@
-"""The lessons' pictures drawn from the course's worked examples (analysis/course.py): the same runs
+"""The lessons' pictures drawn from the course's worked examples (course/examples.py): the same runs
 whose numbers the lesson text quotes. No Streamlit. PICTURES here lists every lesson picture,
-these and analysis/pictures.py's.
+these and course/pictures.py's.
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossa
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
 read, checks answered) lives in st.session_state and the learners' store (lessons/progress.py), so it
 comes back after a reload or a restart; "Start over" forgets it; the quiz is lessons/quiz.py. A body
-line `{{picture:<id>}}` shows that picture (ui.lesson_pictures), `{{calculator:<id>}}` that
-calculator (ui.calculators).
+line `{{place:picture:<id>}}` shows that picture (ui.lesson_pictures), `{{place:calculator:<id>}}` that
+calculator (ui.calculators); a `{{number:...}}` is filled in from code (lessons/catalog.py).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -194,7 +194,8 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
-    _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for)))
+    _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for),
+                         _worked_numbers(lesson)))
 
     st.header("Try it", anchor="try-it")
     for lab_id in lesson.labs:
@@ -222,6 +223,16 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
         cols[1].page_link(glossary_page, label="Last lesson done. Review the glossary",
                           icon=GLOSSARY_ICON)
 
+
+
+def _worked_numbers(lesson: Lesson) -> dict:
+    """The worked-example numbers the lesson quotes (course/numbers.py; seconds of simulation the first time
+    in a process, which ui/lesson_pictures.warm does off the page)."""
+    if not catalog.find_example_numbers(lesson.body):
+        return {}
+    from course.numbers import numbers
+    with st.spinner("Working out the lesson's examples…"):
+        return numbers()
 
 
 def _body(markdown: str) -> None:

@@ -277,7 +277,7 @@ def test_an_unknown_calculator_marker_is_named(tmp_path, monkeypatch):
     for p in [FOLDER / "05-queueing.md", FOLDER / "glossary.md"]:
         shutil.copy(p, tmp_path / p.name)
     five = tmp_path / "05-queueing.md"
-    five.write_text(five.read_text(encoding="utf-8").replace("{{calculator:mm1}}", "{{calculator:no_such}}"),
+    five.write_text(five.read_text(encoding="utf-8").replace("{{place:calculator:mm1}}", "{{place:calculator:no_such}}"),
                     encoding="utf-8")
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = lesson("queueing")

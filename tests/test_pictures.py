@@ -1,4 +1,4 @@
-"""The lessons' pictures (analysis/pictures.py, analysis/pictures_course.py) render from simulated
+"""The lessons' pictures (course/pictures.py, course/pictures_examples.py) render from simulated
 runs, with alt text, and say what the run shows."""
 import os
 import re

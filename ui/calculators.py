@@ -1,4 +1,4 @@
-"""The lessons' instant calculators: a lesson line `{{calculator:<id>}}` shows one (lessons/views.py).
+"""The lessons' instant calculators: a lesson line `{{place:calculator:<id>}}` shows one (lessons/views.py).
 
 - `mm1`: arrival and service rate -> utilization, mean and p99 time in system, and the p99 curve;
 - `step_time`: batch size -> decode step time, time per token and tokens/s, from this machine's
@@ -10,7 +10,7 @@
 - `kv_budget`: arrival rate and time in system -> requests inside (Little's Law, L = lambda W), and with
   the tokens each holds and the cache size -> the KV memory they need.
 
-The formulas live in analysis.queueing, analysis.course and engine.step_model. Each calculator is a
+The formulas live in analysis.queueing, course.examples and engine.step_model. Each calculator is a
 fragment, so moving its sliders reruns it alone, not the lesson around it. Widget keys start with `calc_`.
 """
 from __future__ import annotations

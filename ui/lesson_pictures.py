@@ -1,8 +1,8 @@
-"""Streamlit glue for the lessons' pictures (analysis/pictures_course.py): `show_picture(picture_id)`
+"""Streamlit glue for the lessons' pictures (course/pictures_examples.py): `show_picture(picture_id)`
 draws one with its caption and, under it, its alt text (the picture told in words).
 
 A picture is a simulated run, the same for everyone and every machine: each is drawn once and kept
-on disk beside the results cache, under a digest of the code that draws it (analysis/ and engine/),
+on disk beside the results cache, under a digest of the code that draws it (analysis/, course/ and engine/),
 so a change to that code draws it afresh. `warm()` loads or draws them all on a background thread
 the first time the lesson pages are built, with the calculators' defaults, so that the first
 learner to open a lesson does not wait for its runs (about ten seconds for all of them on two
@@ -25,7 +25,7 @@ from course.pictures_examples import PICTURES
 from engine.runs.results import cache_dir
 
 PICTURE_IDS = tuple(PICTURES)
-DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on
+DRAWN_BY = ("analysis", "course", "engine")          # the folders whose code a picture depends on
 _drawn: dict[str, Picture] = {}
 _locks = {picture_id: threading.Lock() for picture_id in PICTURES}
 
@@ -80,6 +80,8 @@ def _draw_all() -> None:
     from ui import calculators
     calculators.warm()                         # this machine's step model (and the torch it imports)
     course.load_example(course.LOADS[-1])      # the queueing calculators' defaults
+    from course.numbers import numbers
+    numbers()                                  # the numbers the lessons' texts quote
     for p in PICTURE_IDS:
         start = time.perf_counter()
         picture(p)
