@@ -194,8 +194,9 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
+    step_model = calculators.saved_step_model()[0]      # the learner's own: the worked examples run on it
     _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for),
-                         _worked_numbers(lesson)))
+                         _worked_numbers(lesson, step_model)), step_model)
 
     st.header("Try it", anchor="try-it")
     for lab_id in lesson.labs:
@@ -225,19 +226,20 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 
 
 
-def _worked_numbers(lesson: Lesson) -> dict:
-    """The worked-example numbers the lesson quotes (course/numbers.py; seconds of simulation the first time
-    in a process, which ui/lesson_pictures.warm does off the page)."""
+def _worked_numbers(lesson: Lesson, step_model) -> dict:
+    """The worked-example numbers the lesson quotes, those of runs on `step_model` among them (course/numbers.py;
+    seconds of simulation the first time in a process, which ui/lesson_pictures.warm does off the page)."""
     if not catalog.find_example_numbers(lesson.body):
         return {}
     from course.numbers import numbers
-    with st.spinner("Working out the lesson's examples…"):
-        return numbers()
+    with st.spinner("Working out the lesson's examples on this machine's step model…"):
+        return numbers(step_model)
 
 
-def _body(markdown: str) -> None:
-    """The lesson text, with its pictures and calculators where their markers stand."""
-    shown = {"picture": (lesson_pictures.PICTURE_IDS, lesson_pictures.show_picture),
+def _body(markdown: str, step_model) -> None:
+    """The lesson text, with its pictures (on `step_model` where they run on one) and calculators where
+    their markers stand."""
+    shown = {"picture": (lesson_pictures.PICTURE_IDS, lambda p: lesson_pictures.show_picture(p, step_model)),
              "calculator": (calculators.CALCULATOR_IDS, calculators.show_calculator)}
     for kind, part in split_pictures(markdown):
         if kind == "markdown":

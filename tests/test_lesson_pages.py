@@ -53,7 +53,8 @@ def rendered() -> dict[str, AppTest]:
     """Every lesson page and the glossary page, each rendered in its own session (the lessons' worked-example
     numbers worked out first, as the app does on its background thread: ui/lesson_pictures.warm)."""
     from course.numbers import numbers
-    numbers()
+    from ui.calculators import learner_step_model
+    numbers(learner_step_model())
     out = {}
     for lesson in LESSONS:
         out[lesson.id] = goto(start(), LESSON_URL_PREFIX + lesson.id)

@@ -42,7 +42,8 @@ def mm1() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the M/M/1 queue**")
         left, right = st.columns(2)
-        mu0 = round(course.capacity(), 1)
+        # starts from lesson 5's worked example: the engine's capacity on this machine's step model
+        mu0 = min(round(course.capacity(cost=saved_step_model()[0]), 1), 20.0)
         mu = right.slider("Service rate μ (requests/s)", 0.5, 20.0, mu0, 0.1, key="calc_mm1_mu")
         lam = left.slider("Arrival rate λ (requests/s)", 0.0, 20.0, round(0.9 * mu0, 1), 0.05, key="calc_mm1_lam")
         w, p99 = mm1_time_in_system(lam, mu), mm1_time_in_system_quantile(lam, mu, 0.99)
@@ -104,6 +105,12 @@ def _step_model() -> tuple[StepModel, bool]:
         return UNCALIBRATED, False
     key = (found.model, found.dtype, found.device)
     return step_fit.fit_for(key, found.step_model, found.path).current(), True
+
+
+def learner_step_model() -> StepModel:
+    """The step model the lessons' worked examples run on: this machine's, as the app runs it (its calibrated
+    profile refit from real steps, or the hand-set guess where it has none: its label says which)."""
+    return _step_model()[0]
 
 
 def saved_step_model() -> tuple[StepModel, bool]:
@@ -220,12 +227,14 @@ def kv_budget() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the KV cache Little's Law asks for** (waiting requests hold none, so count "
                     "only the time each one runs)")
-        ex = course.load_example(course.LOADS[-1])
+        # starts from lesson 5's busier worked example, on this machine's step model
+        ex = course.load_example(course.LOADS[-1], saved_step_model()[0])
         a, b = st.columns(2)
-        lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, round(ex["rate"], 2), 0.01, key="calc_kv_lam")
+        lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, min(max(round(ex["rate"], 2), 0.1), 50.0), 0.01,
+                       key="calc_kv_lam")
         # only running requests hold KV blocks: the time that counts starts at a request's first step
         w = b.slider("Time each request runs, first step to last token (s)", 0.1, 30.0,
-                     round(ex["w"] - ex["queue"], 2), 0.01, key="calc_kv_w")
+                     min(max(round(ex["service"], 2), 0.1), 30.0), 0.01, key="calc_kv_w")
         c, d = st.columns(2)
         tokens = c.slider("Tokens each request holds (prompt + output)", 16, 4096,
                           course.QUEUE_SPEC.prompt_hi + course.QUEUE_SPEC.output_hi, 16, key="calc_kv_tokens")
