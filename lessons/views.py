@@ -194,7 +194,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
-    step_model = calculators.saved_step_model()[0]      # the learner's own: the worked examples run on it
+    step_model = calculators.lesson_step_model()      # the learner's own: the worked examples run on it
     _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for),
                          _worked_numbers(lesson, step_model)), step_model)
 

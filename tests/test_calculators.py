@@ -204,6 +204,24 @@ def lesson(lesson_id: str) -> AppTest:
     return at
 
 
+def test_the_queueing_lesson_reads_the_step_model_its_session_holds():
+    """The worked example's numbers and its calculator come from runs on the session's step model: a faster
+    model gives the faster model's mu, in the text and in the slider, and the picture says which model."""
+    from course.numbers import on_step_model
+    from tests.test_lesson_examples import FASTER
+    from ui.calculators import LESSON_MODEL_KEY
+    at = AppTest.from_file(LESSONS_APP, default_timeout=90)
+    at.run()
+    at.session_state[LESSON_MODEL_KEY] = FASTER
+    at.session_state["goto"] = LESSON_URL_PREFIX + "queueing"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    mu = on_step_model(FASTER)["mu"]
+    assert f"it finishes $\\mu =$ {mu} requests per second" in text(at)
+    assert at.slider(key="calc_mm1_mu").value == min(round(mu, 1), 20.0)
+    assert any(FASTER.label in c.value for c in at.caption)
+
+
 def test_queueing_lesson_embeds_its_calculators():
     from course import examples as course
     from ui.calculators import learner_step_model

@@ -43,7 +43,7 @@ def mm1() -> None:
         st.markdown("**Try it: the M/M/1 queue**")
         left, right = st.columns(2)
         # starts from lesson 5's worked example: the engine's capacity on this machine's step model
-        mu0 = min(round(course.capacity(cost=saved_step_model()[0]), 1), 20.0)
+        mu0 = min(round(course.capacity(cost=lesson_step_model()), 1), 20.0)
         mu = right.slider("Service rate μ (requests/s)", 0.5, 20.0, mu0, 0.1, key="calc_mm1_mu")
         lam = left.slider("Arrival rate λ (requests/s)", 0.0, 20.0, round(0.9 * mu0, 1), 0.05, key="calc_mm1_lam")
         w, p99 = mm1_time_in_system(lam, mu), mm1_time_in_system_quantile(lam, mu, 0.99)
@@ -111,6 +111,19 @@ def learner_step_model() -> StepModel:
     """The step model the lessons' worked examples run on: this machine's, as the app runs it (its calibrated
     profile refit from real steps, or the hand-set guess where it has none: its label says which)."""
     return _step_model()[0]
+
+
+LESSON_MODEL_KEY = "lesson_step_model"
+
+
+def lesson_step_model() -> StepModel:
+    """The step model a lesson page's worked examples run on: this machine's as the app runs it, taken once
+    per browser session. The app refits it as its real steps come in (and its label changes with every
+    step), so a lesson would otherwise read differently on every visit and cost seconds of simulation each
+    time; a new session takes the model of its day."""
+    if LESSON_MODEL_KEY not in st.session_state:
+        st.session_state[LESSON_MODEL_KEY] = saved_step_model()[0]
+    return st.session_state[LESSON_MODEL_KEY]
 
 
 def saved_step_model() -> tuple[StepModel, bool]:
@@ -228,7 +241,7 @@ def kv_budget() -> None:
         st.markdown("**Try it: the KV cache Little's Law asks for** (waiting requests hold none, so count "
                     "only the time each one runs)")
         # starts from lesson 5's busier worked example, on this machine's step model
-        ex = course.load_example(course.LOADS[-1], saved_step_model()[0])
+        ex = course.load_example(course.LOADS[-1], lesson_step_model())
         a, b = st.columns(2)
         lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, min(max(round(ex["rate"], 2), 0.1), 50.0), 0.01,
                        key="calc_kv_lam")
