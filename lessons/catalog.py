@@ -4,15 +4,18 @@ A lesson file is ``NN-slug.md``: YAML front matter between two ``---`` lines, th
 Markdown body. Markers inside bodies, which the pages resolve:
 
 - links: ``[TTFT](glossary#ttft)``, ``[the lab](lab:why_batch)``, ``[lesson 4](lesson:latency-metrics)``;
-- a number quoted from a lab's code: ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}`` shows the text
-  after ``=``; tests/test_lesson_numbers.py checks it against ``labs/slo_goodput/experiment.py``'s
-  ``RATES`` (or a shared ``labs/<name>.py``'s constant; an optional ``:percent`` or ``:gain`` after the name says how the value is written);
-- a number from a worked example: ``{{example:static_end_s=22.1}}`` shows ``22.1``;
-  tests/test_lesson_examples.py checks it against analysis/course_numbers.py's ``numbers()``, which
-  computes it from the course's simulated runs and the engine's constants;
-- a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``;
-- a lab's prediction question, ``{{predict:knee}}``: the question's text as ui/questions.py declares it
-  (the lab page asks the very same), with the lab's default settings filled in.
+- a number, ``{{number:SOURCE.NAME}}``, filled in from code when the page is drawn:
+  ``{{number:lab.slo_goodput.RATES}}`` is ``RATES`` of labs/slo_goodput/experiment.py (or of a shared
+  ``labs/<name>.py``), written "1, 2, 4 and 8"; ``{{number:lab.slo_goodput.LOADS:percent}}`` writes
+  0.5 as "50%" (``:gain`` writes 1.2 as "20%"); ``{{number:example.static_end_s}}`` is a worked
+  example's number, course/numbers.py's ``numbers(step_model)["static_end_s"]``, from the runs on the
+  learner's own step model where the example runs on it;
+- a thing placed in the text, ``{{place:KIND:ID}}``: a picture or a calculator on a line of its own
+  (``{{place:picture:static_vs_continuous}}``, ``{{place:calculator:mm1}}``), or a lab's prediction
+  question anywhere in a sentence (``{{place:predict:knee}}``: its text as ui/questions.py declares it,
+  the same the lab page asks, with the lab's default settings filled in).
+
+Any other ``{{...}}`` in a body makes the lesson fail to load, naming the marker.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
@@ -38,10 +41,10 @@ TYPE_WORDS = {str: "text", int: "a whole number", list: "a list"}
 REQUIRED = {"title": str, "order": int, "summary": str, "labs": list, "glossary": list, "quiz": list}
 LINK = re.compile(r"\[([^\]]+)\]\((glossary#|lab:|lesson:)([\w-]+)\)")
 KIND = {"glossary#": "glossary", "lab:": "lab", "lesson:": "lesson"}
-LAB_NUMBER = re.compile(r"\{\{lab:(\w+)\.([\w.]+?)(?::(\w+))?=([^{}]+)\}\}")
-EXAMPLE_NUMBER = re.compile(r"\{\{example:(\w+)=([^{}]+)\}\}")
-BLOCK = re.compile(r"^\{\{(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
-PREDICT = re.compile(r"\{\{predict:(\w+)\}\}")
+NUMBER = re.compile(r"\{\{number:(example|lab)\.([\w.]+?)(?::(percent|gain))?\}\}")
+PLACE = re.compile(r"\{\{place:(picture|calculator|predict):([\w-]+)\}\}")
+BLOCK = re.compile(r"^\{\{place:(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
+MARKER = re.compile(r"\{\{[^{}]*\}\}")
 WORDS_PER_MINUTE = 150   # technical text with formulas and tables
 
 
@@ -91,32 +94,121 @@ def find_links(text: str) -> list[tuple[str, str]]:
 
 
 def plain_text(text: str) -> str:
-    """Markers reduced to what a reader sees (pictures and calculators dropped): for search and word counts."""
+    """Markers reduced to what a reader sees (pictures and calculators dropped, a worked example's number
+    shown as "…": it depends on the reader's step model): for search and word counts."""
     return BLOCK.sub("", render_numbers(LINK.sub(lambda m: m.group(1), text)))
 
 
 @dataclass(frozen=True, slots=True)
-class LabNumber:
-    lab: str             # lab id, e.g. "slo_goodput"
-    name: str            # a constant of labs/<lab>/experiment.py, with attributes: "SPEC.num_requests"
-    style: str           # "" (as written), "percent" (0.3 -> 30%) or "gain" (1.2 -> 20%)
-    text: str            # what the lesson shows
+class Number:
+    source: str          # "example" (course/numbers.py) or "lab" (a lab's code)
+    name: str            # example: a name of course/numbers.numbers(); lab: "slo_goodput.SPEC.num_requests"
+    style: str = ""      # "" (as written), "percent" (0.3 -> 30%) or "gain" (1.2 -> 20%)
+
+    @property
+    def lab(self) -> str:
+        """A lab number's lab (or shared labs/<name>.py): "slo_goodput"."""
+        return self.name.partition(".")[0]
+
+    @property
+    def constant(self) -> str:
+        """A lab number's constant with its attributes: "SPEC.num_requests"."""
+        return self.name.partition(".")[2]
 
 
-def find_lab_numbers(text: str) -> list[LabNumber]:
-    return [LabNumber(m.group(1), m.group(2), m.group(3) or "", m.group(4)) for m in LAB_NUMBER.finditer(text)]
+def find_numbers(text: str, source: str | None = None) -> list[Number]:
+    """Every number marker in text (of one source, if given), in order."""
+    found = [Number(m.group(1), m.group(2), m.group(3) or "") for m in NUMBER.finditer(text)]
+    return [n for n in found if source is None or n.source == source]
 
 
-def find_example_numbers(text: str) -> list[tuple[str, str]]:
-    """(name, text shown) of every worked-example number marker."""
-    return [(m.group(1), m.group(2)) for m in EXAMPLE_NUMBER.finditer(text)]
+def find_example_numbers(text: str) -> list[str]:
+    """The names of every worked-example number a text quotes."""
+    return [n.name for n in find_numbers(text, "example")]
 
 
-def render_numbers(text: str) -> str:
-    """Lab-number and example-number markers reduced to the numbers they show, and prediction
-    markers to their questions."""
-    text = PREDICT.sub(lambda m: f"*{ASKS[m.group(1)].render()}*" if m.group(1) in ASKS else m.group(0), text)
-    return EXAMPLE_NUMBER.sub(lambda m: m.group(2), LAB_NUMBER.sub(lambda m: m.group(4), text))
+def unknown_markers(text: str) -> list[str]:
+    """Every {{...}} in text that is neither a number nor a placed thing, or a picture or calculator
+    that does not stand on a line of its own."""
+    on_own_line = {m.start() for m in BLOCK.finditer(text)}
+    out = []
+    for m in MARKER.finditer(text):
+        marker = m.group(0)
+        if NUMBER.fullmatch(marker):
+            continue
+        placed = PLACE.fullmatch(marker)
+        if placed and (placed.group(1) == "predict" or m.start() in on_own_line):
+            continue
+        out.append(marker)
+    return out
+
+
+def written(value, style: str = "") -> str:
+    """How a lesson writes a value: 1024 -> "1,024", 2.5 -> "2.5", [1, 2, 4] -> "1, 2 and 4", a text as it is."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [written(v, style) for v in value]
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    if style == "percent":
+        value = value * 100
+    elif style == "gain":
+        value = (value - 1) * 100
+    elif style:
+        raise ValueError(f"unknown number style {style!r}")
+    value = round(float(value), 6)
+    text = f"{int(value):,}" if value.is_integer() else f"{value:g}"
+    return text + ("%" if style else "")
+
+
+def lab_value(number: Number):
+    """The value a lab number names: a constant of labs/<lab>/experiment.py (or of a shared labs/<name>.py,
+    such as knee_rule), then attributes, keys or indexes; a dataclass class stands for its defaults
+    (SchedulerPolicy.max_wait_ms). Raises ImportError, AttributeError, KeyError or IndexError if there is none."""
+    import importlib
+    from collections.abc import Mapping as AnyMapping
+    from dataclasses import is_dataclass
+    labs = FOLDER.parent / "labs"
+    value = importlib.import_module(f"labs.{number.lab}.experiment" if (labs / number.lab).is_dir()
+                                    else f"labs.{number.lab}")
+    for part in number.constant.split("."):
+        if isinstance(value, type) and is_dataclass(value):
+            value = value()
+        if isinstance(value, AnyMapping):
+            value = value[part]
+        elif part.isdigit() and isinstance(value, (list, tuple)):
+            value = value[int(part)]
+        else:
+            value = getattr(value, part)
+    return value
+
+
+Examples = Union[Mapping[str, object], Callable[[str], object], None]
+
+
+def render_numbers(text: str, examples: Examples = None) -> str:
+    """Number markers replaced by the numbers they stand for, and prediction markers by their questions.
+    A lab's number comes from the lab's code; a worked example's from `examples` (course/numbers.numbers()
+    for the reader's step model, or a callable from name to value); without it, or for a name it lacks,
+    a worked example's number shows as "…". A marker naming nothing that exists is left as it stands."""
+    def number(m: re.Match) -> str:
+        n = Number(m.group(1), m.group(2), m.group(3) or "")
+        if n.source == "lab":
+            try:
+                return written(lab_value(n), n.style)
+            except (ImportError, AttributeError, KeyError, IndexError, TypeError, ValueError):
+                return m.group(0)      # shown as it stands; tests/test_lesson_numbers.py names it
+        try:
+            value = examples.get(n.name) if isinstance(examples, Mapping) else examples(n.name) if examples else None
+        except KeyError:
+            value = None
+        return "…" if value is None else written(value, n.style)
+
+    def placed(m: re.Match) -> str:
+        if m.group(1) == "predict" and m.group(2) in ASKS:
+            return f"*{ASKS[m.group(2)].render()}*"
+        return m.group(0)
+    return NUMBER.sub(number, PLACE.sub(placed, text))
 
 
 BLOCK_BREAK = re.compile(r"\n[ \t]*\n")
@@ -126,16 +218,20 @@ def tag_machines(text: str, badge_for: Callable[..., str]) -> str:
     """Each paragraph or table that quotes worked-example numbers, followed by a badge naming the machine
     they come from; where one block quotes numbers of several machines, each of those numbers gets its own
     badge instead. `badge_for(name, short=False)`: the badge of the number `name`'s machine, "" for a
-    number of no machine (a setting, a model's shape); ui/machine_tags.badge_for names them (analysis/
+    number of no machine (a setting, a model's shape); ui/machine_tags.badge_for names them (course/
     machines.py). Run before render_numbers."""
     def tag_block(block: str) -> str:
-        found = {badge_for(name) for name, _ in find_example_numbers(block)} - {""}
+        found = {badge_for(name) for name in find_example_numbers(block)} - {""}
         if not found:
             return block
         if len(found) == 1:
             return f"{block}\n\n{found.pop()}"
-        return EXAMPLE_NUMBER.sub(lambda m: m.group(0) + (" " + badge_for(m.group(1), short=True)
-                                                          if badge_for(m.group(1)) else ""), block)
+
+        def beside(m: re.Match) -> str:
+            if m.group(1) != "example" or not badge_for(m.group(2)):
+                return m.group(0)
+            return m.group(0) + " " + badge_for(m.group(2), short=True)
+        return NUMBER.sub(beside, block)
 
     return "\n\n".join(tag_block(p) for p in BLOCK_BREAK.split(text))
 
@@ -146,8 +242,8 @@ def find_blocks(text: str, kind: str) -> list[str]:
 
 
 def find_predictions(text: str) -> list[str]:
-    """The question ids of every {{predict:<id>}} marker in text."""
-    return PREDICT.findall(text)
+    """The question ids of every {{place:predict:<id>}} marker in text."""
+    return [m.group(2) for m in PLACE.finditer(text) if m.group(1) == "predict"]
 
 
 def split_pictures(body: str) -> list[tuple[str, str]]:
@@ -212,6 +308,11 @@ def parse_lesson(path: Path) -> Lesson:
         raise ValueError("quiz has no questions")
     if not body.strip():
         raise ValueError("lesson body is empty")
+    wrong = unknown_markers(body)
+    if wrong:
+        raise ValueError(f"unknown marker(s) {wrong}: a number is {{{{number:example.NAME}}}} or "
+                         f"{{{{number:lab.LAB.CONSTANT}}}}, a placed thing {{{{place:picture|calculator|predict:ID}}}} "
+                         f"(a picture or calculator on a line of its own)")
     unknown_asks = [a for a in find_predictions(body) if a not in ASKS]
     if unknown_asks:
         raise ValueError(f"unknown prediction question(s) {unknown_asks}; known: {sorted(ASKS)}")
@@ -239,9 +340,12 @@ def load_lessons(folder: Path | str = FOLDER) -> tuple[list[Lesson], list[Lesson
 HEADING = re.compile(r"^##\s+(.+?)\s*\{#([\w-]+)\}\s*$")
 
 
-def load_glossary(path: Path | str = FOLDER / "glossary.md") -> dict[str, GlossaryTerm]:
+def load_glossary(path: Path | str = FOLDER / "glossary.md", examples: Examples = None) -> dict[str, GlossaryTerm]:
     """Terms from '## Term {#id}' headings; a 'See:' line lists lesson: links, a 'Source:' line the
-    documentation an outside claim in the definition was checked against."""
+    documentation an outside claim in the definition was checked against. A definition quotes a worked
+    example's number only if it is a setting, the same on every machine (`examples`: course/numbers.setting)."""
+    if examples is None:
+        from course.numbers import setting as examples
     path = Path(path)
     terms: dict[str, GlossaryTerm] = {}
     current: GlossaryTerm | None = None
@@ -260,7 +364,10 @@ def load_glossary(path: Path | str = FOLDER / "glossary.md") -> dict[str, Glossa
         elif current is not None:
             current.definition += line + "\n"
     for t in terms.values():
-        t.definition = render_numbers(t.definition.strip())
+        wrong = unknown_markers(t.definition)
+        if wrong:
+            raise ValueError(f"{path.name}: term '{t.id}' has unknown marker(s) {wrong}")
+        t.definition = render_numbers(t.definition.strip(), examples)
         if not t.definition:
             raise ValueError(f"{path.name}: term '{t.id}' has no definition")
     return terms

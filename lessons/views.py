@@ -7,8 +7,8 @@ URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossa
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
 read, checks answered) lives in st.session_state and the learners' store (lessons/progress.py), so it
 comes back after a reload or a restart; "Start over" forgets it; the quiz is lessons/quiz.py. A body
-line `{{picture:<id>}}` shows that picture (ui.lesson_pictures), `{{calculator:<id>}}` that
-calculator (ui.calculators).
+line `{{place:picture:<id>}}` shows that picture (ui.lesson_pictures), `{{place:calculator:<id>}}` that
+calculator (ui.calculators); a `{{number:...}}` is filled in from code (lessons/catalog.py).
 Links inside lesson text are Markdown links, which Streamlit opens in a new tab; the buttons
 (Try it, previous/next, search results, the lesson list) navigate inside the app and keep progress.
 
@@ -194,7 +194,9 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
             for t in terms:
                 st.markdown(f"**{t.term}** — " + render_links(t.definition, to_glossary, None, to_lesson))
 
-    _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for)))
+    step_model = calculators.lesson_step_model()      # the learner's own: the worked examples run on it
+    _body(render_numbers(tag_machines(render_links(lesson.body, to_glossary, to_lab, to_lesson), badge_for),
+                         _worked_numbers(lesson, step_model)), step_model)
 
     st.header("Try it", anchor="try-it")
     for lab_id in lesson.labs:
@@ -224,9 +226,20 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 
 
 
-def _body(markdown: str) -> None:
-    """The lesson text, with its pictures and calculators where their markers stand."""
-    shown = {"picture": (lesson_pictures.PICTURE_IDS, lesson_pictures.show_picture),
+def _worked_numbers(lesson: Lesson, step_model) -> dict:
+    """The worked-example numbers the lesson quotes, those of runs on `step_model` among them (course/numbers.py;
+    seconds of simulation the first time in a process, which ui/lesson_pictures.warm does off the page)."""
+    if not catalog.find_example_numbers(lesson.body):
+        return {}
+    from course.numbers import numbers
+    with st.spinner("Working out the lesson's examples on this machine's step model…"):
+        return numbers(step_model)
+
+
+def _body(markdown: str, step_model) -> None:
+    """The lesson text, with its pictures (on `step_model` where they run on one) and calculators where
+    their markers stand."""
+    shown = {"picture": (lesson_pictures.PICTURE_IDS, lambda p: lesson_pictures.show_picture(p, step_model)),
              "calculator": (calculators.CALCULATOR_IDS, calculators.show_calculator)}
     for kind, part in split_pictures(markdown):
         if kind == "markdown":

@@ -108,7 +108,7 @@ def test_kv_budget_widget_is_littles_law_times_the_tokens_each_holds():
 
 
 def test_step_table_recomputes_the_table_and_moves_the_knee():
-    from analysis.course import BATCHES
+    from course.examples import BATCHES
     at = calculator("step_table", calc_tb_t0=10.0, calc_tb_c=2.0)
     table = next(m.value for m in at.markdown if m.value.startswith("| Batch B"))
     assert "| 1 | 12.0 ms | 83 |" in table and "| 64 | 138.0 ms | 464 |" in table
@@ -121,7 +121,7 @@ def test_step_table_recomputes_the_table_and_moves_the_knee():
 
 
 def test_slots_runs_the_scheduler_static_and_continuous():
-    from analysis.course import slot_grid
+    from course.examples import slot_grid
     at = calculator("slots")
     at.text_input(key="calc_slots_lengths").set_value("2, 4, 3, 4, 1, 1").run()
     shown = text(at)
@@ -204,14 +204,35 @@ def lesson(lesson_id: str) -> AppTest:
     return at
 
 
+def test_the_queueing_lesson_reads_the_step_model_its_session_holds():
+    """The worked example's numbers and its calculator come from runs on the session's step model: a faster
+    model gives the faster model's mu, in the text and in the slider, and the picture says which model."""
+    from course.numbers import on_step_model
+    from tests.test_lesson_examples import FASTER
+    from ui.calculators import LESSON_MODEL_KEY
+    at = AppTest.from_file(LESSONS_APP, default_timeout=90)
+    at.run()
+    at.session_state[LESSON_MODEL_KEY] = FASTER
+    at.session_state["goto"] = LESSON_URL_PREFIX + "queueing"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    mu = on_step_model(FASTER)["mu"]
+    assert f"it finishes $\\mu =$ {mu} requests per second" in text(at)
+    assert at.slider(key="calc_mm1_mu").value == min(round(mu, 1), 20.0)
+    assert any(FASTER.label in c.value for c in at.caption)
+
+
 def test_queueing_lesson_embeds_its_calculators():
-    from analysis import course
+    from course import examples as course
+    from ui.calculators import learner_step_model
     at = lesson("queueing")
     mu, lam = at.slider(key="calc_mm1_mu").value, at.slider(key="calc_mm1_lam").value
-    assert mu == round(course.capacity(), 1) and lam == round(0.9 * mu, 1)   # the lesson's own engine
+    here = learner_step_model()                # the lesson's worked example runs on this machine's step model
+    assert mu == min(round(course.capacity(cost=here), 1), 20.0) and lam == round(0.9 * mu, 1)
+    assert mu != round(course.capacity(), 1), "not the recorded model's capacity"
     assert metrics(at)["Mean time in system W = 1/(μ−λ)"] == f"{1 / (mu - lam):.2f} s"
-    ex = course.load_example(course.LOADS[-1])
-    running = round(ex["w"] - ex["queue"], 2)           # waiting requests hold no KV: only the time running counts
+    ex = course.load_example(course.LOADS[-1], here)
+    running = max(round(ex["w"] - ex["queue"], 2), 0.1)   # waiting requests hold no KV: only the time running counts
     assert metrics(at)["Requests running L = λ × run time"] == f"{round(ex['rate'], 2) * running:.1f}"
     assert not at.warning and "{{" not in text(at)
     at.slider(key="calc_mm1_mu").set_value(10.0).run()
@@ -229,14 +250,14 @@ def test_why_batch_lesson_embeds_the_step_time_calculator(tmp_path, monkeypatch)
 
 
 def line_rows(t0: float, c: float) -> list[dict]:
-    from analysis.course import step_table
+    from course.examples import step_table
     line = StepModel(fixed_ms=t0, knots=(), token_ms=(c,), sample_ms=0.0, decode_read_ms=0.0,
                      prefill_pair_ms=0.0, label="a test line")
     return step_table(line)
 
 
 def test_lesson_1_reading_has_words_for_each_outcome():
-    from analysis.course import step_example_reading
+    from course.examples import step_example_reading
     fixed = step_example_reading(line_rows(5.0, 1.0), "M")             # the weight read dominates: 8 pays
     assert "sharing the step pays" in fixed and "the knee is 32, at 93% of the best" in fixed
     assert "half of it at $B = t_0/c \\approx$ 5," in fixed
@@ -250,7 +271,7 @@ def test_lesson_1_reading_has_words_for_each_outcome():
 def test_why_batch_worked_example_is_the_learners_own_profile_beside_a_named_gpu(tmp_path, monkeypatch):
     """Lesson 1's worked table is this machine's calibrated step model (here a saved line, 5 ms + 1 ms x B),
     badged as this machine's, beside the named GPU's roofline, badged with its name: no frozen record."""
-    from analysis import course, machines
+    from course import examples as course, machines
     from engine.sim.profile import Profile, current_key, save_profile
     from engine.sim.roofline import roofline_profile
     monkeypatch.setenv("BATCHING_LAB_MODEL", "tiny")
@@ -277,7 +298,7 @@ def test_an_unknown_calculator_marker_is_named(tmp_path, monkeypatch):
     for p in [FOLDER / "05-queueing.md", FOLDER / "glossary.md"]:
         shutil.copy(p, tmp_path / p.name)
     five = tmp_path / "05-queueing.md"
-    five.write_text(five.read_text(encoding="utf-8").replace("{{calculator:mm1}}", "{{calculator:no_such}}"),
+    five.write_text(five.read_text(encoding="utf-8").replace("{{place:calculator:mm1}}", "{{place:calculator:no_such}}"),
                     encoding="utf-8")
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = lesson("queueing")

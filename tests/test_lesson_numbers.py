@@ -1,24 +1,19 @@
 """Numbers a lesson quotes about its lab come from the lab's own code.
 
-A lesson writes such a number as a marker, ``{{lab:slo_goodput.RATES=1, 2, 4 and 8}}``: the
-reader sees ``1, 2, 4 and 8``, and this test checks that text against ``RATES`` in
-labs/slo_goodput/experiment.py. Any other number in a "Try it in the lab" section must be one
-the learner is asked to set or to compare (SETTINGS below), so a lab fact cannot hide in plain text.
+A lesson writes such a number as a marker, ``{{number:lab.slo_goodput.RATES}}``: the reader sees
+``RATES`` of labs/slo_goodput/experiment.py written out ("1, 2, 4 and 8"), and this test checks that
+every such marker names a constant that exists. Any other number in a "Try it in the lab" section must
+be one the learner is asked to set or to compare (SETTINGS below), so a lab fact cannot hide in plain text.
 """
-import importlib
 import re
-from dataclasses import is_dataclass
-from pathlib import Path
-from typing import Mapping
 
 import pytest
 
-from lessons.catalog import FOLDER, LAB_NUMBER, LabNumber, find_lab_numbers, load_lessons, render_numbers
+from lessons.catalog import FOLDER, NUMBER, Number, find_numbers, lab_value, load_lessons, render_numbers, written
 
 LESSONS, _ = load_lessons()
 GLOSSARY_TEXT = (FOLDER / "glossary.md").read_text(encoding="utf-8")
 TRY_IT = "## Try it in the lab"
-LABS = Path(__file__).resolve().parent.parent / "labs"
 
 # Plain numbers allowed in each lesson's "Try it" section: values the learner sets or compares.
 SETTINGS = {
@@ -35,74 +30,46 @@ SETTINGS = {
 }
 
 
-def lab_value(mark: LabNumber):
-    """The value a marker names: a constant of labs/<lab>/experiment.py (or of a shared labs/<name>.py,
-    such as knee_rule), then attributes, keys or indexes; a dataclass class stands for its
-    defaults (SchedulerPolicy.max_wait_ms)."""
-    lab_folder = LABS / mark.lab
-    value = importlib.import_module(f"labs.{mark.lab}.experiment" if lab_folder.is_dir() else f"labs.{mark.lab}")
-    for part in mark.name.split("."):
-        if isinstance(value, type) and is_dataclass(value):
-            value = value()
-        if isinstance(value, Mapping):
-            value = value[part]
-        elif part.isdigit() and isinstance(value, (list, tuple)):
-            value = value[int(part)]
-        else:
-            value = getattr(value, part)
-    return value
-
-
-def written(value, style: str = "") -> str:
-    """How a lesson writes a value: 1024 -> "1,024", 2.5 -> "2.5", [1, 2, 4] -> "1, 2 and 4"."""
-    if isinstance(value, (list, tuple)):
-        items = [written(v, style) for v in value]
-        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-    if style == "percent":
-        value = value * 100
-    elif style == "gain":
-        value = (value - 1) * 100
-    elif style:
-        raise ValueError(f"unknown number style {style!r}")
-    value = round(float(value), 6)
-    text = f"{int(value):,}" if value.is_integer() else f"{value:g}"
-    return text + ("%" if style else "")
-
-
 def marks():
-    out = [(l.path.name, m) for l in LESSONS for m in find_lab_numbers(l.body)]
-    return out + [("glossary.md", m) for m in find_lab_numbers(GLOSSARY_TEXT)]
+    out = [(l.path.name, m) for l in LESSONS for m in find_numbers(l.body, "lab")]
+    return out + [("glossary.md", m) for m in find_numbers(GLOSSARY_TEXT, "lab")]
 
 
-def mismatches(items) -> list[str]:
-    return [f"{where}: '{m.text}' but labs/{m.lab} {m.name} is written '{written(lab_value(m), m.style)}'"
-            for where, m in items if m.text != written(lab_value(m), m.style)]
+def missing(items) -> list[str]:
+    """The markers that name no constant of their lab, or one that cannot be written in their style."""
+    out = []
+    for where, m in items:
+        try:
+            written(lab_value(m), m.style)
+        except (ImportError, AttributeError, KeyError, IndexError, TypeError, ValueError) as e:
+            out.append(f"{where}: labs/{m.lab} has no {m.constant} to write as {m.style or 'it is'} ({e!r})")
+    return out
 
 
 def bare_numbers(lesson_body: str) -> set[str]:
     """Numbers in the "Try it" section outside markers, formulas and percentile names."""
     text = lesson_body[lesson_body.index(TRY_IT):]
-    text = re.sub(r"\$[^$]*\$", "", LAB_NUMBER.sub("", text))
+    text = re.sub(r"\$[^$]*\$", "", NUMBER.sub("", text))
     text = re.sub(r"\bp\d+\b", "", text)
     return {n.rstrip(",.") for n in re.findall(r"\d[\d,.]*%?", text)}
 
 
-def test_every_lab_number_matches_the_lab_constant():
+def test_every_lab_number_names_a_lab_constant():
     assert len(marks()) >= 30
     assert {l.path.name for l in LESSONS if l.labs != ["playground"]} <= {w for w, _ in marks()}, \
         "every lesson with a lesson lab quotes its lab through markers"
-    assert mismatches(marks()) == []
+    assert missing(marks()) == []
 
 
-def test_a_planted_mismatch_is_caught():
+def test_a_marker_naming_no_constant_is_caught():
     body = next(l.body for l in LESSONS if l.id == "latency-metrics")
-    planted = body.replace("{{lab:slo_goodput.LOADS:percent=50%, 100%, 150% and 200%}}",
-                           "{{lab:slo_goodput.LOADS:percent=50%, 100% and 150%}}")
+    planted = body.replace("{{number:lab.slo_goodput.LOADS:percent}}", "{{number:lab.slo_goodput.LOAD:percent}}")
     assert planted != body
-    found = mismatches([("planted", m) for m in find_lab_numbers(planted)])
-    assert len(found) == 1 and "'50%, 100% and 150%'" in found[0] and "'50%, 100%, 150% and 200%'" in found[0]
+    found = missing([("planted", m) for m in find_numbers(planted, "lab")])
+    assert len(found) == 1 and "LOAD" in found[0]
+    assert missing([("planted", Number("lab", "no_such_lab.RATES"))]) != []
     with pytest.raises(AttributeError):
-        lab_value(LabNumber("slo_goodput", "NO_SUCH_CONSTANT", "", "1"))
+        lab_value(Number("lab", "slo_goodput.NO_SUCH_CONSTANT"))
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.id)
@@ -113,11 +80,16 @@ def test_no_lab_number_hides_in_plain_text(lesson):
 
 def test_a_plain_lab_number_is_caught():
     body = next(l.body for l in LESSONS if l.id == "latency-metrics")
-    planted = body.replace("{{lab:slo_goodput.SPEC.num_requests=64}}", "40")
+    planted = body.replace("{{number:lab.slo_goodput.SPEC.num_requests}}", "40")
+    assert planted != body
     assert bare_numbers(planted) - SETTINGS["latency-metrics"] == {"40"}
 
 
 def test_the_reader_sees_only_the_number():
-    assert render_numbers("at {{lab:slo_goodput.RATES=1, 2, 4 and 8}} req/s") == "at 1, 2, 4 and 8 req/s"
+    from labs.slo_goodput.experiment import LOADS
+    assert render_numbers("at {{number:lab.slo_goodput.LOADS:percent}} load") == f"at {written(LOADS, 'percent')} load"
+    assert render_numbers("{{number:lab.slo_goodput.NO_SUCH}}") == "{{number:lab.slo_goodput.NO_SUCH}}"
+    assert render_numbers("{{number:example.mu}} and {{number:example.mu}}", {"mu": 1.5}) == "1.5 and 1.5"
+    assert render_numbers("{{number:example.mu}}") == "…", "no step model's numbers given: a placeholder"
     assert written(1.2, "gain") == "20%" and written([0.3, 0.5], "percent") == "30% and 50%"
     assert written(1024) == "1,024" and written((1.0, 2.5)) == "1 and 2.5" and written(500.0) == "500"

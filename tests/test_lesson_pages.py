@@ -50,7 +50,11 @@ def search_links(at: AppTest) -> list:
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, AppTest]:
-    """Every lesson page and the glossary page, each rendered in its own session."""
+    """Every lesson page and the glossary page, each rendered in its own session (the lessons' worked-example
+    numbers worked out first, as the app does on its background thread: ui/lesson_pictures.warm)."""
+    from course.numbers import numbers
+    from ui.calculators import learner_step_model
+    numbers(learner_step_model())
     out = {}
     for lesson in LESSONS:
         out[lesson.id] = goto(start(), LESSON_URL_PREFIX + lesson.id)
@@ -261,7 +265,7 @@ def test_pictures_render_and_an_unknown_one_is_named(tmp_path, monkeypatch):
     for p in [*FOLDER.glob("0[1-2]-*.md"), FOLDER / "glossary.md"]:
         shutil.copy(p, tmp_path / p.name)
     two = tmp_path / "02-static-vs-continuous.md"
-    two.write_text(two.read_text(encoding="utf-8").replace("{{picture:static_vs_continuous}}", "{{picture:no_such_picture}}"),
+    two.write_text(two.read_text(encoding="utf-8").replace("{{place:picture:static_vs_continuous}}", "{{place:picture:no_such_picture}}"),
                    encoding="utf-8")
     monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
     at = goto(start(), LESSON_URL_PREFIX + "static-vs-continuous")

@@ -99,7 +99,7 @@ def test_a_loaded_model_without_a_profile_is_measured_quickly_once(cache, monkey
 def test_a_result_on_the_guess_is_never_labelled_this_machines(cache):
     """The label of a simulated result follows the kind: this machine's step model only where a profile
     was measured here; on the hand-set guess it says so."""
-    from analysis.machines import SOURCE_LABEL, source_label
+    from course.machines import SOURCE_LABEL, source_label
     guessed = source_label("simulated", speed.machine_speed("tiny").calibrated)
     assert guessed == SOURCE_LABEL["guessed"] and "this machine's" not in guessed
     assert "guessed step model" in guessed and "not calibrated" in guessed

@@ -1,4 +1,4 @@
-"""The lessons' pictures (analysis/pictures.py, analysis/pictures_course.py) render from simulated
+"""The lessons' pictures (course/pictures.py, course/pictures_examples.py) render from simulated
 runs, with alt text, and say what the run shows."""
 import os
 import re
@@ -6,8 +6,8 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis import course_serving, pictures
-from analysis.pictures_course import PICTURES
+from course import examples_serving as course_serving, pictures
+from course.pictures_examples import PICTURES
 from ui.lesson_pictures import PICTURE_IDS
 
 
@@ -128,7 +128,6 @@ def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monk
     waiting for minutes on a busy machine. It keeps their priority and pauses after each picture
     instead."""
     import time
-    from analysis import course
     from ui import calculators
     from ui import lesson_pictures as glue
     seen, pauses = [], []
@@ -145,10 +144,24 @@ def test_the_warm_up_keeps_the_pages_priority_and_pauses_after_each_picture(monk
             else:
                 seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         monkeypatch.setattr(owner, name, instead)
-    for owner, name in ((calculators, "warm"), (course, "load_example"), (glue, "picture"), (time, "sleep")):
+    for owner, name in ((calculators, "warm"), (glue, "warm_examples"), (glue, "picture"), (time, "sleep")):
         spy(owner, name)
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     thread.start()
     thread.join(timeout=60)
     assert seen == [base] * (2 + len(PICTURE_IDS))
     assert len(pauses) == len(PICTURE_IDS) and all(p >= 0 for p in pauses)
+
+
+def test_a_picture_on_the_learners_step_model_is_drawn_and_kept_per_step_model(tmp_path, monkeypatch):
+    """queue_growth runs on the step model it is given: another model is another picture, in this process and
+    on disk; a picture the same for everyone ignores the model."""
+    from course.examples import COURSE_MODEL
+    from ui import lesson_pictures as glue
+    from tests.test_lesson_examples import FASTER
+    monkeypatch.setenv("BATCHING_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(glue, "_drawn", {})
+    recorded, faster = glue.picture("queue_growth", COURSE_MODEL), glue.picture("queue_growth", FASTER)
+    assert recorded.alt != faster.alt and FASTER.label in faster.alt and "recorded" in recorded.caption
+    assert len(list((tmp_path / "results").glob("picture-queue_growth-*.pkl"))) == 2
+    assert glue.picture("kv_preemption", FASTER) is glue.picture("kv_preemption", COURSE_MODEL)

@@ -188,4 +188,4 @@ def test_every_lesson_asks_its_labs_questions_and_never_says_predict_again_witho
     for l in lessons:
         for para in l.body.split("\n\n"):
             if re.search(r"predict again", para, re.I):
-                assert "{{predict:" in para, f"{l.id}: 'predict again' with no question: {para[:80]}"
+                assert "{{place:predict:" in para, f"{l.id}: 'predict again' with no question: {para[:80]}"

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from analysis.machines import SOURCE_LABEL, roofline_label
+from course.machines import SOURCE_LABEL, roofline_label
 from streamlit.testing.v1 import AppTest
 
 from analysis import membership

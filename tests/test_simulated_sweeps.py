@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.machines import SOURCE_LABEL
+from course.machines import SOURCE_LABEL
 from streamlit.testing.v1 import AppTest
 
 from engine.core.step_model import StepModel

@@ -1,4 +1,4 @@
-"""The lessons' instant calculators: a lesson line `{{calculator:<id>}}` shows one (lessons/views.py).
+"""The lessons' instant calculators: a lesson line `{{place:calculator:<id>}}` shows one (lessons/views.py).
 
 - `mm1`: arrival and service rate -> utilization, mean and p99 time in system, and the p99 curve;
 - `step_time`: batch size -> decode step time, time per token and tokens/s, from this machine's
@@ -10,7 +10,7 @@
 - `kv_budget`: arrival rate and time in system -> requests inside (Little's Law, L = lambda W), and with
   the tokens each holds and the cache size -> the KV memory they need.
 
-The formulas live in analysis.queueing, analysis.course and engine.step_model. Each calculator is a
+The formulas live in analysis.queueing, course.examples and engine.step_model. Each calculator is a
 fragment, so moving its sliders reruns it alone, not the lesson around it. Widget keys start with `calc_`.
 """
 from __future__ import annotations
@@ -19,13 +19,13 @@ import math
 
 import streamlit as st
 
-from analysis import course
+from course import examples as course
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
 from engine.core.config import EngineConfig
 from engine.core.step_model import StepModel
-from engine.sim.machine_speed import machine_speed as engine_speed
+from engine.sim.machine_speed import machine_speed as engine_speed, step_model_here
 from ui import machine_speed
 
 # With t(B) = t0 + c·B, throughput B / t(B) reaches KNEE_SHARE of its ceiling 1/c at B = AT_SHARE · t0/c
@@ -41,7 +41,8 @@ def mm1() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the M/M/1 queue**")
         left, right = st.columns(2)
-        mu0 = round(course.capacity(), 1)
+        # starts from lesson 5's worked example: the engine's capacity on this machine's step model
+        mu0 = min(round(course.capacity(cost=lesson_step_model()), 1), 20.0)
         mu = right.slider("Service rate μ (requests/s)", 0.5, 20.0, mu0, 0.1, key="calc_mm1_mu")
         lam = left.slider("Arrival rate λ (requests/s)", 0.0, 20.0, round(0.9 * mu0, 1), 0.05, key="calc_mm1_lam")
         w, p99 = mm1_time_in_system(lam, mu), mm1_time_in_system_quantile(lam, mu, 0.99)
@@ -95,6 +96,26 @@ def _here() -> tuple[StepModel, bool]:
     return speed.step_model, speed.calibrated
 
 
+def learner_step_model() -> StepModel:
+    """The step model the lessons' worked examples run on: this machine's, as the app runs it (its calibrated
+    profile refit from real steps, or the hand-set guess where it has none: its label says which)."""
+    from ui.session import model_name     # it imports torch, which only this calculator needs
+    return step_model_here(model_name())
+
+
+LESSON_MODEL_KEY = "lesson_step_model"
+
+
+def lesson_step_model() -> StepModel:
+    """The step model a lesson page's worked examples run on: this machine's as the app runs it, taken once
+    per browser session. The app refits it as its real steps come in (and its label changes with every
+    step), so a lesson would otherwise read differently on every visit and cost seconds of simulation each
+    time; a new session takes the model of its day."""
+    if LESSON_MODEL_KEY not in st.session_state:
+        st.session_state[LESSON_MODEL_KEY] = _here()[0]
+    return st.session_state[LESSON_MODEL_KEY]
+
+
 @st.fragment
 def step_time() -> None:
     with st.container(border=True):
@@ -127,7 +148,7 @@ def _step_rows(rows: list[dict]) -> str:
 def step_example() -> None:
     """Lesson 1's worked example on two machines: this machine's step model (its calibrated profile, or the
     hand-set guess, said so) and the named GPU's roofline model, each table with its reading and its badge."""
-    from analysis import machines
+    from course import machines
     from engine.sim.roofline import roofline_profile
     with st.container(border=True):
         st.markdown(f"**The worked example on two machines**: one decode step of B sequences, each with "
@@ -201,12 +222,14 @@ def kv_budget() -> None:
     with st.container(border=True):
         st.markdown("**Try it: the KV cache Little's Law asks for** (waiting requests hold none, so count "
                     "only the time each one runs)")
-        ex = course.load_example(course.LOADS[-1])
+        # starts from lesson 5's busier worked example, on this machine's step model
+        ex = course.load_example(course.LOADS[-1], lesson_step_model())
         a, b = st.columns(2)
-        lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, round(ex["rate"], 2), 0.01, key="calc_kv_lam")
+        lam = a.slider("Arrival rate λ (requests/s)", 0.1, 50.0, min(max(round(ex["rate"], 2), 0.1), 50.0), 0.01,
+                       key="calc_kv_lam")
         # only running requests hold KV blocks: the time that counts starts at a request's first step
         w = b.slider("Time each request runs, first step to last token (s)", 0.1, 30.0,
-                     round(ex["w"] - ex["queue"], 2), 0.01, key="calc_kv_w")
+                     min(max(round(ex["service"], 2), 0.1), 30.0), 0.01, key="calc_kv_w")
         c, d = st.columns(2)
         tokens = c.slider("Tokens each request holds (prompt + output)", 16, 4096,
                           course.QUEUE_SPEC.prompt_hi + course.QUEUE_SPEC.output_hi, 16, key="calc_kv_tokens")
@@ -243,7 +266,7 @@ def _sweep_table(rows: list[dict]) -> str:
 def knee_example() -> None:
     """Lesson 6's worked example on two machines: this machine's step model (its calibrated profile, or the
     hand-set guess, said so) and the named GPU's roofline model, each with its knee and its ridge point."""
-    from analysis import machines
+    from course import machines
     from engine.sim.roofline import roofline_profile, this_cpu
     with st.container(border=True):
         spec = course.KNEE_SPEC

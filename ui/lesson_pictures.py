@@ -1,9 +1,10 @@
-"""Streamlit glue for the lessons' pictures (analysis/pictures_course.py): `show_picture(picture_id)`
+"""Streamlit glue for the lessons' pictures (course/pictures_examples.py): `show_picture(picture_id)`
 draws one with its caption and, under it, its alt text (the picture told in words).
 
-A picture is a simulated run, the same for everyone and every machine: each is drawn once and kept
-on disk beside the results cache, under a digest of the code that draws it (analysis/ and engine/),
-so a change to that code draws it afresh. `warm()` loads or draws them all on a background thread
+A picture is a simulated run: most are the same for everyone and every machine; those of
+course/pictures_examples.ON_STEP_MODEL run on the step model they are given, the learner's own. Each is
+drawn once per step model and kept on disk beside the results cache, under a digest of the code that
+draws it (analysis/, course/ and engine/) and of the step model, so a change to either draws it afresh. `warm()` loads or draws them all on a background thread
 the first time the lesson pages are built, with the calculators' defaults, so that the first
 learner to open a lesson does not wait for its runs (about ten seconds for all of them on two
 cores) or for the step-time calculator's first read of this machine's step model (which imports
@@ -20,13 +21,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.pictures import Picture
-from analysis.pictures_course import PICTURES
+from course.pictures import Picture
+from course.pictures_examples import ON_STEP_MODEL, PICTURES
+from engine.core.step_model import StepModel
 from engine.runs.results import cache_dir
 
 PICTURE_IDS = tuple(PICTURES)
-DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on
-_drawn: dict[str, Picture] = {}
+DRAWN_BY = ("analysis", "course", "engine")          # the folders whose code a picture depends on
+_drawn: dict[tuple, Picture] = {}
 _locks = {picture_id: threading.Lock() for picture_id in PICTURES}
 
 
@@ -40,26 +42,33 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _stored(picture_id: str) -> Path:
-    return Path(cache_dir()) / f"picture-{picture_id}-{code_digest()}.pkl"
+def _stored(picture_id: str, step_model: StepModel | None) -> Path:
+    model = "" if step_model is None else "-" + hashlib.sha1(repr(step_model).encode()).hexdigest()[:12]
+    return Path(cache_dir()) / f"picture-{picture_id}{model}-{code_digest()}.pkl"
 
 
-def picture(picture_id: str) -> Picture:
-    """The picture, from this process, else from disk, else drawn (a second caller waits for the first)."""
+def picture(picture_id: str, step_model: StepModel | None = None) -> Picture:
+    """The picture, from this process, else from disk, else drawn (a second caller waits for the first).
+    A picture of ON_STEP_MODEL is drawn on `step_model` (None: the course's recorded one); the others
+    ignore it."""
+    if picture_id not in ON_STEP_MODEL:
+        step_model = None
+    key = (picture_id, step_model)
     with _locks[picture_id]:
-        if picture_id not in _drawn:
-            path = _stored(picture_id)
+        if key not in _drawn:
+            path = _stored(picture_id, step_model)
             try:
-                _drawn[picture_id] = pickle.loads(path.read_bytes())
+                _drawn[key] = pickle.loads(path.read_bytes())
             except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-                _drawn[picture_id] = PICTURES[picture_id]()
+                draw = PICTURES[picture_id]
+                _drawn[key] = draw() if step_model is None else draw(step_model)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 try:
-                    tmp.write_bytes(pickle.dumps(_drawn[picture_id]))
+                    tmp.write_bytes(pickle.dumps(_drawn[key]))
                     tmp.replace(path)
                 except OSError:
                     pass            # a read-only cache only costs the next process a redraw
-        return _drawn[picture_id]
+        return _drawn[key]
 
 
 def warm() -> None:
@@ -76,23 +85,30 @@ def _draw_all() -> None:
     minutes on a busy machine (its import of torch, with a page's first run waiting behind it). So
     it keeps the pages' priority, and pauses after each picture as long as the picture took,
     leaving the pages at least half of the time."""
-    from analysis import course
     from ui import calculators
     calculators.warm()                         # this machine's step model (and the torch it imports)
-    course.load_example(course.LOADS[-1])      # the queueing calculators' defaults
+    here = calculators.learner_step_model()
+    warm_examples(here)
     for p in PICTURE_IDS:
         start = time.perf_counter()
-        picture(p)
+        picture(p, here)
         time.sleep(time.perf_counter() - start)
     calculators.warm_sweeps()                  # lesson 6's worked example, last: seconds of simulation
 
 
-def show_picture(picture_id: str) -> None:
-    """Draw the picture `picture_id` (one of PICTURE_IDS); an unknown id is a clear error line."""
+def warm_examples(step_model: StepModel) -> None:
+    """The numbers the lessons' texts quote on `step_model`, and with them the queueing calculator's default."""
+    from course.numbers import numbers
+    numbers(step_model)
+
+
+def show_picture(picture_id: str, step_model: StepModel | None = None) -> None:
+    """Draw the picture `picture_id` (one of PICTURE_IDS), on `step_model` where it runs on one; an unknown
+    id is a clear error line."""
     if picture_id not in PICTURES:
         st.error(f"No picture named {picture_id!r}: pictures are {', '.join(PICTURE_IDS)}.")
         return
-    pic = picture(picture_id)
+    pic = picture(picture_id, step_model)
     st.plotly_chart(pic.figure, config={"displaylogo": False, "toImageButtonOptions": {"format": "png"}},
                     width="stretch", key=f"picture_{picture_id}")
     st.caption(pic.caption)

@@ -1,13 +1,13 @@
 """The badge a lesson shows beside a worked-example number: which machine it comes from.
 
 lessons/catalog.tag_machines places the badges; this says what each reads, from the number's machine as
-analysis/course_numbers.machine_of declares it (analysis/machines.py words it). A number whose machine
+course/numbers.machine_of declares it (course/machines.py words it). A number whose machine
 nobody declared gets a red badge saying so, and tests/test_lesson_examples.py fails on it. No Streamlit here.
 """
 from __future__ import annotations
 
-from analysis import machines
-from analysis.course_numbers import machine_of
+from course import machines
+from course.numbers import machine_of
 
 UNKNOWN = ":red-badge[:material/help: no machine named]"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from analysis import machines
+from course import machines
 from ui import learner, questions
 
 PREDICTIONS_KEY = "lab_predictions"

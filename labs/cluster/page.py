@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import cluster as charts
-from analysis import machines
+from course import machines
 from cluster.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab

@@ -4,7 +4,7 @@ by the labs' one rule."""
 import pandas as pd
 import streamlit as st
 
-from analysis import machines
+from course import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name

@@ -1,20 +1,23 @@
-"""Every worked-example number the lessons quote, computed from the course's runs (analysis/course.py).
+"""Every worked-example number the lessons quote, computed from the course's runs (course/examples.py).
 
-A lesson writes ``{{example:static_end_s=22.1}}``; the reader sees ``22.1``, and
-tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``.
+A lesson writes ``{{number:example.static_end_s}}``; the page shows ``numbers()["static_end_s"]``
+(lessons/catalog.render_numbers), and tests/test_lesson_examples.py checks every name the lessons use is here.
 """
 from __future__ import annotations
 
+import functools
 import math
+import threading
 
-from analysis.course import (GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
                              KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
                              QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
                              percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
-from analysis.course_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
+from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
                                      TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.step_model import StepModel
 from engine.core.validation import kv_bytes_per_token
 from engine.runs.workload import SHORT_SPAN
 
@@ -36,8 +39,27 @@ def _r(x: float, digits: int = 0):
     return round(x) if digits == 0 else round(x, digits)
 
 
-def numbers() -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it."""
+def setting(name: str):
+    """A worked-example number that is one of the course's settings, the same on every machine, without
+    running anything (the glossary quotes these). KeyError for any other name."""
+    return {"slo_ttft_s": SLO_TTFT_S, "slo_tpot_ms": _r(1000 * SLO_TPOT_S)}[name]
+
+
+_computing = threading.Lock()
+
+
+def numbers(step_model: StepModel = COURSE_MODEL) -> dict:
+    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 5, 8 and 9's
+    from runs on `step_model` (on the lesson page, the learner's own), the rest from the recorded CPU
+    model, named GPUs' rooflines, supposed machines or settings. Seconds of simulation: computed once per
+    process and step model, a second caller waiting for the first; do not change the dict."""
+    with _computing:
+        return {**_numbers(), **on_step_model(step_model)}
+
+
+@functools.lru_cache(maxsize=1)
+def _numbers() -> dict:
+    """The numbers that do not depend on the learner's step model."""
     n = {}
     # lesson 1 (its worked table is drawn on the page from this machine's step model: ui/calculators.step_example)
     head = 2 * SMOLLM2.hidden * SMOLLM2.vocab
@@ -97,28 +119,6 @@ def numbers() -> dict:
              gp_tok_s=_r(gp["tokens"] / gp["duration_s"], 1), gp_req_s=_r(gp["requests"] / gp["duration_s"], 2),
              gp_ttft_ok=gp["ttft_ok"], gp_both_ok=gp["both_ok"], gp_goodput=_r(gp["both_ok"] / gp["duration_s"], 2),
              slo_ttft_s=SLO_TTFT_S, slo_tpot_ms=_r(1000 * SLO_TPOT_S), gp_rate=GOODPUT_SPEC.rate, gp_slots=GOODPUT_SLOTS)
-    # lesson 5
-    mu = capacity()
-    n.update(mu=_r(mu, 2), q_slots=QUEUE_SLOTS, q_requests=QUEUE_SPEC.num_requests)
-    for share in (0.7, 0.95, 0.98):
-        n[f"w_{round(100 * share)}"] = _r(1 / (mu - share * mu), 1)
-        n[f"lam_{round(100 * share)}"] = _r(share * mu, 2)
-        n[f"mm1_l_{round(100 * share)}"] = _r(share / (1 - share))
-    for load in LOADS:
-        rs, _, rate = at_load(load)
-        key = round(100 * load)
-        w = sum(r["e2e_s"] for r in rs) / len(rs)
-        n[f"sim_w_{key}"] = _r(w, 1)
-        n[f"sim_q_{key}"] = _r(sum(r["queue_s"] for r in rs) / len(rs), 2)
-        n[f"sim_lam_{key}"] = _r(rate, 2)
-        n[f"sim_l_{key}"] = _r(rate * w, 1)
-        # Little's law over the running requests alone: only they hold KV blocks
-        n[f"sim_lrun_{key}"] = _r(rate * sum(r["e2e_s"] - r["queue_s"] for r in rs) / len(rs), 1)
-    n["sim_q_ratio"] = _r(load_example(LOADS[1])["queue"] / load_example(LOADS[0])["queue"], 1)
-    tokens = QUEUE_SPEC.prompt_hi + QUEUE_SPEC.output_hi
-    pool = EngineConfig().kv_pool_tokens
-    n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(n['sim_lrun_95'] * tokens):,}",
-             l_long_tokens=f"{round(n['sim_lrun_95'] * (1000 + QUEUE_SPEC.output_hi)):,}")
     # lesson 6: the GPU's sweep (the learner's own sweep is drawn on the page: ui/calculators.knee_example)
     from engine.sim.roofline import roofline_profile
     sweep = knee_sweep()
@@ -152,14 +152,52 @@ def numbers() -> dict:
              tl_short_p50=_r(a["short_p50"], 2), tl_short_p99=_r(a["short_p99"], 2), tl_long_p50=_r(a["long_p50"], 2),
              tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
              tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
+    n["kv_pool_mb_fp32"] = _r(EngineConfig().kv_pool_tokens * kv_bytes_per_token(30, 3, 64, 4) / 1e6)
+    return n
+
+
+@functools.lru_cache(maxsize=4)
+def on_step_model(step_model: StepModel) -> dict:
+    """The numbers of the worked examples that run on the step model they are given: lessons 5, 8 and 9,
+    whose workloads are set as shares of what that machine serves, so that the same story (a queue that
+    grows near capacity, an order that starves, replicas that fall behind) plays out on any machine."""
+    n = {}
+    # lesson 5
+    mu = capacity(cost=step_model)
+    n.update(mu=_r(mu, 2), q_slots=QUEUE_SLOTS, q_requests=QUEUE_SPEC.num_requests)
+    for share in (0.7, 0.95, 0.98):
+        n[f"w_{round(100 * share)}"] = _r(1 / (mu - share * mu), 1)
+        n[f"lam_{round(100 * share)}"] = _r(share * mu, 2)
+        n[f"mm1_l_{round(100 * share)}"] = _r(share / (1 - share))
+    for load in LOADS:
+        rs, _, rate = at_load(load, cost=step_model)
+        key = round(100 * load)
+        w = sum(r["e2e_s"] for r in rs) / len(rs)
+        n[f"sim_w_{key}"] = _r(w, 2)
+        n[f"sim_q_{key}"] = _r(sum(r["queue_s"] for r in rs) / len(rs), 3)
+        n[f"sim_lam_{key}"] = _r(rate, 2)
+        n[f"sim_l_{key}"] = _r(rate * w, 1)
+        # Little's law over the running requests alone: only they hold KV blocks
+        n[f"sim_lrun_{key}"] = _r(rate * sum(r["e2e_s"] - r["queue_s"] for r in rs) / len(rs), 1)
+    moderate, busy = load_example(LOADS[0], step_model), load_example(LOADS[1], step_model)
+    n["sim_q_ratio"] = _r(busy["queue"] / moderate["queue"], 1)
+    n["sim_service_70"] = _r(moderate["service"], 2)
+    n["sim_service_ratio"] = _r(moderate["service"] * mu, 1)
+    tokens = QUEUE_SPEC.prompt_hi + QUEUE_SPEC.output_hi
+    pool = EngineConfig().kv_pool_tokens
+    running = n["sim_lrun_95"]
+    n.update(q_tokens=tokens, kv_pool=f"{pool:,}", l_tokens=f"{round(running * tokens):,}",
+             l_long_tokens=f"{round(running * (1000 + QUEUE_SPEC.output_hi)):,}",
+             l_pool_pct=_r(100 * running * tokens / pool),
+             l_long_pool_pct=_r(100 * running * (1000 + QUEUE_SPEC.output_hi) / pool))
     # lesson 8
     n["sv_load_pct"] = _r(100 * STARVE_LOAD)
     for order in ("fcfs", "sjf"):
-        _, ages, longest = oldest_wait(order)
-        n[f"sv_{order}_oldest_s"] = _r(max(ages))
+        _, ages, longest = oldest_wait(order, step_model)
+        n[f"sv_{order}_oldest_s"] = _r(max(ages), 1)
         n[f"sv_{order}_longest_prompt"] = longest["prompt_tokens"]
     # lesson 9
-    g = gateway_run()
+    g = gateway_run(step_model)
     n.update(gw_mu=_r(g["mu"], 2), gw_before=_r(g["rates"][0], 1), gw_after=_r(g["rates"][1], 1),
              gw_ramp_s=_r(RAMP_AT_S), gw_alarm_s=None if g["alarm_s"] is None else _r(g["alarm_s"]),
              gw_threshold=WAITING_ALARM, gw_hold_s=_r(ALARM_FOR_S), gw_replicas=REPLICAS,
@@ -167,22 +205,30 @@ def numbers() -> dict:
              gw_capacity=_r(REPLICAS * g["mu"], 1), gw_excess=_r(g["rates"][1] - REPLICAS * g["mu"], 2),
              gw_30s_queue=_r(30 * (g["rates"][1] - REPLICAS * g["mu"])),
              gw_30s_wait=_r(30 * (g["rates"][1] - REPLICAS * g["mu"]) / (REPLICAS * g["mu"]), 1),
-             gw_routed=f"{g['routed'][0]} and {g['routed'][1]}",
-             kv_pool_mb_fp32=_r(EngineConfig().kv_pool_tokens
-                                                                                  * kv_bytes_per_token(30, 3, 64, 4) / 1e6))
+             gw_routed=f"{g['routed'][0]} and {g['routed'][1]}")
+    n["gw_asks"] = autoscaler_words(g["alarm_s"], g["end_s"])
     return n
 
 
-# Which machine each worked-example number comes from (analysis/machines.py): the lessons show it beside
+def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
+    """When lesson 9's autoscaler asked for a replica, worded for each way the run can come out."""
+    if alarm_s is None:
+        return f"never asks in the run's {round(end_s)} s: the queues never stayed that long"
+    if alarm_s > RAMP_AT_S:
+        return f"asks at {round(alarm_s)} s, {round(alarm_s - RAMP_AT_S)} s after the step up"
+    return f"asks at {round(alarm_s)} s, before the step up: the traffic's own bursts were enough"
+
+
+# Which machine each worked-example number comes from (course/machines.py): the lessons show it beside
 # the number (lessons/catalog.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
     "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
-    "sl_first_batch", "sl_queue_max", "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
+    "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
     "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_rate", "gp_slots", "gp_requests",
     "slo_ttft_s", "slo_tpot_ms", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
     "tl_long_lo", "tl_long_hi", "tl_short_lo", "tl_short_hi", "tl2_short_hi", "tl_slots", "tl_n", "tl_long",
-    "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "gw_routed", "sv_faster_pct",
+    "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
     "sv_fcfs_longest_prompt", "sv_sjf_longest_prompt", "gflop_token", "gflop_token_no_head", "kv_bytes_bf16",
     "params_m", "weights_mb_fp32", "weights_gb_bf16", "kv_64_seqs_gb", "kv_pool_mb_fp32", "kn_requests",
     "kn_slo_ms", "kn_ttft_target", "kn_gpu_weights_gb", "kv_tokens_each", "kn_prompt_lo", "kn_prompt_hi", "kn_out_lo", "kn_out_hi", "kn_out_per_prompt",
@@ -191,9 +237,9 @@ _ANY = {  # settings of the examples, counts the scheduler decides alone, and th
 
 
 def machine_of(name: str) -> str | None:
-    """The machine (analysis.machines) a worked-example number comes from; None if it has none yet."""
-    from analysis import machines
-    from analysis.course import KNEE_GPU
+    """The machine (course.machines) a worked-example number comes from; None if it has none yet."""
+    from course import machines
+    from course.examples import KNEE_GPU
     if name in _ANY:
         return machines.ANY
     if name.startswith("ex1_"):
@@ -202,9 +248,12 @@ def machine_of(name: str) -> str | None:
         return machines.SUPPOSED_3
     if name == "knee" or name.startswith("kn_"):
         return KNEE_GPU            # lesson 6's text quotes the GPU's sweep; the learner's is drawn on the page
+    if name.startswith(_ON_STEP_MODEL):
+        return machines.SIMULATOR
     return machines.RECORD if name.startswith(_RECORDED) else None
 
 
+# The numbers that come out of runs on the learner's step model (on_step_model), by name
+_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_")
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("static_", "continuous_", "lc_", "gp_", "mu", "w_", "lam_", "sim_", "l_", "tl_", "tl2_",
-             "sv_", "gw_")
+_RECORDED = ("static_", "continuous_", "sl_first_batch", "sl_queue_max", "lc_", "gp_", "tl_", "tl2_")

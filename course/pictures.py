@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.style import COLORS, REQUEST_COLORS, ink_on
-from analysis.course import Moment, lifecycle_run, run, token_times
+from course.examples import Moment, lifecycle_run, run, token_times
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
 

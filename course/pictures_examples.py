@@ -1,6 +1,6 @@
-"""The lessons' pictures drawn from the course's worked examples (analysis/course.py): the same runs
+"""The lessons' pictures drawn from the course's worked examples (course/examples.py): the same runs
 whose numbers the lesson text quotes. No Streamlit. PICTURES here lists every lesson picture,
-these and analysis/pictures.py's.
+these and course/pictures.py's.
 """
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis import course, course_serving
-from analysis.pictures import PICTURES as RUN_PICTURES, Picture
-from analysis.pictures_cluster import PICTURES as CLUSTER_PICTURES
+from course import examples as course, examples_serving as course_serving
+from course.pictures import PICTURES as RUN_PICTURES, Picture
+from course.pictures_cluster import PICTURES as CLUSTER_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
+from engine.core.step_model import StepModel
 from engine.sim.roofline import roofline_profile
 
 ROOFLINE = "a100-80gb:llama-3.1-8b"
@@ -73,13 +74,14 @@ def weights_per_step(name: str = ROOFLINE, context: int = ROOF_CONTEXT) -> Pictu
                              "step is nearly free until arithmetic takes over.")
 
 
-def queue_growth() -> Picture:
-    """The waiting queue over time, the same workload at a moderate and a high share of capacity."""
-    mu = course.capacity()
+def queue_growth(step_model: StepModel = course.COURSE_MODEL) -> Picture:
+    """The waiting queue over time, the same workload at a moderate and a high share of capacity, with step
+    times from `step_model` (the learner's own on the lesson page)."""
+    mu = course.capacity(cost=step_model)
     fig = go.Figure()
     words = []
     for load, color in zip(course.LOADS, (COLORS["running"], COLORS["waiting"])):
-        rows, moments, rate = course.at_load(load)
+        rows, moments, rate = course.at_load(load, cost=step_model)
         mean_w = sum(r["e2e_s"] for r in rows) / len(rows)
         mean_q = sum(r["queue_s"] for r in rows) / len(rows)
         fig.add_trace(go.Scatter(name=f"ρ = {load:.0%} ({rate:.2f} req/s): mean wait {mean_q:.2f} s",
@@ -93,11 +95,11 @@ def queue_growth() -> Picture:
                       xaxis=dict(title=dict(text="seconds (simulated)")),
                       yaxis=dict(title=dict(text="waiting requests"), rangemode="tozero"))
     alt = (f"Two runs of the same {course.QUEUE_SPEC.num_requests} requests through the engine's scheduler on the "
-           f"course's recorded step model, with {course.QUEUE_SLOTS} batch slots and a capacity of {mu:.2f} "
+           f"step model {step_model.label!r}, with {course.QUEUE_SLOTS} batch slots and a capacity of {mu:.2f} "
            f"requests/s, arriving at random: " + "; ".join(words) + ". The busier run's queue builds in bigger "
            "waves and drains more slowly: little slack is left to empty it.")
     return Picture(fig, alt, "The queue at a moderate and at a high utilization: the same requests, arriving at "
-                             "random, simulated on the course's recorded step model (this engine in fp32 on a two-core CPU).")
+                             f"random, simulated on {_on(step_model)}.")
 
 
 def knee_curve() -> Picture:
@@ -160,12 +162,13 @@ def tail_split() -> Picture:
                              "requests queued behind them.")
 
 
-def starvation() -> Picture:
-    """The age of the oldest waiting request, step by step, under fcfs and sjf on the same requests."""
+def starvation(step_model: StepModel = course.COURSE_MODEL) -> Picture:
+    """The age of the oldest waiting request, step by step, under fcfs and sjf on the same requests, with step
+    times from `step_model`."""
     fig = go.Figure()
     words = []
     for order, color in (("fcfs", COLORS["running"]), ("sjf", COLORS["waiting"])):
-        times, ages, longest = course_serving.oldest_wait(order)
+        times, ages, longest = course_serving.oldest_wait(order, step_model)
         fig.add_trace(go.Scatter(name=order, x=times, y=ages, mode="lines", line=dict(color=color)))
         words.append(f"under {order} the oldest waiting request reaches {max(ages):.1f} s (the longest wait: a "
                      f"{longest['prompt_tokens']}-token prompt, {longest['queue_s']:.1f} s)")
@@ -173,19 +176,24 @@ def starvation() -> Picture:
                       title=dict(text="How long the oldest waiting request has waited"),
                       xaxis=dict(title=dict(text="seconds (simulated)")),
                       yaxis=dict(title=dict(text="age of the oldest waiting request (s)"), rangemode="tozero"))
+    oldest = {order: max(course_serving.oldest_wait(order, step_model)[1]) for order in ("fcfs", "sjf")}
+    verdict = ("shortest-job-first keeps passing over the long prompts while short ones keep arriving, and their "
+               f"wait climbs to {oldest['sjf'] / oldest['fcfs']:.1f} times first-come, first-served's longest"
+               if oldest["sjf"] > oldest["fcfs"] else
+               "here shortest-job-first's oldest wait stays no longer than first-come, first-served's: at this speed "
+               "the short newcomers left the long prompts enough gaps")
     alt = (f"The same {course_serving.STARVE_SPEC.num_requests} requests, most with short prompts and a few long ones, "
-           f"arriving at {100 * course_serving.STARVE_LOAD:.0f}% of what the engine serves, under two orders: " + "; ".join(words) +
-           ". Below capacity first-come, first-served keeps its oldest wait bounded; shortest-job-first keeps "
-           "passing over the long prompts while short ones keep arriving, and their wait climbs until a lull lets them in.")
-    return Picture(fig, alt, "Starvation below capacity: on the same requests, first-come, first-served keeps its "
-                             "oldest wait bounded while shortest-job-first lets the long prompts wait longest.")
+           f"arriving at {100 * course_serving.STARVE_LOAD:.0f}% of what the engine serves on {_on(step_model)}, under "
+           "two orders: " + "; ".join(words) + ". " + verdict[0].upper() + verdict[1:] + ".")
+    return Picture(fig, alt, "Starvation below capacity: the same requests under first-come, first-served and under "
+                             f"shortest-job-first, simulated on {_on(step_model)}.")
 
 
-def two_schedulers() -> Picture:
+def two_schedulers(step_model: StepModel = course.COURSE_MODEL) -> Picture:
     """Who decides what: the cluster scheduler places pods on nodes, a gateway routes each request to a
     replica, each replica's engine batches its own steps, an autoscaler reads the waiting queue; beside it,
-    the replicas' waiting queues from a simulated run through a gateway."""
-    g = course_serving.gateway_run()
+    the replicas' waiting queues from a simulated run through a gateway, with step times from `step_model`."""
+    g = course_serving.gateway_run(step_model)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.1,
                         subplot_titles=["who decides what", "waiting requests per replica (simulated)"])
     # four deciders (gateway, each engine, autoscaler, cluster scheduler); the ReplicaSet only carries out
@@ -248,7 +256,7 @@ def two_schedulers() -> Picture:
            "waiting counts and decides how many replicas there should be; the Deployment's ReplicaSet creates pods "
            "to match that count, deciding nothing itself; the cluster scheduler decides which node runs each new "
            "pod, once, and never sees a request. Below: two replicas of "
-           f"{course.QUEUE_SLOTS} slots, each serving {g['mu']:.2f} requests/s, behind a gateway that sends each "
+           f"{course.QUEUE_SLOTS} slots on {_on(step_model)}, each serving {g['mu']:.2f} requests/s, behind a gateway that sends each "
            f"request to the replica holding fewer ({g['routed'][0]} and {g['routed'][1]} requests). Traffic is "
            f"{before:.2f} requests/s until {course_serving.RAMP_AT_S:.0f} s, then {after:.2f}: the waiting queues, near "
            "zero before, start to climb. " + asks)
@@ -257,6 +265,15 @@ def two_schedulers() -> Picture:
                              "queue is what tells the autoscaler to add one.")
 
 
+def _on(step_model: StepModel) -> str:
+    """A step model in words, for a caption: the course's recorded one, or the one the page was given."""
+    return ("the course's recorded step model (this engine in fp32 on a two-core CPU)" if step_model == course.COURSE_MODEL
+            else f"this machine's step model ({step_model.label})")
+
+
+# The pictures drawn on the step model they are given (the learner's own, on the lesson page); the others
+# are the same for everyone
+ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers")
 PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
             "knee_curve": knee_curve, "tail_split": tail_split, "starvation": starvation,
             "two_schedulers": two_schedulers}

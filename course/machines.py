@@ -7,8 +7,8 @@ GPUs' roofline models. Every number shown says which, with the words and the bad
 - a lab's result: `source_label(source, calibrated)` ("Measured on this machine's engine", "Simulated on
   this machine's step model", or, where this machine has no profile, "Simulated on a guessed step model:
   this machine is not calibrated yet"), beside the prediction it answers and in its claim's verdict;
-- a lesson's worked-example number (``{{example:name=shown}}``): its machine is declared in
-  analysis/course_numbers.py (`machine_of`), and lessons/catalog.py's `tag_machines` places a badge
+- a lesson's worked-example number (``{{number:example.NAME}}``): its machine is declared in
+  course/numbers.py (`machine_of`), and lessons/catalog.py's `tag_machines` places a badge
   after each paragraph or table that quotes one (one badge when the block's numbers share a machine,
   a badge beside each number when they do not).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 ENGINE = "engine"            # this machine's real engine, measured
 SIMULATOR = "simulator"      # this machine's step model (its calibrated profile, or the guess), on the simulator
-RECORD = "record"            # the course's recorded step model of a two-core CPU (analysis/course.COURSE_MODEL)
+RECORD = "record"            # the course's recorded step model of a two-core CPU (course/examples.COURSE_MODEL)
 SUPPOSED_1 = "supposed-1"    # lesson 1's sums on a supposed bandwidth and peak (course_numbers.EX1_*)
 SUPPOSED_3 = "supposed-3"    # lesson 3's sums on a supposed machine (course_numbers.EX3_*)
 ANY = "any"                  # no machine: a setting, a count of the scheduler's or a model's shape

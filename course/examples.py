@@ -1,8 +1,8 @@
 """The course's own worked examples: the engine's scheduler on the simulator, and the engine's constants.
 
-A lesson quotes a number from here with a marker, ``{{example:static_end_s=5.1}}``: the reader
-sees ``5.1`` and tests/test_lesson_examples.py checks it against ``numbers()["static_end_s"]``,
-so the text says what this code computes. The pictures (analysis/pictures*.py) draw the same runs.
+A lesson quotes a number from here with a marker, ``{{number:example.static_end_s}}``: the page
+shows course/numbers.py's ``numbers()["static_end_s"]``, computed from these runs, so the text says
+what this code computes. The pictures (course/pictures*.py) draw the same runs.
 
 Every run uses COURSE_MODEL, one recorded calibration of this engine (SmolLM2-135M in fp32 on a
 two-core CPU, `python -m engine calibrate`), frozen here so that the lessons' numbers are the same
@@ -211,34 +211,37 @@ QUEUE_SLOTS = 8
 LOADS = (0.7, 0.95)        # the picture's moderate and high utilization
 
 
-def capacity(spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS) -> float:
-    """mu: requests a second the engine finishes with every slot busy, all of `spec` sent at once."""
-    return _capacity(tuple(sorted(spec.to_dict().items())), slots)
+def capacity(spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS, cost: StepModel = COURSE_MODEL) -> float:
+    """mu: requests a second the engine finishes with every slot busy, all of `spec` sent at once, with
+    step times from `cost` (the learner's own step model, where a lesson's example runs on it)."""
+    return _capacity(tuple(sorted(spec.to_dict().items())), slots, cost)
 
 
 @functools.lru_cache(maxsize=8)
-def _capacity(spec_items: tuple, slots: int) -> float:
+def _capacity(spec_items: tuple, slots: int, cost: StepModel) -> float:
     """Counted while the batch is full (until the last request is admitted), not over the run's
     draining tail, where fewer and fewer slots are busy."""
-    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), WorkloadSpec(**dict(spec_items)), cost=COURSE_MODEL)
+    rows, moments = run(SchedulerPolicy(max_num_seqs=slots), WorkloadSpec(**dict(spec_items)), cost=cost)
     full_until = next(m.t_end_s for m in moments if not m.waiting)
     return sum(1 for r in rows if r["finish_s"] <= full_until) / full_until
 
 
-def at_load(load: float, spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS):
-    """`spec` arriving as Poisson traffic at `load` x capacity: (rows, moments, arrival rate)."""
-    rate = load * capacity(spec, slots)
+def at_load(load: float, spec: WorkloadSpec = QUEUE_SPEC, slots: int = QUEUE_SLOTS, cost: StepModel = COURSE_MODEL):
+    """`spec` arriving as Poisson traffic at `load` x capacity on `cost`: (rows, moments, arrival rate)."""
+    rate = load * capacity(spec, slots, cost)
     rows, moments = run(SchedulerPolicy(max_num_seqs=slots), WorkloadSpec(**{**spec.to_dict(), "rate": rate}),
-                        cost=COURSE_MODEL)
+                        cost=cost)
     return rows, moments, rate
 
 
-@functools.lru_cache(maxsize=4)
-def load_example(load: float) -> dict:
-    """At `load` x capacity: the arrival rate, mean time in system and mean wait for a slot."""
-    rows, _, rate = at_load(load)
+@functools.lru_cache(maxsize=8)
+def load_example(load: float, cost: StepModel = COURSE_MODEL) -> dict:
+    """At `load` x capacity on `cost`: the arrival rate, mean time in system, mean wait for a slot and mean
+    service (time in system less the wait)."""
+    rows, _, rate = at_load(load, cost=cost)
     return {"rate": rate, "w": sum(r["e2e_s"] for r in rows) / len(rows),
-            "queue": sum(r["queue_s"] for r in rows) / len(rows)}
+            "queue": sum(r["queue_s"] for r in rows) / len(rows),
+            "service": sum(r["e2e_s"] - r["queue_s"] for r in rows) / len(rows)}
 
 
 # ---- lesson 6: the knee, on a decode-dominated workload ------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.pictures import Picture
+from course.pictures import Picture
 from analysis.style import layout
 from cluster.simulated import SimCluster
 from engine.runs.arrivals import build_requests

@@ -1,14 +1,16 @@
 """The course's worked examples of serving traffic (lessons 7 to 9): a tail split by prompt length,
 starvation under shortest-job-first, and replicas behind a gateway with an autoscaler watching them.
-The same simulator and recorded step model as analysis/course.py.
+The same simulator as course/examples.py; lesson 7's tail runs on its recorded step model, lessons 8 and 9
+on the step model they are given (the learner's own, on the lesson page).
 """
 from __future__ import annotations
 
 import functools
 
-from analysis.course import (COURSE_MODEL, QUEUE_SLOTS, QUEUE_SPEC, capacity, mixed, percentile, run)
+from course.examples import (COURSE_MODEL, QUEUE_SLOTS, QUEUE_SPEC, capacity, mixed, percentile, run)
 from engine.runs.build import build_engine
 from engine.core.config import EngineConfig, SchedulerPolicy
+from engine.core.step_model import StepModel
 from engine.runs.workload import WorkloadSpec
 
 
@@ -51,12 +53,13 @@ STARVE_LOAD = 0.9          # arrivals this share of what the engine serves: belo
                            # wait that keeps growing comes from the order, not from overload
 
 
-@functools.lru_cache(maxsize=4)
-def oldest_wait(order: str) -> tuple[list[float], list[float], dict]:
-    """Under `order`, after every step: (times, the age of the oldest waiting request, that run's longest queue time by prompt)."""
+@functools.lru_cache(maxsize=8)
+def oldest_wait(order: str, cost: StepModel = COURSE_MODEL) -> tuple[list[float], list[float], dict]:
+    """Under `order`, with step times from `cost`, after every step: (times, the age of the oldest waiting
+    request, that run's longest queue time by prompt)."""
     policy = SchedulerPolicy(max_num_seqs=STARVE_SLOTS, max_num_batched_tokens=256, order=order)
-    rate = STARVE_LOAD * capacity(STARVE_SPEC, STARVE_SLOTS)
-    rows, moments = run(policy, WorkloadSpec(**{**STARVE_SPEC.to_dict(), "rate": rate}), cost=COURSE_MODEL)
+    rate = STARVE_LOAD * capacity(STARVE_SPEC, STARVE_SLOTS, cost)
+    rows, moments = run(policy, WorkloadSpec(**{**STARVE_SPEC.to_dict(), "rate": rate}), cost=cost)
     arrived = {r["id"]: r["arrival_s"] for r in rows}
     ages = [max((m.t_end_s - arrived[i] for i in m.waiting), default=0.0) for m in moments]
     longest = max(rows, key=lambda r: r["queue_s"])
@@ -86,13 +89,14 @@ def ramp_requests(mu: float, replicas: int = REPLICAS) -> list:
     return mixed(first) + late
 
 
-@functools.lru_cache(maxsize=1)
-def gateway_run() -> dict:
+@functools.lru_cache(maxsize=4)
+def gateway_run(cost: StepModel = COURSE_MODEL) -> dict:
     """Requests routed by a gateway to the replica with the fewest requests in it (waiting + running),
-    each replica an engine that batches its own; sampled every step: each replica's waiting and
-    running, and when an autoscaler watching the summed waiting count would ask for another replica."""
-    mu = capacity()
-    engines = [build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=QUEUE_SLOTS), cost=COURSE_MODEL)
+    each replica an engine that batches its own with step times from `cost`; sampled every step: each
+    replica's waiting and running, and when an autoscaler watching the summed waiting count would ask
+    for another replica."""
+    mu = capacity(cost=cost)
+    engines = [build_engine(EngineConfig(), SchedulerPolicy(max_num_seqs=QUEUE_SLOTS), cost=cost)
                for _ in range(REPLICAS)]
     routed = [0] * REPLICAS
     samples = []           # (t, replica, waiting, running)

@@ -1,0 +1,1 @@
+"""The course: what it teaches and with which examples. No Streamlit."""
