@@ -6,7 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "analysis", "remote", "classroom", "cluster", "ui", "playground", "labs", "lessons", "tools",
-            "app_pages", "records")
+            "app_pages", "records", "course")
 # Which project packages each layer may import (besides itself).
 ALLOWED = {
     "engine": set(),
@@ -14,16 +14,17 @@ ALLOWED = {
     "remote": {"engine", "analysis"},          # clients of an engine server: no Streamlit
     "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons"},   # ui, lessons: its pages only (below)
     "cluster": {"engine"},                     # replicas, a router, an autoscaler: no Streamlit
-    "ui": {"engine", "analysis", "records"},
+    "course": {"engine", "analysis", "cluster"},   # the course's content: examples, numbers, pictures; no Streamlit
+    "ui": {"engine", "analysis", "records", "course"},
     "records": {"engine"},                     # the learners' store: no Streamlit (engine: the cache folder)
     "playground": {"engine", "analysis", "ui", "remote"},
-    "labs": {"engine", "analysis", "ui", "cluster"},
-    "lessons": {"ui"},
+    "labs": {"engine", "analysis", "ui", "cluster", "course"},
+    "lessons": {"ui", "course", "engine"},     # engine: its settings (where the lessons are read from)
     "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground"},
     "tools": set(PACKAGES) - {"tools"},
     "app": {"ui", "lessons", "engine"},        # engine: imported first, for its OpenMP wait setting
 }
-NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster", "records")
+NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster", "records", "course")
 # A feature room keeps its page beside its logic; the page is its one module that draws.
 PAGES = {"classroom.page", "classroom.teacher"}
 MAX_LINES = 400
