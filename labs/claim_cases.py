@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from course import claims
 from engine.core.step_model import StepModel
-from labs import claims
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee

@@ -28,8 +28,8 @@ from typing import Callable, Mapping, Union
 
 import yaml
 
-from lessons.questions import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
-from ui.questions import ASKS
+from course.quizzes import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
+from course.predictions import ASKS
 
 __all__ = ["LAB_IDS", "MEASURE", "QuizQuestion", "Shown", "choice_order"]
 

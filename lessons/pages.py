@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from lessons.views import LAB_URL_PATHS, lesson_pages
-from ui.registry import LABS
+from course.registry import LABS
 
 
 def lab_pages() -> dict[str, st.Page]:

@@ -30,7 +30,7 @@ from lessons.catalog import (GlossaryTerm, Lesson, LessonError, render_links, re
 from lessons.quiz import show_quiz
 from ui import calculators, learner, lesson_pictures, predict
 from ui.machine_tags import badge_for
-from ui.registry import lab_title
+from course.registry import lab_title
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with
 # st.Page(..., url_path=LAB_URL_PATHS[lab_id]), and lesson text links to /<that path>.

@@ -1,7 +1,7 @@
 """Lesson 10's claims, each decided on the simulated cluster, with its counter-case."""
 import pytest
 
-from labs import claims
+from course import claims
 from labs.cluster.claims import CHECKS, judge, verdict
 
 

@@ -40,7 +40,8 @@ def lab_value(mark: LabNumber):
     such as knee_rule), then attributes, keys or indexes; a dataclass class stands for its
     defaults (SchedulerPolicy.max_wait_ms)."""
     lab_folder = LABS / mark.lab
-    value = importlib.import_module(f"labs.{mark.lab}.experiment" if lab_folder.is_dir() else f"labs.{mark.lab}")
+    value = importlib.import_module(f"labs.{mark.lab}.experiment" if lab_folder.is_dir() else
+                                    f"labs.{mark.lab}" if (LABS / f"{mark.lab}.py").exists() else f"course.{mark.lab}")
     for part in mark.name.split("."):
         if isinstance(value, type) and is_dataclass(value):
             value = value()

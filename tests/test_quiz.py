@@ -127,7 +127,7 @@ def test_the_answer_of_a_measured_question_depends_on_the_measurement(lesson_id,
 
 
 def test_the_dependence_check_can_fail():
-    from lessons.questions import parse_quiz
+    from course.quizzes import parse_quiz
     fixed = parse_quiz([{"question": "Which?", "answer": 0, "explanation": "Because.",
                          "measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.",
                                       "example": {"queueing.mu": 2}},
@@ -136,7 +136,7 @@ def test_the_dependence_check_can_fail():
 
 
 def test_a_measured_value_reads_with_its_unit():
-    from lessons.formulas import evaluate, fill, number
+    from course.formulas import evaluate, fill, number
     assert number("21.0 ms") == 21.0 and number("1.23 s") == 1230 and number("2.10 requests/s") == 2.1
     assert number("16") == 16 and number("1,024 tokens") == 1024 and number("—") is None and number(None) is None
     assert fill("{= a / 2 :.1f} and {= max(a, 10) }", {"a": 5}) == "2.5 and 10"

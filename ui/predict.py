@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from analysis import machines
-from ui import learner, questions
+from course.predictions import ASKS, for_lesson
+from ui import learner
 
 PREDICTIONS_KEY = "lab_predictions"
 MEASUREMENTS_KEY = "lab_measurements"
@@ -93,7 +94,7 @@ def question(ask_id: str, choices=None, help: str = "", settings=None, **fields)
     """The declared question `ask_id` (ui/questions.py) with the page's settings filled in;
     `choices` for a choice whose options depend on the settings; `settings` ({label: value}) the
     settings its answer is scored on, named beside it."""
-    a = questions.ASKS[ask_id]
+    a = ASKS[ask_id]
     return Question(a.id, a.render(**fields), tuple(choices if choices is not None else a.choices), a.lo, a.hi,
                     a.default, a.unit, help, a.lab, _settings(settings))
 
@@ -182,7 +183,7 @@ def verdicts() -> dict:
 def lesson_summary(lesson_id: str) -> None:
     """The end of a lesson: each question it asks (ui/questions.py) with the learner's guess beside the
     answer shown, and each of its claims as the lab's last run judged it."""
-    asks = questions.for_lesson(lesson_id)
+    asks = for_lesson(lesson_id)
     if not asks:
         return
     st.subheader("Your predictions and what the labs measured", anchor="your-predictions")

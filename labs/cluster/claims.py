@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from labs import claims
+from course import claims
 from labs.cluster import experiment as lab
 
 

@@ -13,9 +13,10 @@ import plotly.graph_objects as go
 
 from analysis.membership import member_counts
 from analysis.style import COLORS, empty_figure, is_empty, layout
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
-from labs import claims, timing
+from labs import timing
 from labs.repeats import error_bars, spread
 from labs.part import Part
 from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run

@@ -14,9 +14,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, layout
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
-from labs import claims, knee_rule
+from labs import knee_rule
 from labs.repeats import error_bars, spread
 from labs.part import Part
 from labs.runs import estimate, run_each, simulated_run, single_run

@@ -19,9 +19,10 @@ from analysis.style import (
     room_above,
     vline,
 )
+from course import claims
 from engine.runs.results import cache_path
 from engine.sim.step_times import measure_batch_scaling
-from labs import claims, knee_rule, timing
+from labs import knee_rule, timing
 from labs.repeats import REPEATS, error_bars, spread
 from labs.runs import cached, estimate, fingerprint
 

@@ -20,8 +20,9 @@ import os
 import sys
 import time
 
+from course import claims
 from engine.sim.simulate import resolve_profile
-from labs import claims, runs
+from labs import runs
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee

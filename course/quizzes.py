@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lessons import formulas
-from ui.registry import LABS
+from course import formulas
+from course.registry import LABS
 
 LAB_IDS = [lab.url_path for lab in LABS]   # what `lab:<id>` links and measured values may name
 MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
