@@ -16,7 +16,8 @@ Markdown body. Markers inside bodies, which the pages resolve:
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
-without: "Suppose a run took ..."}``; ``{lab.name}`` names a value a lab page recorded.
+without: "Suppose a run took ...", example: ..., answers: <function>}``; ``{lab.name}`` names a value a lab
+page recorded, and the function (course/quiz_answers.py) works out the numbers the choices quote.
 No Streamlit here: pages call these functions and decide the URLs.
 """
 from __future__ import annotations
@@ -215,9 +216,10 @@ def parse_lesson(path: Path) -> Lesson:
     unknown_asks = [a for a in find_predictions(body) if a not in ASKS]
     if unknown_asks:
         raise ValueError(f"unknown prediction question(s) {unknown_asks}; known: {sorted(ASKS)}")
-    return Lesson(id=re.sub(r"^\d+-", "", path.stem), path=path, title=meta["title"].strip(),
+    lesson_id = re.sub(r"^\d+-", "", path.stem)
+    return Lesson(id=lesson_id, path=path, title=meta["title"].strip(),
                   order=meta["order"], summary=meta["summary"].strip(), labs=list(meta["labs"]),
-                  glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"]), body=body)
+                  glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"], lesson_id), body=body)
 
 
 def load_lessons(folder: Path | str = FOLDER) -> tuple[list[Lesson], list[LessonError]]:
