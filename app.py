@@ -1,6 +1,6 @@
 """Batching Lab: the Streamlit entry point (`streamlit run app.py`). Navigation only.
 
-Sections: the Playground and home, the labs (ui/registry.py: one folder per lesson lab), the
+Sections: the Playground and home, the labs (course/registry.py: one folder per lesson lab), the
 lessons (lessons/pages.py) and an About page. Each page is a small script; the
 layout is described in docs/ARCHITECTURE.md.
 """

@@ -11,7 +11,7 @@ Markdown body. Markers inside bodies, which the pages resolve:
   tests/test_lesson_examples.py checks it against analysis/course_numbers.py's ``numbers()``, which
   computes it from the course's simulated runs and the engine's constants;
 - a picture or a calculator on a line of its own: ``{{picture:static_vs_continuous}}``, ``{{calculator:mm1}}``;
-- a lab's prediction question, ``{{predict:knee}}``: the question's text as ui/questions.py declares it
+- a lab's prediction question, ``{{predict:knee}}``: the question's text as course/predictions.py declares it
   (the lab page asks the very same), with the lab's default settings filled in.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question

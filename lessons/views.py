@@ -1,7 +1,7 @@
 """The lesson pages, the glossary page, search and progress: Streamlit views over lessons/catalog.
 
 app.py wires it up through lessons/pages.py: the lab pages are the st.Page objects of
-ui/registry.py, keyed by lab id, and every page calls search_sidebar() and progress_sidebar().
+course/registry.py, keyed by lab id, and every page calls search_sidebar() and progress_sidebar().
 
 URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossary at /glossary
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons

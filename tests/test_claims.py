@@ -1,5 +1,5 @@
 """Every claim the lessons make shows in its lab's own experiment, and comes out the other way in a
-setting where it must not (labs/claims.py holds the claims and their thresholds).
+setting where it must not (course/claims.py holds the claims and their thresholds).
 
 Each claim runs twice per step model, on the simulator only (no model is loaded): once in a setting
 where the lesson says it shows, once in its counter-case. Two step models: a calibrated-style model of

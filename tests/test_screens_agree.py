@@ -129,7 +129,7 @@ def test_a_committed_guess_stays_on_the_page_while_the_next_question_is_asked(la
 
 
 def claim_boxes(at: AppTest) -> dict[str, bool]:
-    """For each claim of labs/claims.py: whether the page shows its verdict box."""
+    """For each claim of course/claims.py: whether the page shows its verdict box."""
     from course.claims import CLAIMS
     words = texts(at)
     return {cid: f"**Claim:** {c.text}" in words for cid, c in CLAIMS.items()}

@@ -1,6 +1,6 @@
 """Predict, then observe: every lab asks the learner to commit to a guess before it shows a result.
 
-The questions are declared once in ui/questions.py (the lesson's "Predict first" reads the same
+The questions are declared once in course/predictions.py (the lesson's "Predict first" reads the same
 text); `question(id, ...)` builds one for the page. A lab page draws `gate(question)` before its
 run button: the learner picks a choice or types a number and presses "Commit my prediction"; only
 then does the page offer its run (or reveal the stored result). Once a result is on the page,
@@ -91,7 +91,7 @@ def _settings(settings) -> tuple:
 
 
 def question(ask_id: str, choices=None, help: str = "", settings=None, **fields) -> Question:
-    """The declared question `ask_id` (ui/questions.py) with the page's settings filled in;
+    """The declared question `ask_id` (course/predictions.py) with the page's settings filled in;
     `choices` for a choice whose options depend on the settings; `settings` ({label: value}) the
     settings its answer is scored on, named beside it."""
     a = ASKS[ask_id]
@@ -181,7 +181,7 @@ def verdicts() -> dict:
 
 
 def lesson_summary(lesson_id: str) -> None:
-    """The end of a lesson: each question it asks (ui/questions.py) with the learner's guess beside the
+    """The end of a lesson: each question it asks (course/predictions.py) with the learner's guess beside the
     answer shown, and each of its claims as the lab's last run judged it."""
     asks = for_lesson(lesson_id)
     if not asks:
