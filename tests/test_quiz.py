@@ -195,3 +195,11 @@ def test_the_measured_question_is_not_one_template_in_one_place():
     assert len(set(places)) >= 3 and max(Counter(places).values()) <= len(LESSONS) // 2, places
     leads = [q.measured_with.split()[:3] for l in LESSONS for q in l.quiz if q.measured_with]
     assert max(Counter(map(tuple, leads)).values()) <= len(LESSONS) // 2, "most leads open the same way"
+
+
+def test_every_answers_function_is_named_by_one_measured_question():
+    from course.quiz_answers import ANSWERS
+    named = [(l.id, q.answers.__name__) for l in LESSONS for q in l.quiz if q.measured_with]
+    assert sorted(named) == sorted(ANSWERS), "an answers function no question names, or one named twice"
+    assert all(ANSWERS[key] is q.answers for key, q in zip(named, (q for l in LESSONS for q in l.quiz
+                                                                  if q.measured_with)))
