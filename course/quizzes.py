@@ -78,6 +78,8 @@ class QuizQuestion:
                 return text.format_map(numbers)
             except KeyError as e:
                 raise ValueError(f"{text!r} quotes {e}, which its answers function does not give") from None
+            except (AttributeError, IndexError) as e:   # {x.y} or {x[0]}: only {name:format} is quoted
+                raise ValueError(f"{text!r} quotes something other than a number by name: {e}") from None
         choices = [fill(c) for c in self.choices]
         if len(set(choices)) != len(choices):
             raise ValueError(f"the values {dict(values)} make two choices alike: {choices}")

@@ -164,6 +164,7 @@ def test_a_measured_question_quotes_its_answers_functions_numbers():
                    "answers": "no_such_function"}}, "not a function of course/quiz_answers.py"),
     ({"measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.", "example": {"queueing.mu": 2},
                    "let": {"x": "queueing.mu"}}}, "are gone"),
+    ({"explanation": "At {eighty_percent.nope:.2f}."}, "other than a number by name"),
     ({"answer": "eighty_percent", "choices": [{"text": "{sixty_percent:.2f}", "why": "Too low."},
                                               {"text": "{eighty_percent:.2f}", "why": "Unless."}]}, "not a choice"),
 ])
