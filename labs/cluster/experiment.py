@@ -251,10 +251,12 @@ def affinity_hits_verdict(m: dict) -> claims.Verdict:
             f"{rr['prefix_hit_rate']:.0%}; its p50 TTFT was {aff['ttft_p50_s']:.2f} s against {rr['ttft_p50_s']:.2f} s.")
     if not claims.CLAIMS["prefix_affinity_hits"].passes(gain):
         why = (f" That is {gain * 100:.0f} points more, where the claim needs "
-               f"{claims.CLAIMS['prefix_affinity_hits'].threshold * 100:g}: these prompts share too little for the "
-               "router's choice to matter.")
+               f"{claims.CLAIMS['prefix_affinity_hits'].threshold * 100:g}." if gain >= 0.005 else
+               " Affinity found no more than round-robin did.")
+        if max(aff["prefix_hit_rate"], rr["prefix_hit_rate"]) < 0.1:
+            why += " These prompts share too little for the router's choice to matter."
     else:
-        why = " More was found in the caches, yet the median request did not start sooner: the prefill it saved was small."
+        why = " More was found in the caches, yet its median request did not start sooner."
     return claims.judge("prefix_affinity_hits", gain,
                         said + " Each request it sent where its prefix was cached had less of its prompt to compute.",
                         said + why, extra_test=affinity_is_faster(m))
@@ -263,16 +265,16 @@ def affinity_hits_verdict(m: dict) -> claims.Verdict:
 def load_bound_verdict(m: dict) -> claims.Verdict:
     """The claim `affinity_needs_a_load_bound` on router_numbers of prefix_affinity with and without its bound."""
     bounded, unbounded = m["prefix_affinity"], m["prefix_affinity@unbounded"]
-    said = (f"With one system prompt in every request, unbounded affinity's load imbalance was "
+    said = (f"Without a load bound, prefix affinity's load imbalance was "
             f"{unbounded['load_imbalance']:.2f} and its p95 TTFT {unbounded['ttft_p95_s']:.2f} s; with the load bound, "
             f"{bounded['load_imbalance']:.2f} and {bounded['ttft_p95_s']:.2f} s.")
     if claims.CLAIMS["affinity_needs_a_load_bound"].passes(unbounded["load_imbalance"]):
-        why = " The unbounded router piled the requests onto one replica, but its p95 TTFT was not twice the bounded one's."
+        why = " The unbounded router crowded the requests onto few replicas, but its p95 TTFT was not twice the bounded one's."
     else:
         why = " Without the bound the requests still spread over the replicas: the prefixes did not pull them onto one."
     return claims.judge("affinity_needs_a_load_bound", unbounded["load_imbalance"],
-                        said + " Every request went where the shared prompt was cached, and one replica's queue "
-                        "carried them.", said + why, extra_test=unbounded_is_slower(m))
+                        said + " The requests went where their shared prompt was cached, and a few replicas' queues "
+                        "carried them while the others idled.", said + why, extra_test=unbounded_is_slower(m))
 
 
 def busy_overprovisions_verdict(m: dict) -> claims.Verdict:
