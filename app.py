@@ -1,6 +1,6 @@
 """Batching Lab: the Streamlit entry point (`streamlit run app.py`). Navigation only.
 
-Sections: the Playground and home, the labs (ui/registry.py: one folder per lesson lab), the
+Sections: the Playground and home, the labs (course/registry.py: one folder per lesson lab), the
 lessons (lessons/pages.py) and an About page. Each page is a small script; the
 layout is described in docs/ARCHITECTURE.md.
 """
@@ -15,7 +15,7 @@ import streamlit as st  # noqa: E402
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
 from ui import learner  # noqa: E402
-from ui.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
+from course.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
 # The tab icon is a file of the project's: a Material icon or an emoji would be fetched from the web,
 # which a classroom's network may not reach.

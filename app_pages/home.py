@@ -3,7 +3,7 @@ import streamlit as st
 
 from lessons.catalog import load_lessons
 from lessons.pages import pages as lesson_pages
-from ui.registry import LABS
+from course.registry import LABS
 
 st.title("Batching Lab")
 st.markdown(

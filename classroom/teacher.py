@@ -12,7 +12,7 @@ from records.class_table import LessonInfo, class_table, to_csv
 from records.store import StoreError
 from remote.lab_control import LabControl, LabRefused
 from ui import learner, widgets
-from ui.questions import ASKS
+from course.predictions import ASKS
 
 
 def lessons() -> list[LessonInfo]:

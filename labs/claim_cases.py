@@ -1,17 +1,19 @@
-"""Each claim of labs/claims.py in a setting where its lesson says it shows, and in its counter-case, where
+"""Each claim of course/claims.py in a setting where its lesson says it shows, and in its counter-case, where
 it must come out otherwise: the labs' own experiments on the simulator (no model is loaded).
 
-tests/test_claims.py runs every case on two step models; `python -m tools.claims` prints the
+tests/test_claims.py runs every case on two step models; `python -m tools.check_claims` prints the
 counter-cases beside the real engine's and the simulator's verdicts. A case is a function of (kind,
 step model), kind "cpu" or "h100": a few settings differ between a small CPU and an H100 (the knee's
-sweep, the SLO targets). No Streamlit here.
+sweep, the SLO targets). Lesson 10's claims run on a simulated cluster of GPU replicas instead
+(`CLUSTER_CASES`, tests/test_cluster_claims.py). No Streamlit here.
 """
 from __future__ import annotations
 
 import functools
 
+from course import claims
 from engine.core.step_model import StepModel
-from labs import claims
+from labs.cluster import experiment as cluster
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
@@ -160,4 +162,21 @@ CASES = {
                          NOT_SHOWN),
     "waiting_to_batch": (lambda n, m: dynamic_verdict(m, dynamic.LOAD),
                          lambda n, m: dynamic_verdict(m, 3.0), NOT_SHOWN),
+}
+
+
+# Lesson 10's claims, on the cluster lab's simulated replicas: claim -> (the numbers where it shows, its
+# counter-case's numbers, the counter-case's expected outcome); each a function of the replica's profile,
+# judged by the lab's own verdict function (cluster.VERDICTS).
+CLUSTER_CASES = {
+    "prefix_affinity_hits": (cluster.CLAIM_RUNS["prefix_affinity_hits"],
+                             lambda p: cluster.router_claim_runs(p, cluster.PLAIN, ("round_robin", "prefix_affinity")),
+                             NOT_SHOWN),
+    "affinity_needs_a_load_bound": (cluster.CLAIM_RUNS["affinity_needs_a_load_bound"],
+                                    lambda p: cluster.router_claim_runs(p, cluster.SHARED, (
+                                        "prefix_affinity", "prefix_affinity@unbounded")), NOT_SHOWN),
+    "busy_fraction_overprovisions": (cluster.CLAIM_RUNS["busy_fraction_overprovisions"],
+                                     lambda p: cluster.autoscaler_claim_runs(p, max_num_seqs=1), NOT_SHOWN),
+    "startup_delay_costs_slo": (cluster.CLAIM_RUNS["startup_delay_costs_slo"],
+                                lambda p: cluster.startup_claim_runs(p, cluster.GENTLE), NOT_SHOWN),
 }

@@ -12,14 +12,15 @@ Markdown body. Markers inside bodies, which the pages resolve:
   learner's own step model where the example runs on it;
 - a thing placed in the text, ``{{place:KIND:ID}}``: a picture or a calculator on a line of its own
   (``{{place:picture:static_vs_continuous}}``, ``{{place:calculator:mm1}}``), or a lab's prediction
-  question anywhere in a sentence (``{{place:predict:knee}}``: its text as ui/questions.py declares it,
+  question anywhere in a sentence (``{{place:predict:knee}}``: its text as course/predictions.py declares it,
   the same the lab page asks, with the lab's default settings filled in).
 
 Any other ``{{...}}`` in a body makes the lesson fail to load, naming the marker.
 
 A quiz question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question
 may open with the learner's own lab measurement: ``measured: {with: "Your run took {knee.knee} ...",
-without: "Suppose a run took ..."}``; ``{lab.name}`` names a value a lab page recorded.
+without: "Suppose a run took ...", example: ..., answers: <function>}``; ``{lab.name}`` names a value a lab
+page recorded, and the function (course/quiz_answers.py) works out the numbers the choices quote.
 No Streamlit here: pages call these functions and decide the URLs.
 """
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Callable, Mapping, Union
 
 import yaml
 
-from lessons.questions import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
-from ui.questions import ASKS
+from course.quizzes import LAB_IDS, MEASURE, QuizQuestion, Shown, choice_order, parse_quiz
+from course.predictions import ASKS
 
 __all__ = ["LAB_IDS", "MEASURE", "QuizQuestion", "Shown", "choice_order"]
 
@@ -163,14 +164,15 @@ def written(value, style: str = "") -> str:
 
 def lab_value(number: Number):
     """The value a lab number names: a constant of labs/<lab>/experiment.py (or of a shared labs/<name>.py,
-    such as knee_rule), then attributes, keys or indexes; a dataclass class stands for its defaults
+    such as knee_rule, or of course/<name>.py, such as the claims table), then attributes, keys or indexes; a dataclass class stands for its defaults
     (SchedulerPolicy.max_wait_ms). Raises ImportError, AttributeError, KeyError or IndexError if there is none."""
     import importlib
     from collections.abc import Mapping as AnyMapping
     from dataclasses import is_dataclass
     labs = FOLDER.parent / "labs"
     value = importlib.import_module(f"labs.{number.lab}.experiment" if (labs / number.lab).is_dir()
-                                    else f"labs.{number.lab}")
+                                    else f"labs.{number.lab}" if (labs / f"{number.lab}.py").exists()
+                                    else f"course.{number.lab}")      # the claims table: course/claims.py
     for part in number.constant.split("."):
         if isinstance(value, type) and is_dataclass(value):
             value = value()
@@ -316,9 +318,10 @@ def parse_lesson(path: Path) -> Lesson:
     unknown_asks = [a for a in find_predictions(body) if a not in ASKS]
     if unknown_asks:
         raise ValueError(f"unknown prediction question(s) {unknown_asks}; known: {sorted(ASKS)}")
-    return Lesson(id=re.sub(r"^\d+-", "", path.stem), path=path, title=meta["title"].strip(),
+    lesson_id = re.sub(r"^\d+-", "", path.stem)
+    return Lesson(id=lesson_id, path=path, title=meta["title"].strip(),
                   order=meta["order"], summary=meta["summary"].strip(), labs=list(meta["labs"]),
-                  glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"]), body=body)
+                  glossary=[str(g) for g in meta["glossary"]], quiz=parse_quiz(meta["quiz"], lesson_id), body=body)
 
 
 def load_lessons(folder: Path | str = FOLDER) -> tuple[list[Lesson], list[LessonError]]:

@@ -10,7 +10,7 @@
   page run, and at once when the check is the lesson's last (it then counts as read).
 - A question may open with the learner's own measurement from a lab (ui.predict.measurement) and
   compute its choices from it, so the right answer is this learner's; with its worked example when
-  that lab has not been run in this session (lessons/questions.py).
+  that lab has not been run in this session (course/quizzes.py, course/quiz_answers.py).
 """
 from __future__ import annotations
 

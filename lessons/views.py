@@ -1,7 +1,7 @@
 """The lesson pages, the glossary page, search and progress: Streamlit views over lessons/catalog.
 
 app.py wires it up through lessons/pages.py: the lab pages are the st.Page objects of
-ui/registry.py, keyed by lab id, and every page calls search_sidebar() and progress_sidebar().
+course/registry.py, keyed by lab id, and every page calls search_sidebar() and progress_sidebar().
 
 URLs: a lesson lives at /lesson-<lesson id> (e.g. /lesson-why-batch), the glossary at /glossary
 with one anchor per term (/glossary#ttft), a lab at /<LAB_URL_PATHS[lab id]>. Progress (lessons
@@ -29,7 +29,7 @@ from lessons.catalog import (GlossaryTerm, Lesson, LessonError, render_links, re
 from lessons.quiz import show_quiz
 from ui import calculators, learner, lesson_pictures, predict
 from ui.machine_tags import badge_for
-from ui.registry import lab_title
+from course.registry import lab_title
 from engine import settings
 
 # A lab page's url_path is its lab id (underscores kept): app.py registers every lab page with

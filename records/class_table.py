@@ -22,7 +22,7 @@ class LessonInfo:
 
 
 def class_table(rows: list[dict], lessons: list[LessonInfo], lesson_of: dict[str, str]) -> list[dict]:
-    """rows: Store.class_rows(); lesson_of: question id -> lesson id (ui/questions.py)."""
+    """rows: Store.class_rows(); lesson_of: question id -> lesson id (course/predictions.py)."""
     out = []
     for r in rows:
         mine = []

@@ -51,7 +51,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE predictions (
         id           INTEGER PRIMARY KEY,
         learner      TEXT NOT NULL REFERENCES learners(id) ON DELETE CASCADE,
-        question     TEXT NOT NULL,            -- ui/questions.py's id
+        question     TEXT NOT NULL,            -- course/predictions.py's id
         settings_key TEXT NOT NULL,            -- the question as asked: text, choices and settings
         settings     TEXT NOT NULL,            -- JSON: [[label, value], ...] it is scored on
         lab          TEXT NOT NULL,

@@ -1,5 +1,5 @@
 """Every claim the lessons make shows in its lab's own experiment, and comes out the other way in a
-setting where it must not (labs/claims.py holds the claims and their thresholds).
+setting where it must not (course/claims.py holds the claims and their thresholds).
 
 Each claim runs twice per step model, on the simulator only (no model is loaded): once in a setting
 where the lesson says it shows, once in its counter-case. Two step models: a calibrated-style model of
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from course import claims
 from engine.sim.simulate import resolve_profile
 from engine.core.step_model import StepModel
-from labs import claims
 from labs.claim_cases import CASES, COUNTER_EXPECTED, costs, dynamic, queueing
 
 SHOWN, NOT_SHOWN, UNDECIDED = claims.SHOWN, claims.NOT_SHOWN, claims.UNDECIDED
@@ -85,7 +85,7 @@ def test_the_claims_words_quote_the_numbers_their_labs_run():
     from labs.costs.experiment import SCHED_WAITING
     from labs.tail.experiment import TAIL_SHARE
     from labs.why_batch.experiment import CLAIM_BATCH
-    from ui.questions import ASKS
+    from course.predictions import ASKS
     b = CLAIM_BATCH
     amortizes = claims.CLAIMS["batching_amortizes"]
     assert f"a step of {b} sequences makes more tokens per second than a step of 1" in amortizes.text
@@ -102,7 +102,7 @@ def test_the_questions_default_words_are_the_labs_defaults():
     """A lesson shows a lab's question before the lab has filled in its settings: the words it
     shows then are the lab's own first settings."""
     from analysis.knee import KNEE_SHARE
-    from ui.questions import ASKS
+    from course.predictions import ASKS
     assert ASKS["why_batch_knee"].defaults == {"share": f"{KNEE_SHARE:.0%}"}
     utilizations, waits = queueing.UTILIZATIONS, dynamic.WAITS_MS
     assert ASKS["queueing"].defaults == {"lo": f"{min(utilizations):.0%}", "hi": f"{max(utilizations):.0%}"}

@@ -15,7 +15,7 @@ from engine.core.config import SchedulerPolicy
 from labs import runs
 from labs.knee import experiment as knee
 from ui.predict import MEASUREMENTS_KEY, PREDICTIONS_KEY
-from ui.registry import LESSON_LABS
+from course.registry import LESSON_LABS
 from conftest import commit_predictions as commit
 
 ROOT = Path(__file__).resolve().parents[1]

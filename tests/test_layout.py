@@ -12,17 +12,17 @@ ALLOWED = {
     "engine": set(),
     "analysis": {"engine", "cluster"},         # cluster: its charts and lesson 10's picture
     "remote": {"engine", "analysis"},          # clients of an engine server: no Streamlit
-    "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons"},   # ui, lessons: its pages only (below)
+    "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons", "course"},   # ui, lessons: its pages only (below)
     "cluster": {"engine"},                     # replicas, a router, an autoscaler: no Streamlit
-    "course": {"engine", "analysis", "cluster"},   # the course's content: examples, numbers, pictures; no Streamlit
     "ui": {"engine", "analysis", "records", "course"},
     "records": {"engine"},                     # the learners' store: no Streamlit (engine: the cache folder)
     "playground": {"engine", "analysis", "ui", "remote"},
     "labs": {"engine", "analysis", "ui", "cluster", "course"},
     "lessons": {"ui", "course", "engine"},     # engine: its settings (where the lessons are read from)
-    "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground"},
+    "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground", "course"},
+    "course": {"engine", "analysis", "cluster"},   # the course's content: which lessons and labs, questions, claims, quizzes, worked examples, pictures
     "tools": set(PACKAGES) - {"tools"},
-    "app": {"ui", "lessons", "engine"},        # engine: imported first, for its OpenMP wait setting
+    "app": {"ui", "lessons", "engine", "course"},        # engine: imported first, for its OpenMP wait setting
 }
 NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster", "records", "course")
 # A feature room keeps its page beside its logic; the page is its one module that draws.

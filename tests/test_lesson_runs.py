@@ -313,7 +313,7 @@ def test_a_tie_in_missed_targets_is_a_tie():
     assert slo.most_missed(0, 0) == slo.most_missed(2, 2) == "about as many of each"
     # "within a tenth of each other counts as about as many", as the question says
     assert slo.most_missed(20, 19) == slo.TIE and slo.most_missed(20, 15) == "TTFT"
-    from ui.questions import ASKS
+    from course.predictions import ASKS
     assert slo.TIE in ASKS["slo_first_miss"].choices and "within a tenth" in ASKS["slo_first_miss"].text
 
 
@@ -327,7 +327,7 @@ def test_the_orders_question_scores_what_the_orders_move():
                          columns=["order", "tenant", "ttft_p95_s"])
     moves = orders.tenant_moves(table)
     assert moves == pytest.approx({"tenant-a": 0.5, "tenant-b": 2.6 / 2.1 - 1})
-    from ui.questions import ASKS
+    from course.predictions import ASKS
     assert "move the most" in ASKS["scheduler_orders"].text
 
 

@@ -87,28 +87,30 @@ def test_glossary():
     (GOOD.replace("labs: [why_batch]", "labs: [no_such_lab]"), "unknown lab"),
     ("---\n" + GOOD[4:].replace("\n---\n", "\n", 1), "not closed"),
     (GOOD.replace("    explanation: \"A batch-1 decode step", "    because: \"A batch-1 decode step"), "missing explanation"),
-    (GOOD.replace('      - text: "{= 1000 / c :,.0f}"\n', '      - text: "{= 9 * t0 / c :.0f}"\n'), "not unique"),
+    (GOOD.replace('      - text: "{ceiling:,.0f}"\n', '      - text: "{ninety_percent:.0f}"\n'), "not unique"),
     (GOOD.replace('        why: "That is the ceiling itself', '        because: "That is the ceiling itself'), "need a 'why'"),
-    (GOOD.replace('      - text: "{= t0 / c :.0f}"\n', '      - text: "{= t0 / c :.0f}"\n        why: "It is."\n'),
+    (GOOD.replace('      - text: "{half:.0f}"\n', '      - text: "{half:.0f}"\n        why: "It is."\n'),
      "takes no 'why'"),
     (GOOD.replace("why_batch.step_ms_1: 72, ", ""), "'measured.example' must give a number"),
-    (GOOD.replace('t0: "why_batch.step_ms_1 - c"', 't0: "why_batch.step_ms_1 - k"'), "unknown name 'k'"),
-    (GOOD.replace('t0: "why_batch.step_ms_1 - c"', 't0: "__import__(1)"'), "only arithmetic"),
+    (GOOD.replace("answers: half_of_the_ceiling", "answers: no_such_function"), "not a function of course/quiz_answers.py"),
+    (GOOD.replace('      - text: "{half:.0f}"', '      - text: "{half_ceiling:.0f}"'), "does not give"),
+    (GOOD.replace('      - text: "{half:.0f}"', '      - text: "{= t0 / c :.0f}"'), "formulas are gone"),
+    (GOOD.replace("answers: half_of_the_ceiling", 'let: {c: "why_batch.step_ms_8 / 7"}'), "are gone"),
     (GOOD.replace("why_batch.step_ms_8: 104}", "why_batch.step_ms_8: 60}"), "example values do not work"),
     (GOOD.replace('      without: "Suppose a decode step', '      instead: "Suppose a decode step'), "'with' and 'without'"),
     (GOOD.replace("{why_batch.step_ms_1}", "{no_such_lab.step_ms_1}"), "unknown lab id(s) ['no_such_lab']"),
-    (GOOD.replace('      - text: "{= t0 / c :.0f}"', '      - "{= t0 / c :.0f}"'), "needs a non-empty 'text'"),
+    (GOOD.replace('      - text: "{half:.0f}"', '      - "{half:.0f}"'), "needs a non-empty 'text'"),
     (GOOD.replace("order: 1\n", "order: first\n"), "'order' must be a whole number"),
 ])
 def test_broken_lesson_is_reported_and_others_load(tmp_path, bad, problem):
     for p in FOLDER.glob("0[2-4]-*.md"):
         shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "01-broken.md").write_text(bad, encoding="utf-8")
+    (tmp_path / "01-why-batch.md").write_text(bad, encoding="utf-8")   # its id finds its quiz's answers
     lessons, errors = load_lessons(tmp_path)
     assert [l.order for l in lessons] == [2, 3, 4]
     assert len(errors) == 1
-    assert errors[0].path.name == "01-broken.md"
-    assert "01-broken.md" in errors[0].message and problem in errors[0].message, errors[0].message
+    assert errors[0].path.name == "01-why-batch.md"
+    assert "01-why-batch.md" in errors[0].message and problem in errors[0].message, errors[0].message
 
 
 def test_search_finds_glossary_terms_by_name():

@@ -16,7 +16,7 @@ from engine.core.config import ORDERS, STEP_PRIORITIES
 from labs.static_vs_continuous.experiment import WORKLOADS
 from labs.why_batch import experiment as why_batch
 from playground.run import PlaygroundRun
-from ui.registry import LESSON_LABS
+from course.registry import LESSON_LABS
 from ui.widgets import plain
 from conftest import commit_predictions
 

@@ -102,7 +102,7 @@ def test_home_renders(app):
     assert "Playground" in text
     # every lesson and every lab is a link on Home itself (a phone's navigation folds them away)
     from lessons.catalog import load_lessons
-    from ui.registry import LABS
+    from course.registry import LABS
     labels = [link.proto.label for link in at.get("page_link")]
     lessons = load_lessons()[0]
     assert all(any(label.startswith(f"{l.order}. {l.title}") for label in labels) for l in lessons)

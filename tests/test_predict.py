@@ -181,7 +181,7 @@ def test_every_lesson_asks_its_labs_questions_and_never_says_predict_again_witho
     import re
 
     from lessons.catalog import find_predictions, load_lessons
-    from ui.questions import ASKS
+    from course.predictions import ASKS
     lessons, _ = load_lessons()
     asked = {a for l in lessons for a in find_predictions(l.body)}
     assert set(ASKS) - asked == set(), "a lab question that no lesson shows"

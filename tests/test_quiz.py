@@ -127,23 +127,51 @@ def test_the_answer_of_a_measured_question_depends_on_the_measurement(lesson_id,
 
 
 def test_the_dependence_check_can_fail():
-    from lessons.questions import parse_quiz
+    from course.quizzes import parse_quiz
     fixed = parse_quiz([{"question": "Which?", "answer": 0, "explanation": "Because.",
                          "measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.",
-                                      "example": {"queueing.mu": 2}},
-                         "choices": [{"text": "0.9 mu"}, {"text": "0.5 mu", "why": "No."}]}])[0]
+                                      "example": {"queueing.mu": 2}, "answers": "five_times_service"},
+                         "choices": [{"text": "0.9 mu"}, {"text": "0.5 mu", "why": "No."}]}], "queueing")[0]
     assert not answer_depends_on_the_measurement(fixed)
 
 
 def test_a_measured_value_reads_with_its_unit():
-    from lessons.formulas import evaluate, fill, number
+    from course.quizzes import number
     assert number("21.0 ms") == 21.0 and number("1.23 s") == 1230 and number("2.10 requests/s") == 2.1
     assert number("16") == 16 and number("1,024 tokens") == 1024 and number("—") is None and number(None) is None
-    assert fill("{= a / 2 :.1f} and {= max(a, 10) }", {"a": 5}) == "2.5 and 10"
-    with pytest.raises(ValueError, match="only arithmetic"):
-        evaluate("open('x')", {})
-    with pytest.raises(ValueError, match="unknown name"):
-        evaluate("a.b + z", {"a.b": 1})
+
+
+def measured_question(**changes) -> dict:
+    question = {"question": "At which rate?", "answer": 1, "explanation": "At {eighty_percent:.2f}.",
+                "measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.",
+                             "example": {"queueing.mu": 2}, "answers": "five_times_service"},
+                "choices": [{"text": "{sixty_percent:.2f}", "why": "Too low."}, {"text": "{eighty_percent:.2f}"}]}
+    return {**question, **changes}
+
+
+def test_a_measured_question_quotes_its_answers_functions_numbers():
+    from course.quizzes import parse_quiz
+    q = parse_quiz([measured_question()], "queueing")[0]
+    shown = q.render(lambda lab, name: "2.50 requests/s")
+    assert shown.measured and shown.choices == ["1.50", "2.00"] and shown.explanation == "At 2.00."
+    assert q.render(lambda lab, name: "0").choices == ["1.20", "1.60"], "mu = 0 is unfair: the example's"
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"choices": [{"text": "{sixty_percent:.2f}", "why": "No."}, {"text": "{nine:.2f}"}]}, "does not give"),
+    ({"choices": [{"text": "{= 0.6 * queueing.mu :.2f}", "why": "No."}, {"text": "b"}]}, "formulas are gone"),
+    ({"measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.", "example": {"queueing.mu": 2},
+                   "answers": "no_such_function"}}, "not a function of course/quiz_answers.py"),
+    ({"measured": {"with": "You measured {queueing.mu}.", "without": "Suppose mu = 2.", "example": {"queueing.mu": 2},
+                   "let": {"x": "queueing.mu"}}}, "are gone"),
+    ({"explanation": "At {eighty_percent.nope:.2f}."}, "other than a number by name"),
+    ({"answer": "eighty_percent", "choices": [{"text": "{sixty_percent:.2f}", "why": "Too low."},
+                                              {"text": "{eighty_percent:.2f}", "why": "Unless."}]}, "not a choice"),
+])
+def test_a_measured_question_that_cannot_be_worked_out_is_refused(change, reason):
+    from course.quizzes import parse_quiz
+    with pytest.raises(ValueError, match=reason):
+        parse_quiz([measured_question(**change)], "queueing")
 
 
 def test_only_a_right_first_try_scores():
@@ -168,3 +196,11 @@ def test_the_measured_question_is_not_one_template_in_one_place():
     assert len(set(places)) >= 3 and max(Counter(places).values()) <= len(LESSONS) // 2, places
     leads = [q.measured_with.split()[:3] for l in LESSONS for q in l.quiz if q.measured_with]
     assert max(Counter(map(tuple, leads)).values()) <= len(LESSONS) // 2, "most leads open the same way"
+
+
+def test_every_answers_function_is_named_by_one_measured_question():
+    from course.quiz_answers import ANSWERS
+    named = [(l.id, q.answers.__name__) for l in LESSONS for q in l.quiz if q.measured_with]
+    assert sorted(named) == sorted(ANSWERS), "an answers function no question names, or one named twice"
+    assert all(ANSWERS[key] is q.answers for key, q in zip(named, (q for l in LESSONS for q in l.quiz
+                                                                  if q.measured_with)))

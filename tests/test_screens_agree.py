@@ -82,7 +82,7 @@ def test_a_claims_verdict_is_shown_only_on_the_workload_it_is_about(lab_env, wor
     commit(at)
     words = texts(at)
     for claim_id, about in svc.CLAIM_WORKLOADS.items():
-        from labs.claims import CLAIMS
+        from course.claims import CLAIMS
         claim = CLAIMS[claim_id]
         box = f"**Claim:** {claim.text}"
         assert (box in words) == (workload in about), (claim_id, workload)
@@ -137,15 +137,15 @@ def test_a_committed_guess_stays_on_the_page_while_the_next_question_is_asked(la
 
 
 def claim_boxes(at: AppTest) -> dict[str, bool]:
-    """For each claim of labs/claims.py: whether the page shows its verdict box."""
-    from labs.claims import CLAIMS
+    """For each claim of course/claims.py: whether the page shows its verdict box."""
+    from course.claims import CLAIMS
     words = texts(at)
     return {cid: f"**Claim:** {c.text}" in words for cid, c in CLAIMS.items()}
 
 
 def elsewhere(at: AppTest, claim_id: str) -> bool:
     """Whether the page says where `claim_id` is tested, in place of its verdict."""
-    from labs.claims import CLAIMS
+    from course.claims import CLAIMS
     return any("Not judged here" in c.value and CLAIMS[claim_id].text in c.value for c in at.caption)
 
 

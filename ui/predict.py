@@ -1,6 +1,6 @@
 """Predict, then observe: every lab asks the learner to commit to a guess before it shows a result.
 
-The questions are declared once in ui/questions.py (the lesson's "Predict first" reads the same
+The questions are declared once in course/predictions.py (the lesson's "Predict first" reads the same
 text); `question(id, ...)` builds one for the page. A lab page draws `gate(question)` before its
 run button: the learner picks a choice or types a number and presses "Commit my prediction"; only
 then does the page offer its run (or reveal the stored result). Once a result is on the page,
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from course import machines
-from ui import learner, questions
+from course.predictions import ASKS, for_lesson
+from ui import learner
 
 PREDICTIONS_KEY = "lab_predictions"
 MEASUREMENTS_KEY = "lab_measurements"
@@ -90,10 +91,10 @@ def _settings(settings) -> tuple:
 
 
 def question(ask_id: str, choices=None, help: str = "", settings=None, **fields) -> Question:
-    """The declared question `ask_id` (ui/questions.py) with the page's settings filled in;
+    """The declared question `ask_id` (course/predictions.py) with the page's settings filled in;
     `choices` for a choice whose options depend on the settings; `settings` ({label: value}) the
     settings its answer is scored on, named beside it."""
-    a = questions.ASKS[ask_id]
+    a = ASKS[ask_id]
     return Question(a.id, a.render(**fields), tuple(choices if choices is not None else a.choices), a.lo, a.hi,
                     a.default, a.unit, help, a.lab, _settings(settings))
 
@@ -180,9 +181,9 @@ def verdicts() -> dict:
 
 
 def lesson_summary(lesson_id: str) -> None:
-    """The end of a lesson: each question it asks (ui/questions.py) with the learner's guess beside the
+    """The end of a lesson: each question it asks (course/predictions.py) with the learner's guess beside the
     answer shown, and each of its claims as the lab's last run judged it."""
-    asks = questions.for_lesson(lesson_id)
+    asks = for_lesson(lesson_id)
     if not asks:
         return
     st.subheader("Your predictions and what the labs measured", anchor="your-predictions")

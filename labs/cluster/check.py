@@ -5,7 +5,8 @@ Three `engine serve` processes (the tiny model unless --model says otherwise) ru
 main case, scaled to this machine: one server's capacity is measured first (requests arriving
 at once), and every rate is a multiple of it, as in the simulated lab. Short runs: the machine
 is small and shared. Prints one line per claim: the metric on the real servers and on the
-simulator, and whether their directions agree (both sides of the claim's neutral point).
+simulator, and whether their directions agree (both sides of the claim's neutral point), and the
+verdict's words on the real servers' numbers: the lab's own verdict functions judge both.
 """
 from __future__ import annotations
 
@@ -24,9 +25,16 @@ from cluster.autoscaler import AutoscalerSpec
 from cluster.real import Servers, run_real
 from cluster.traffic import ramp
 
+from labs.cluster import experiment as lab
 from labs.cluster.experiment import REAL_HOT as HOT, REAL_POLICY as POLICY, REAL_RAMP as RAMP, \
     REAL_RAMP_SPEC as RAMP_SPEC, REAL_REPLICAS as REPLICAS, REAL_SHARED as SHARED, REAL_SLO_REQUESTS as SLO_REQUESTS, \
     real_capacity as capacity
+
+
+# Where each claim's metric changes sign (the direction both sides must agree on), and its second condition.
+NEUTRAL = {"prefix_affinity_hits": 0.0, "affinity_needs_a_load_bound": 1.0, "busy_fraction_overprovisions": 0.0,
+           "startup_delay_costs_slo": 0.0}
+SECOND_CONDITION = {"prefix_affinity_hits": lab.affinity_is_faster, "affinity_needs_a_load_bound": lab.unbounded_is_slower}
 
 
 def autoscaler(metric: str, startup_s: float = 6.0) -> AutoscalerSpec:
@@ -61,15 +69,11 @@ def main(argv=None) -> int:
             return run_real(urls, reqs, router, bound, slo, args.model).summary
 
         if run("prefix_affinity_hits"):
-            rr, aff = routed(SHARED, "round_robin"), routed(SHARED, "prefix_affinity")
-            out["prefix_affinity_hits"] = {"value": aff["prefix_hit_rate"] - rr["prefix_hit_rate"], "neutral": 0.0,
-                                           "extra": aff["ttft_p50_s"] < rr["ttft_p50_s"], "round_robin": rr,
-                                           "prefix_affinity": aff}
+            out["prefix_affinity_hits"] = {"round_robin": routed(SHARED, "round_robin"),
+                                           "prefix_affinity": routed(SHARED, "prefix_affinity")}
         if run("affinity_needs_a_load_bound"):
-            bounded, unbounded = routed(HOT, "prefix_affinity"), routed(HOT, "prefix_affinity", 100.0)
-            out["affinity_needs_a_load_bound"] = {"value": unbounded["load_imbalance"], "neutral": 1.0,
-                                                  "extra": unbounded["ttft_p95_s"] >= 2 * bounded["ttft_p95_s"],
-                                                  "bounded": bounded, "unbounded": unbounded}
+            out["affinity_needs_a_load_bound"] = {"prefix_affinity": routed(HOT, "prefix_affinity"),
+                                                  "prefix_affinity@unbounded": routed(HOT, "prefix_affinity", 100.0)}
         mu_ramp = capacity(urls, prompts, RAMP_SPEC, args.model)
         slo = SLO(SLO_REQUESTS / mu_ramp, 60.0)
         print(f"one server serves {mu_ramp:.2f} req/s of the ramp's workload; TTFT target {slo.ttft_s:.1f} s", flush=True)
@@ -81,33 +85,30 @@ def main(argv=None) -> int:
             res = run_real(urls, reqs, "least_outstanding", slo=slo, model=args.model,
                            autoscaler=autoscaler(metric, startup))
             seen = [n + s for t, n, s, _ in res.timeline if t <= end]
-            return {**res.summary, "end_replicas": seen[-1] if seen else 1}
+            return {**res.summary, "end_replicas": seen[-1] if seen else 1, "startup_s": startup}
 
         waiting = scaled("waiting") if run("busy_fraction_overprovisions") or run("startup_delay_costs_slo") else None
         if run("busy_fraction_overprovisions"):
-            busy = scaled("busy")
-            out["busy_fraction_overprovisions"] = {"value": busy["end_replicas"] - waiting["end_replicas"],
-                                                   "neutral": 0.0, "extra": True, "busy": busy, "waiting": waiting}
+            out["busy_fraction_overprovisions"] = {"busy": scaled("busy"), "waiting": waiting}
         if run("startup_delay_costs_slo"):
-            slow = scaled("waiting", 30.0)
-            out["startup_delay_costs_slo"] = {"value": waiting["slo_attainment"] - slow["slo_attainment"],
-                                              "neutral": 0.0, "extra": True, "fast_start": waiting, "slow_start": slow}
-    from labs.cluster.claims import CHECKS, verdict
-    agree_all = True
-    for c in [c for c in CHECKS if c.id in out]:
-        real = out[c.id]
-        sim = verdict(c)
-        same = (real["value"] > real["neutral"]) == (sim["value"] > real["neutral"]) and real["extra"] == c.extra(sim["numbers"])
+            out["startup_delay_costs_slo"] = {"quick": waiting, "slow": scaled("waiting", 30.0)}
+    # The same verdicts on the real servers' numbers and on the simulated cluster's (at the lab's settings).
+    agree_all, report = True, {}
+    for claim_id, numbers in out.items():
+        sim_numbers = lab.CLAIM_RUNS[claim_id](lab.PROFILE)
+        real, sim = lab.VERDICTS[claim_id](numbers), lab.VERDICTS[claim_id](sim_numbers)
+        second = SECOND_CONDITION.get(claim_id, lambda m: True)
+        same = (real.value > NEUTRAL[claim_id]) == (sim.value > NEUTRAL[claim_id]) and second(numbers) == second(sim_numbers)
         agree_all &= same
-        real.update(sim_value=sim["value"], agree=same, real_passes=c.claim.passes(real["value"]) and real["extra"])
-        print(f"{c.id:30s} real {real['value']:+.3f}  simulated {sim['value']:+.3f}  (threshold {c.claim.threshold:g}; "
-              f"second condition real {real['extra']}, simulated {c.extra(sim['numbers'])})  "
-              f"{'same direction' if same else 'DIFFERENT direction'}", flush=True)
+        report[claim_id] = {"real": numbers, "real_value": real.value, "real_outcome": real.outcome,
+                            "real_words": real.words, "sim_value": sim.value, "sim_outcome": sim.outcome, "agree": same}
+        print(f"{claim_id:30s} real {real.value:+.3f}  simulated {sim.value:+.3f}  (threshold {real.claim.threshold:g}; "
+              f"second condition real {second(numbers)}, simulated {second(sim_numbers)})  "
+              f"{'same direction' if same else 'DIFFERENT direction'}\n    real servers: {real.words}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x))
+            json.dump(report, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x))
     return 0 if agree_all else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,6 +5,12 @@ Engine and Scheduler, on the virtual clock, step times from a step model). No St
 Rates are set from what one replica serves of each workload on the chosen step model (its
 capacity, measured on the simulator: `capacity`), so the experiment means the same on a
 simulated GPU and on this machine's calibrated profile.
+
+Lesson 10's claims (course/claims.py) are judged here as every lab judges its own: each claim's runs
+give its numbers (`CLAIM_RUNS`), and its verdict function (`VERDICTS`) calls `claims.judge` with words
+for each way the run can come out. The lab page, `python -m labs.cluster.check` (the same verdicts on
+real servers' numbers) and tests/test_cluster_claims.py (each claim with its counter-case,
+labs/claim_cases.py) call them.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from cluster.result import ClusterResult
 from cluster.router import POLICIES
 from cluster.simulated import SimCluster
 from cluster.traffic import ramp
+from course import claims
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import SLO
@@ -181,3 +188,125 @@ def autoscale_table(runs: dict[str, ClusterResult]) -> list[dict]:
     return [{"autoscaler": AUTOSCALER_NAMES.get(m, m), "SLO attainment": r.summary["slo_attainment"],
              "p95 TTFT (s)": r.summary["ttft_p95_s"], "replica-seconds": r.summary["replica_seconds"],
              "most replicas": r.summary["max_replicas"]} for m, r in runs.items()]
+
+
+# ----------------------------------------------------------------------------- the lesson's claims
+
+ROUTER_FIELDS = ("ttft_p50_s", "ttft_p95_s", "prefix_hit_rate", "load_imbalance")
+STARTUPS_S = (10, 120)      # startup_delay_costs_slo: a replica's start-up, quick and slow
+
+
+def router_numbers(runs: dict) -> dict:
+    """The numbers a router claim reads, from routed runs ({router: ClusterResult}; a router run without
+    a load bound is keyed "prefix_affinity@unbounded")."""
+    return {p: {k: r.summary[k] for k in ROUTER_FIELDS} for p, r in runs.items()}
+
+
+def autoscaler_numbers(runs: dict, shape=RAMP) -> dict:
+    """The numbers an autoscaler claim reads, from ramp runs ({key: ClusterResult})."""
+    end = sum(seconds for seconds, _ in shape)
+    return {key: {"slo_attainment": r.summary["slo_attainment"], "replica_seconds": r.summary["replica_seconds"],
+                  "ttft_p95_s": r.summary["ttft_p95_s"], "max_replicas": r.summary["max_replicas"],
+                  "end_replicas": replicas_at(r, end)} for key, r in runs.items()}
+
+
+def router_claim_runs(profile_name: str, spec: WorkloadSpec, routers: tuple) -> dict:
+    """router_numbers of `spec` routed by each of `routers` ("prefix_affinity@unbounded": with no load bound)."""
+    return router_numbers({p: routing_run(profile_name, p.split("@")[0], spec,
+                                          load_bound=UNBOUNDED if p.endswith("@unbounded") else LOAD_BOUND)
+                           for p in routers})
+
+
+def autoscaler_claim_runs(profile_name: str, shape=RAMP, max_num_seqs: int = 64) -> dict:
+    """autoscaler_numbers of the busy and the waiting autoscaler on the ramp `shape`."""
+    return autoscaler_numbers({m: autoscale_run(profile_name, m, shape, max_num_seqs=max_num_seqs)
+                               for m in ("busy", "waiting")}, shape)
+
+
+def startup_claim_runs(profile_name: str, shape=RAMP) -> dict:
+    """The waiting autoscaler's numbers with a quick and a slow start-up (STARTUPS_S), each with its start-up."""
+    out = {}
+    for key, startup in zip(("quick", "slow"), STARTUPS_S):
+        r = autoscale_run(profile_name, "waiting", shape, float(startup))
+        out[key] = {"slo_attainment": r.summary["slo_attainment"], "max_replicas": r.summary["max_replicas"],
+                    "startup_s": float(startup)}
+    return out
+
+
+def affinity_is_faster(m: dict) -> bool:
+    """prefix_affinity_hits' second condition: affinity's median request starts sooner."""
+    return m["prefix_affinity"]["ttft_p50_s"] < m["round_robin"]["ttft_p50_s"]
+
+
+def unbounded_is_slower(m: dict) -> bool:
+    """affinity_needs_a_load_bound's second condition: p95 TTFT at least twice the bounded one's."""
+    return m["prefix_affinity@unbounded"]["ttft_p95_s"] >= 2 * m["prefix_affinity"]["ttft_p95_s"]
+
+
+def affinity_hits_verdict(m: dict) -> claims.Verdict:
+    """The claim `prefix_affinity_hits` on router_numbers of round_robin and prefix_affinity."""
+    aff, rr = m["prefix_affinity"], m["round_robin"]
+    gain = aff["prefix_hit_rate"] - rr["prefix_hit_rate"]
+    said = (f"Prefix affinity found {aff['prefix_hit_rate']:.0%} of prompt tokens in the caches against round-robin's "
+            f"{rr['prefix_hit_rate']:.0%}; its p50 TTFT was {aff['ttft_p50_s']:.2f} s against {rr['ttft_p50_s']:.2f} s.")
+    if not claims.CLAIMS["prefix_affinity_hits"].passes(gain):
+        why = (f" That is {gain * 100:.0f} points more, where the claim needs "
+               f"{claims.CLAIMS['prefix_affinity_hits'].threshold * 100:g}." if gain >= 0.005 else
+               " Affinity found no more than round-robin did.")
+        if max(aff["prefix_hit_rate"], rr["prefix_hit_rate"]) < 0.1:
+            why += " These prompts share too little for the router's choice to matter."
+    else:
+        why = " More was found in the caches, yet its median request did not start sooner."
+    return claims.judge("prefix_affinity_hits", gain,
+                        said + " Each request it sent where its prefix was cached had less of its prompt to compute.",
+                        said + why, extra_test=affinity_is_faster(m))
+
+
+def load_bound_verdict(m: dict) -> claims.Verdict:
+    """The claim `affinity_needs_a_load_bound` on router_numbers of prefix_affinity with and without its bound."""
+    bounded, unbounded = m["prefix_affinity"], m["prefix_affinity@unbounded"]
+    said = (f"Without a load bound, prefix affinity's load imbalance was "
+            f"{unbounded['load_imbalance']:.2f} and its p95 TTFT {unbounded['ttft_p95_s']:.2f} s; with the load bound, "
+            f"{bounded['load_imbalance']:.2f} and {bounded['ttft_p95_s']:.2f} s.")
+    if claims.CLAIMS["affinity_needs_a_load_bound"].passes(unbounded["load_imbalance"]):
+        why = " The unbounded router crowded the requests onto few replicas, but its p95 TTFT was not twice the bounded one's."
+    else:
+        why = " Without the bound the requests still spread over the replicas: the prefixes did not pull them onto one."
+    return claims.judge("affinity_needs_a_load_bound", unbounded["load_imbalance"],
+                        said + " The requests went where their shared prompt was cached, and a few replicas' queues "
+                        "carried them while the others idled.", said + why, extra_test=unbounded_is_slower(m))
+
+
+def busy_overprovisions_verdict(m: dict) -> claims.Verdict:
+    """The claim `busy_fraction_overprovisions` on autoscaler_numbers of the busy and the waiting autoscaler."""
+    busy, waiting = m["busy"]["end_replicas"], m["waiting"]["end_replicas"]
+    said = f"At the end of the ramp the busy-fraction autoscaler held {busy} replicas and the waiting one {waiting}."
+    return claims.judge("busy_fraction_overprovisions", busy - waiting,
+                        said + " Every replica holding a request looked busy, so the busy fraction stayed high after "
+                        "the traffic fell.",
+                        said + " The busy fraction fell with the traffic, and the busy autoscaler let replicas go too.")
+
+
+def startup_delay_verdict(m: dict) -> claims.Verdict:
+    """The claim `startup_delay_costs_slo` on startup_claim_runs."""
+    quick, slow = m["quick"], m["slow"]
+    lost = quick["slo_attainment"] - slow["slo_attainment"]
+    said = (f"The waiting autoscaler kept {quick['slo_attainment']:.0%} of requests within the SLO with a "
+            f"{quick['startup_s']:g} s start-up and {slow['slo_attainment']:.0%} with a {slow['startup_s']:g} s one.")
+    return claims.judge("startup_delay_costs_slo", lost,
+                        said + " While the slow replicas started, the queue grew and requests missed their targets.",
+                        said + (" The traffic never needed a new replica, so how long one takes to start did not matter."
+                                if max(quick["max_replicas"], slow["max_replicas"]) <= 1 else
+                                " The replicas came in time for the traffic either way."))
+
+
+# Each claim's runs at the lab's settings (a function of the replica's profile) and its verdict.
+CLAIM_RUNS = {
+    "prefix_affinity_hits": lambda profile: router_claim_runs(profile, SHARED, ("round_robin", "prefix_affinity")),
+    "affinity_needs_a_load_bound": lambda profile: router_claim_runs(profile, HOT, ("prefix_affinity",
+                                                                                   "prefix_affinity@unbounded")),
+    "busy_fraction_overprovisions": lambda profile: autoscaler_claim_runs(profile),
+    "startup_delay_costs_slo": lambda profile: startup_claim_runs(profile),
+}
+VERDICTS = {"prefix_affinity_hits": affinity_hits_verdict, "affinity_needs_a_load_bound": load_bound_verdict,
+            "busy_fraction_overprovisions": busy_overprovisions_verdict, "startup_delay_costs_slo": startup_delay_verdict}

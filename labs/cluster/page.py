@@ -9,7 +9,7 @@ from course import machines
 from cluster.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
-from labs.cluster.claims import CHECKS, STARTUPS_S, autoscaler_numbers, judge, router_numbers
+from course import claims
 from ui import predict, widgets
 
 PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
@@ -23,7 +23,7 @@ def routing_runs(profile: str, replicas: int, load_bound: float):
 @st.cache_data(max_entries=8, show_spinner=False)
 def claim_numbers(claim_id: str, profile: str) -> dict:
     """A claim's own runs (a workload or a pair of start-up delays this page's sliders do not set)."""
-    return next(c for c in CHECKS if c.id == claim_id).measure(profile)
+    return lab.CLAIM_RUNS[claim_id](profile)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -169,14 +169,14 @@ with right:
 st.header("The lesson's claims")
 st.markdown("Each verdict below is worked out from a simulated run: the first from the routing runs above and the "
             "third from the ramp above (with this page's settings), the other two from runs of their own (one system "
-            f"prompt in every request; start-up delays of {STARTUPS_S[0]:g} s and {STARTUPS_S[1]:g} s). "
+            f"prompt in every request; start-up delays of {lab.STARTUPS_S[0]:g} s and {lab.STARTUPS_S[1]:g} s). "
             "`python -m labs.cluster.check` runs the "
             "main cases on real engine servers.")
-own = {"prefix_affinity_hits": router_numbers(runs), "busy_fraction_overprovisions": autoscaler_numbers(scaled)}
-for c in CHECKS:
+own = {"prefix_affinity_hits": lab.router_numbers(runs), "busy_fraction_overprovisions": lab.autoscaler_numbers(scaled)}
+for c in claims.for_lab("cluster"):
     with st.spinner(f"Simulating the runs for “{c.id}”…"):
         numbers = own.get(c.id) or claim_numbers(c.id, profile)
-    predict.show_verdict(judge(c, numbers), source="simulated", label=machines.roofline_label(profile))
+    predict.show_verdict(lab.VERDICTS[c.id](numbers), source="simulated", label=machines.roofline_label(profile))
 widgets.definitions(
     "\n- **Prefix hit rate** (cluster): prompt tokens found in the replicas' prefix caches / prompt tokens looked up."
     "\n- **Load imbalance**: the busiest replica's time spent running steps over the mean (1.0 = even)."

@@ -12,12 +12,12 @@ import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
 from analysis.style import PAIR_COLORS, empty_figure, is_empty, layout, room_above, vline
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
 from engine.sim.step_times import TIMED_BUDGET, time_scheduling
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, mix_run, run_each, simulated_mix_run, simulated_run, single_run

@@ -13,9 +13,10 @@ import plotly.graph_objects as go
 
 from analysis.membership import member_counts
 from analysis.style import COLORS, empty_figure, is_empty, layout
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
-from labs import claims
+from course import claims
 from labs.repeats import error_bars, spread
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed

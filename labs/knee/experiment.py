@@ -15,11 +15,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.style import COLORS, empty_figure, is_empty, slo_line, layout
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.core.step_model import StepShape
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import WorkloadSpec
-from labs import claims, knee_rule
+from labs import knee_rule
 from labs.repeats import error_bars, spread
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed

@@ -23,11 +23,11 @@ from analysis.frame_metrics import finished
 from analysis.queueing import TOLERANCE as LITTLE_TOLERANCE
 from analysis.queueing import littles_law_window, middle_window, mm1_time_in_system
 from analysis.style import COLORS, MODEL_COLOR, empty_figure, is_empty, layout
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
 from engine.core.validation import SMOLLM2_KV_BYTES_PER_TOKEN, kv_bytes_per_token as _kv_bytes
 from engine.runs.workload import WorkloadSpec
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, run_each, simulated_run, single_run

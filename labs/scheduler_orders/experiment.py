@@ -13,11 +13,11 @@ import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
 from analysis.style import empty_figure, is_empty, layout
+from course import claims
 from engine.core.config import ORDERS, SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
 from engine.runs.workload import LengthDist, WorkloadSpec
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, frames, mix_run, run_each, simulated_mix_run

@@ -21,10 +21,10 @@ from analysis.style import (
     vline,
     layout,
 )
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
 from engine.runs.workload import WorkloadSpec
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, frames, run_each, simulated_run, single_run

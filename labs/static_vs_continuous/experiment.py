@@ -10,10 +10,10 @@ import pandas as pd
 
 from analysis import membership
 from analysis.frame_metrics import finished, wasted_slot_steps
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.runs.results import RunResult
 from engine.runs.workload import SHORT_SPAN, WorkloadSpec
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import estimate, frames, run_each, simulated_run, single_run

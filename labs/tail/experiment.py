@@ -9,10 +9,10 @@ import math
 import pandas as pd
 
 from analysis.frame_metrics import finished
+from course import claims
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import PERCENTILES, percentile
 from engine.runs.workload import LengthDist, WorkloadSpec
-from labs import claims
 from labs.part import Part
 from engine.sim.machine_speed import MachineSpeed
 from labs.runs import arrival_rate, estimate, mix_run, simulated_mix_run

@@ -19,10 +19,11 @@ from analysis.style import (
     vline,
 )
 from engine.core.config import SchedulerPolicy
+from course import claims
 from engine.runs.results import cache_path
 from engine.runs.workload import WorkloadSpec
 from engine.sim.step_times import measure_batch_scaling
-from labs import claims, knee_rule
+from labs import knee_rule
 from labs.part import Part
 from labs.repeats import REPEATS, error_bars, spread
 from labs.runs import cached, estimate, fingerprint

@@ -8,7 +8,7 @@ import engine  # noqa: F401  (as app.py: first, so the engine sets its OpenMP wa
 
 import streamlit as st  # noqa: E402
 
-from ui.registry import PLAYGROUND  # noqa: E402
+from course.registry import PLAYGROUND  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 st.set_page_config(page_title="Batching Lab", layout="wide")

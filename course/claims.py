@@ -1,5 +1,5 @@
 """The claims the lessons make and the labs test: one table, read by the lessons, the lab pages,
-tests/test_claims.py and `python -m tools.claims`.
+tests/test_claims.py and `python -m tools.check_claims`.
 
 Each claim names its lesson, the lab that tests it, the number the lab computes from its own
 run (the metric) and the threshold that number must pass. A lab never writes its conclusion in

@@ -1,9 +1,9 @@
-"""Every claim in labs/claims.py, judged three ways, printed as one table:
+"""Every claim in course/claims.py, judged three ways, printed as one table:
 
-    python -m tools.claims                  # the simulator only: this machine's step model, the H100 roofline,
-                                            # and each claim's counter-case on this machine's step model
-    python -m tools.claims --real           # and each lab's run on the real engine (many minutes on a CPU)
-    python -m tools.claims --real --only queueing knee --json runs/claims.json
+    python -m tools.check_claims              # the simulator only: this machine's step model, the H100 roofline,
+                                              # and each claim's counter-case on this machine's step model
+    python -m tools.check_claims --real       # and each lab's run on the real engine (many minutes on a CPU)
+    python -m tools.check_claims --real --only queueing knee --json runs/claims.json
 
 Each column runs the labs' own experiments (labs/<lab>/experiment.py) with the lab's default settings,
 so the verdicts are the ones the pages show: the real engine here (cached runs are reused, as the pages
@@ -20,8 +20,9 @@ import os
 import sys
 import time
 
+from course import claims
 from engine.sim.simulate import resolve_profile
-from labs import claims, runs
+from labs import runs
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee

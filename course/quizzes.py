@@ -1,9 +1,10 @@
 """A lesson's quiz questions: parsed from its front matter, and shown to one learner.
 
 A question's choices each carry ``text`` and, for a wrong choice, ``why`` it is wrong. A question may
-open with the learner's own lab measurement (``measured: {with: ..., without: ..., example: ...}``)
-and compute its choices from it (lessons/formulas.py), so that its right answer depends on that
-number; ``answer`` may then be a formula too. No Streamlit here.
+open with the learner's own lab measurement (``measured: {with: ..., without: ..., example: ...,
+answers: <function>}``) and work its choices out from it: the function, in course/quiz_answers.py,
+returns the numbers its texts quote as ``{name:format}``, so that its right answer depends on what
+the learner measured; ``answer`` may then name one of those numbers. No Streamlit here.
 """
 from __future__ import annotations
 
@@ -12,11 +13,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lessons import formulas
-from ui.registry import LABS
+from course.quiz_answers import ANSWERS
+from course.registry import LABS
 
 LAB_IDS = [lab.url_path for lab in LABS]   # what `lab:<id>` links and measured values may name
 MEASURE = re.compile(r"\{(\w+)\.(\w+)\}")
+NUMBER = re.compile(r"^\s*(-?\d[\d,]*(?:\.\d+)?|-?\.\d+)\s*(\S*)")
+
+
+def number(text: str | None) -> float | None:
+    """A value a lab recorded, as text with its unit ("21.0 ms", "1.23 s", "2.10 requests/s", "16"), as a
+    number; times in ms ("1.23 s" is 1230). None for text that is not a number."""
+    if text is None:
+        return None
+    m = NUMBER.match(str(text))
+    if not m:
+        return None
+    value = float(m.group(1).replace(",", ""))
+    return value * 1000 if m.group(2) == "s" else value
 
 
 @dataclass(slots=True)
@@ -41,9 +55,8 @@ class QuizQuestion:
     measured_with: str = ""      # a lead sentence with {lab.name} values from the learner's run
     measured_without: str = ""   # the same lead, worded for when nothing was measured
     example: dict = field(default_factory=dict)   # "lab.name" -> the number measured_without supposes
-    let: dict = field(default_factory=dict)       # name -> expression over the values, in order
-    valid: str = ""              # an expression: the learner's values make a fair question (else the example)
-    answer_rule: str = ""        # an expression giving the right choice's index, when it depends on the values
+    answers: Callable | None = None   # course/quiz_answers.py: the values -> the numbers the texts quote
+    answer_rule: str = ""        # the name of the number that is the right choice's index, when it depends on the values
 
     def measures(self) -> list[tuple[str, str]]:
         """(lab id, value name) of every value the lead sentence quotes."""
@@ -53,28 +66,30 @@ class QuizQuestion:
         """The lead sentence with the learner's values, or its worded fallback if any is missing."""
         return self.render(lookup).lead
 
-    def env(self, values: Mapping[str, float]) -> dict:
-        env = dict(values)
-        for name, expression in self.let.items():
-            env[name] = formulas.evaluate(expression, env)
-        return env
-
     def shown(self, values: Mapping[str, float]) -> Shown:
         """The question with `values` ("lab.name" -> number); ValueError if they make an unfair one
-        (`valid` false, two choices alike, a formula that cannot be worked out)."""
-        env = self.env(values)
-        if self.valid and not formulas.evaluate(self.valid, env):
-            raise ValueError(f"the values {dict(values)} fail {self.valid!r}")
-        choices = [formulas.fill(c, env) for c in self.choices]
+        (its answers function says so, or two choices come out alike)."""
+        numbers = self.answers(dict(values)) if self.answers else {}
+        if numbers is None:
+            raise ValueError(f"the values {dict(values)} make an unfair question")
+
+        def fill(text: str) -> str:
+            try:
+                return text.format_map(numbers)
+            except KeyError as e:
+                raise ValueError(f"{text!r} quotes {e}, which its answers function does not give") from None
+            except (AttributeError, IndexError) as e:   # {x.y} or {x[0]}: only {name:format} is quoted
+                raise ValueError(f"{text!r} quotes something other than a number by name: {e}") from None
+        choices = [fill(c) for c in self.choices]
         if len(set(choices)) != len(choices):
             raise ValueError(f"the values {dict(values)} make two choices alike: {choices}")
         answer = self.answer
         if self.answer_rule:
-            answer = int(formulas.evaluate(self.answer_rule, env))
-            if not 0 <= answer < len(choices):
-                raise ValueError(f"answer rule {self.answer_rule!r} gives {answer}, not a choice")
-        return Shown("", formulas.fill(self.question, env), choices, answer,
-                     formulas.fill(self.explanation, env), [formulas.fill(w, env) for w in self.why], False)
+            answer = numbers.get(self.answer_rule)
+            if not isinstance(answer, int) or not 0 <= answer < len(choices):
+                raise ValueError(f"answer {self.answer_rule!r} is {answer!r}, not a choice")
+        return Shown("", fill(self.question), choices, answer, fill(self.explanation), [fill(w) for w in self.why],
+                     False)
 
     def render(self, lookup: Callable[[str, str], "str | None"]) -> Shown:
         """The question for this learner: their values where every one was measured and makes a fair
@@ -82,7 +97,7 @@ class QuizQuestion:
         if not self.measured_with:
             return Shown("", self.question, list(self.choices), self.answer, self.explanation, list(self.why), False)
         texts = {f"{lab}.{name}": lookup(lab, name) for lab, name in self.measures()}
-        numbers = {k: formulas.number(v) for k, v in texts.items()}
+        numbers = {k: number(v) for k, v in texts.items()}
         if all(v is not None for v in numbers.values()):
             try:
                 shown = self.shown(numbers)
@@ -117,10 +132,13 @@ def _choices(n: int, items) -> tuple[list[str], list[str]]:
     return texts, whys
 
 
-def _measured(n: int, m) -> dict:
+def _measured(n: int, m, lesson: str) -> dict:
     """The 'measured' mapping as QuizQuestion fields."""
     if m is None:
         return {}
+    if isinstance(m, dict) and ("let" in m or "valid" in m):
+        raise ValueError(f"quiz question {n}: 'measured.let' and 'measured.valid' are gone: work the numbers out "
+                         "in a function of course/quiz_answers.py and name it as 'measured.answers'")
     if not isinstance(m, dict) or not all(isinstance(m.get(k), str) and m[k].strip() for k in ("with", "without")):
         raise ValueError(f"quiz question {n}: 'measured' needs 'with' and 'without' sentences")
     names = [(g.group(1), g.group(2)) for g in MEASURE.finditer(m["with"])]
@@ -136,14 +154,17 @@ def _measured(n: int, m) -> dict:
     if not isinstance(example, dict) or set(example) != keys or \
             not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in example.values()):
         raise ValueError(f"quiz question {n}: 'measured.example' must give a number for each of {sorted(keys)}")
-    let = m.get("let") or {}
-    if not isinstance(let, dict) or not all(isinstance(v, str) for v in let.values()):
-        raise ValueError(f"quiz question {n}: 'measured.let' must map names to formulas")
+    name = m.get("answers")
+    if (lesson, name) not in ANSWERS:
+        known = sorted(f for l, f in ANSWERS if l == lesson)
+        raise ValueError(f"quiz question {n}: 'measured.answers' is {name!r}, not a function of course/quiz_answers.py "
+                         f"for lesson {lesson!r} (it has {known})")
     return {"measured_with": m["with"].strip(), "measured_without": m["without"].strip(), "example": dict(example),
-            "let": dict(let), "valid": str(m.get("valid") or ""), "answer_rule": ""}
+            "answers": ANSWERS[(lesson, name)], "answer_rule": ""}
 
 
-def parse_quiz(items: list) -> list[QuizQuestion]:
+def parse_quiz(items: list, lesson: str = "") -> list[QuizQuestion]:
+    """A lesson's quiz from its front matter; `lesson` (its id) is where its measured questions' answers are."""
     out = []
     for n, q in enumerate(items, 1):
         if not isinstance(q, dict):
@@ -167,9 +188,12 @@ def parse_quiz(items: list) -> list[QuizQuestion]:
             raise ValueError(f"quiz question {n}: wrong choice(s) {lacking} need a 'why'")
         if whys[answer] and not rule:
             raise ValueError(f"quiz question {n}: the right choice takes no 'why' (that is the explanation)")
-        fields = _measured(n, q.get("measured"))
+        if any("{=" in t for t in [str(q["question"]), str(q["explanation"]), *choices, *whys]):
+            raise ValueError(f"quiz question {n}: '{{= ...}}' formulas are gone: quote a number of its "
+                             "'measured.answers' function as {name:format}")
+        fields = _measured(n, q.get("measured"), lesson)
         if rule and not fields:
-            raise ValueError(f"quiz question {n}: an answer given by a formula needs a 'measured' value")
+            raise ValueError(f"quiz question {n}: an answer named by its answers function needs a 'measured' value")
         question = QuizQuestion(str(q["question"]).strip(), choices, answer, str(q["explanation"]).strip(), whys,
                                 **{**fields, "answer_rule": rule})
         if fields:
