@@ -1,7 +1,7 @@
 """Every worked-example number the lessons quote, computed from the course's runs (course/examples.py).
 
 A lesson writes ``{{number:example.static_end_s}}``; the page shows ``numbers()["static_end_s"]``
-(lessons/catalog.render_numbers), and tests/test_lesson_examples.py checks every name the lessons use is here.
+(lessons/markers.render_numbers), and tests/test_lesson_examples.py checks every name the lessons use is here.
 """
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
 
 
 # Which machine each worked-example number comes from (course/machines.py): the lessons show it beside
-# the number (lessons/catalog.tag_machines). A number nobody has placed on a machine is None, and
+# the number (lessons/markers.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
     "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",

@@ -24,8 +24,8 @@ from typing import Mapping
 import streamlit as st
 
 from lessons import catalog, progress
-from lessons.catalog import (GlossaryTerm, Lesson, LessonError, render_links, render_numbers, search, split_pictures,
-                             tag_machines)
+from lessons.catalog import GlossaryTerm, Lesson, LessonError, render_links, search
+from lessons.markers import find_example_numbers, render_numbers, split_pictures, tag_machines
 from lessons.quiz import show_quiz
 from ui import calculators, learner, lesson_pictures, predict
 from ui.machine_tags import badge_for
@@ -229,7 +229,7 @@ def _show_lesson(lesson_id: str, pages: dict[str, st.Page], glossary_page: st.Pa
 def _worked_numbers(lesson: Lesson, step_model) -> dict:
     """The worked-example numbers the lesson quotes, those of runs on `step_model` among them (course/numbers.py;
     seconds of simulation the first time in a process, which ui/lesson_pictures.warm does off the page)."""
-    if not catalog.find_example_numbers(lesson.body):
+    if not find_example_numbers(lesson.body):
         return {}
     from course.numbers import numbers
     with st.spinner("Working out the lesson's examples on this machine's step model…"):

@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
 from engine.core.step_model import UNCALIBRATED, StepModel
-from lessons.catalog import FOLDER, load_lessons, split_pictures
+from lessons.catalog import FOLDER, load_lessons
+from lessons.markers import split_pictures
 from lessons.views import FOLDER_ENV, LESSON_URL_PREFIX
 from ui.calculators import CALCULATOR_IDS
 

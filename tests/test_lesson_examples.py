@@ -10,8 +10,8 @@ from course import machines
 from course.examples import COURSE_MODEL
 from course.numbers import machine_of, numbers, on_step_model
 from engine.core.step_model import StepModel
-from lessons.catalog import (BLOCK_BREAK, FOLDER, find_blocks, find_example_numbers, load_glossary, load_lessons,
-                             parse_lesson, render_numbers, tag_machines)
+from lessons.catalog import FOLDER, load_glossary, load_lessons, parse_lesson
+from lessons.markers import BLOCK_BREAK, find_blocks, find_example_numbers, render_numbers, tag_machines
 from ui.calculators import CALCULATOR_IDS
 from ui.machine_tags import UNKNOWN, badge_for
 from ui.lesson_pictures import PICTURE_IDS

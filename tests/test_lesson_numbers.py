@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from lessons.catalog import FOLDER, NUMBER, Number, find_numbers, lab_value, load_lessons, render_numbers, written
+from lessons.catalog import FOLDER, load_lessons
+from lessons.markers import NUMBER, Number, find_numbers, lab_value, render_numbers, written
 
 LESSONS, _ = load_lessons()
 GLOSSARY_TEXT = (FOLDER / "glossary.md").read_text(encoding="utf-8")

@@ -180,7 +180,8 @@ def test_every_lesson_asks_its_labs_questions_and_never_says_predict_again_witho
     not declared, so the lesson could not show them or end with them."""
     import re
 
-    from lessons.catalog import find_predictions, load_lessons
+    from lessons.catalog import load_lessons
+    from lessons.markers import find_predictions
     from course.predictions import ASKS
     lessons, _ = load_lessons()
     asked = {a for l in lessons for a in find_predictions(l.body)}

@@ -1,6 +1,6 @@
 """The badge a lesson shows beside a worked-example number: which machine it comes from.
 
-lessons/catalog.tag_machines places the badges; this says what each reads, from the number's machine as
+lessons/markers.tag_machines places the badges; this says what each reads, from the number's machine as
 course/numbers.machine_of declares it (course/machines.py words it). A number whose machine
 nobody declared gets a red badge saying so, and tests/test_lesson_examples.py fails on it. No Streamlit here.
 """
