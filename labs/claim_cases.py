@@ -134,7 +134,8 @@ LOOSE = (600.0, 10.0)
 
 def hidden_queue_verdict(step_model, concurrency: int):
     closed, opened, x = bench.simulated(step_model, concurrency)
-    return bench.hidden_queue_verdict(bench.run_numbers(closed), bench.run_numbers(opened), x, concurrency)
+    return bench.hidden_queue_verdict(bench.run_numbers(closed, concurrency), bench.run_numbers(opened, concurrency), x,
+                                      concurrency)
 
 
 # claim -> (setting where it shows, counter-case, the counter-case's expected outcome); each setting is a

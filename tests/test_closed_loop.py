@@ -69,7 +69,7 @@ def test_the_open_run_draws_the_closed_loops_requests():
 
 def test_the_hidden_backlog_counts_what_the_open_schedule_sent_and_the_loop_had_not():
     closed, opened, x = bench.simulated(STEP, bench.NEAR)
-    c, o = bench.run_numbers(closed), bench.run_numbers(opened)
+    c, o = bench.run_numbers(closed, bench.NEAR), bench.run_numbers(opened, bench.NEAR)
     assert c["waiting_max"] == 0 and o["waiting_max"] > 0
     backlog = bench.hidden_backlog(closed, opened)
     assert len(backlog) == len(closed.steps) and backlog["backlog"].max() > 0 and backlog["backlog"].min() >= 0
@@ -78,6 +78,21 @@ def test_the_hidden_backlog_counts_what_the_open_schedule_sent_and_the_loop_had_
 
 def test_warm_up_requests_are_left_out_and_spread_is_high_over_low():
     closed, _, _ = bench.simulated(STEP, 2)
-    assert bench.run_numbers(closed)["requests"] == bench.SIM_REQUESTS - bench.WARMUP
+    assert bench.run_numbers(closed, 2)["requests"] == bench.SIM_REQUESTS - bench.WARMUP
+    closed, _, _ = bench.simulated(STEP, 8)
+    assert bench.run_numbers(closed, 8)["requests"] == bench.SIM_REQUESTS - 8, "one warm-up request per client"
     assert bench.spread([1.0, 2.5, 2.0]) == 2.5
     assert bench.spread([1.0]) != bench.spread([1.0])     # nan: one repeat has no spread
+
+
+def test_a_pair_run_at_two_machine_speeds_is_not_judged():
+    """The speed check can fail: the same open run with every step stretched ×1.6 (a busier machine) is
+    flagged, and the verdict is then undecided, however large the ratio."""
+    closed, opened, x = bench.simulated(STEP, bench.NEAR)
+    assert bench.speed_check(closed, opened) is None, "one step model: one speed"
+    slow = replace(opened, steps=[{**s, "t_end_s": s["t_start_s"] + 1.6 * (s["t_end_s"] - s["t_start_s"])}
+                                  for s in opened.steps])
+    words = bench.speed_check(closed, slow)
+    assert words and "×1.60" in words
+    v = bench.hidden_queue_verdict(bench.run_numbers(closed, 6), bench.run_numbers(opened, 6), x, 6, words)
+    assert v.outcome == "undecided" and "Measure again" in v.words

@@ -3,7 +3,7 @@ first requests of a run (warm-up), and how far a p99 moves between repeats of on
 
 The pair: a closed loop of C clients (engine.runs.closed_loop: each sends its next request when its last
 one ends) measures a throughput X; then the same requests arrive as open load, Poisson at rate X, so
-the server's slowness no longer slows the arrivals. Both runs leave out their first WARMUP requests.
+the server's slowness no longer slows the arrivals. Both runs leave out their first requests (warm-up).
 In the closed loop the engine never holds more than C requests: the requests an open user would have
 sent meanwhile wait in the clients (the hidden backlog, counted against the open run's own schedule).
 
@@ -41,9 +41,9 @@ LIGHT = 1                   # one client: a light load
 REAL_PER_CLIENT = 8         # a real closed run holds this many requests per client ...
 REAL_MIN = 16               # ... and at least this many
 SIM_REQUESTS = 400
-WARMUP = 4                  # the first requests of every run: reported apart, left out of the percentiles
+WARMUP = 4                  # the first requests of every run (at least one per client): left out of the percentiles
 REPEATS = 3                 # real open runs at the matched rate (the first is the pair's own)
-SIM_REPEATS = 10
+SIM_REPEATS = 8
 FEW, MANY = 100, 1000       # requests per simulated repeat: a p99 resting on one request, and on ten
 MIN_JUDGED = 12             # fewer counted requests than this in either run cannot give a p95
 MATCH_TOLERANCE = 0.25      # the open run's drawn arrival rate this far from X: the pair is not matched
@@ -72,42 +72,50 @@ def open_spec(concurrency: int, rate: float, simulated: bool = False, seed: int 
 # ----------------------------------------------------------------------------- measures of one run
 
 
-def counted(result: RunResult) -> pd.DataFrame:
-    """The finished requests past the first WARMUP arrivals, in arrival order."""
+def warmup_count(concurrency: int) -> int:
+    """How many requests of a run are warm-up: WARMUP, or one per client if there are more clients (the
+    closed loop sends one per client at once, and all of them ride the first, cold steps). Both runs of
+    a pair leave out the same number."""
+    return max(WARMUP, concurrency)
+
+
+def counted(result: RunResult, concurrency: int) -> pd.DataFrame:
+    """The finished requests past the warm-up ones, in arrival order."""
     reqs = finished(frames(result)[0]).copy()
     reqs["arrival_s"] = pd.to_numeric(reqs["arrival_s"])
-    return reqs.sort_values("arrival_s", kind="stable").iloc[WARMUP:]
+    return reqs.sort_values("arrival_s", kind="stable").iloc[warmup_count(concurrency):]
 
 
-def throughput(result: RunResult) -> float:
-    """Finished requests per second from the first arrival to the last finish (warm-up left out)."""
-    reqs = counted(result)
+def throughput(result: RunResult, concurrency: int) -> float:
+    """Finished requests per second from the first counted arrival to the last finish."""
+    reqs = counted(result, concurrency)
     if len(reqs) < 2:
         return math.nan
     span = float(pd.to_numeric(reqs["finish_s"]).max() - reqs["arrival_s"].min())
     return len(reqs) / span if span > 0 else math.nan
 
 
-def run_numbers(result: RunResult) -> dict:
-    """TTFT percentiles, throughput and the engine's largest waiting queue of one run."""
-    reqs, steps = counted(result), frames(result)[1]
+def run_numbers(result: RunResult, concurrency: int) -> dict:
+    """TTFT percentiles, throughput and the engine's largest waiting queue of one run (warm-up left out)."""
+    reqs, steps = counted(result, concurrency), frames(result)[1]
     ttft = pd.to_numeric(reqs["ttft_s"]).to_numpy(float)
     arr = reqs["arrival_s"].to_numpy(float)
-    return {"requests": len(reqs), "throughput": throughput(result),
+    return {"requests": len(reqs), "throughput": throughput(result, concurrency),
             "drawn_rate": (len(arr) - 1) / (arr.max() - arr.min()) if len(arr) > 1 and np.ptp(arr) > 0 else math.nan,
             "ttft_p50": percentile(ttft, 50), "ttft_p95": percentile(ttft, 95), "ttft_p99": percentile(ttft, 99),
             "waiting_max": int(pd.to_numeric(steps["waiting"]).max()) if len(steps) else 0}
 
 
-def warmup_numbers(result: RunResult) -> dict:
-    """The first WARMUP requests' mean TTFT against the rest's, and the first step's time against the
-    median step's (a fresh engine's first steps may pay for first-touch memory and caches)."""
+def warmup_numbers(result: RunResult, concurrency: int) -> dict:
+    """The warm-up requests' mean TTFT against the rest's, and the first step's time against the median
+    step's (a freshly loaded model's first steps pay for first-touch memory and caches)."""
+    n = warmup_count(concurrency)
     reqs, steps = finished(frames(result)[0]), frames(result)[1]
     reqs = reqs.assign(arrival_s=pd.to_numeric(reqs["arrival_s"])).sort_values("arrival_s", kind="stable")
     ttft = pd.to_numeric(reqs["ttft_s"]).to_numpy(float)
     dur = (pd.to_numeric(steps["t_end_s"]) - pd.to_numeric(steps["t_start_s"])).to_numpy(float)
-    return {"first_ttft": float(np.mean(ttft[:WARMUP])) if len(ttft) else math.nan,
-            "rest_ttft": float(np.mean(ttft[WARMUP:])) if len(ttft) > WARMUP else math.nan,
+    return {"first_ttft": float(np.mean(ttft[:n])) if len(ttft) else math.nan,
+            "rest_ttft": float(np.mean(ttft[n:])) if len(ttft) > n else math.nan,
             "first_step_ms": 1000 * float(dur[0]) if len(dur) else math.nan,
             "median_step_ms": 1000 * float(np.median(dur)) if len(dur) else math.nan}
 
@@ -145,18 +153,19 @@ def matched_pair(model, concurrency: int, progress=None, refresh: bool = False, 
                      refresh=refresh, peek=peek)
     if got is None:
         return None
-    x = arrival_rate(1.0, throughput(got[0]))
+    x = arrival_rate(1.0, throughput(got[0], concurrency))
     rest = progress and (lambda f, t: progress(0.5 + 0.5 * f, t))
     opened = single_run(model, POLICY, open_spec(concurrency, x), rest, label=f"open load at {x:g} req/s",
                         refresh=refresh, peek=peek)
     return None if opened is None else (got[0], opened[0], x)
 
 
-def repeats(model, concurrency: int, rate: float, progress=None, refresh: bool = False, peek: bool = False):
-    """REPEATS open runs at `rate`, seeds 0, 1, ...: [RunResult] (seed 0 is the pair's own open run)."""
-    out = []
-    for seed in range(REPEATS):
-        sub = progress and (lambda f, t, seed=seed: progress((seed + f) / REPEATS, f"repeat {seed + 1}: {t}"))
+def repeats(model, concurrency: int, rate: float, first: RunResult, progress=None, refresh: bool = False,
+            peek: bool = False):
+    """REPEATS open runs at `rate`: the pair's own open run `first` (seed 0), then seeds 1, 2, ...: [RunResult]."""
+    out = [first]
+    for seed in range(1, REPEATS):
+        sub = progress and (lambda f, t, seed=seed: progress((seed - 1 + f) / (REPEATS - 1), f"repeat {seed + 1}: {t}"))
         got = single_run(model, POLICY, open_spec(concurrency, rate, seed=seed), sub,
                          label=f"open load at {rate:g} req/s, seed {seed}", refresh=refresh, peek=peek)
         if got is None:
@@ -170,7 +179,8 @@ def measure(model, concurrency: int, progress=None, refresh: bool = False, peek:
     pair = matched_pair(model, concurrency, progress and (lambda f, t: progress(0.5 * f, t)), refresh, peek)
     if pair is None:
         return None
-    reps = repeats(model, concurrency, pair[2], progress and (lambda f, t: progress(0.5 + 0.5 * f, t)), refresh, peek)
+    reps = repeats(model, concurrency, pair[2], pair[1], progress and (lambda f, t: progress(0.5 + 0.5 * f, t)),
+                   refresh, peek)
     return None if reps is None else (*pair, reps)
 
 
@@ -178,23 +188,24 @@ def simulated(step_model, concurrency: int):
     """measure() on the simulator: SIM_REQUESTS per run, SIM_REPEATS repeats of FEW and of MANY."""
     closed = simulated_closed_run(step_model, POLICY, closed_spec(concurrency, True), concurrency,
                                   label=f"closed loop, {concurrency} clients, simulated")
-    x = arrival_rate(1.0, throughput(closed))
+    x = arrival_rate(1.0, throughput(closed, concurrency))
     opened = simulated_run(step_model, POLICY, open_spec(concurrency, x, True), label="open load, simulated")
     return closed, opened, x
 
 
-def simulated_p99s(step_model, rate: float) -> pd.DataFrame:
-    """p99 TTFT of SIM_REPEATS open runs at `rate`, each of FEW and of MANY requests (simulated)."""
+def simulated_p99s(step_model, rate: float, concurrency: int) -> pd.DataFrame:
+    """p99 TTFT of SIM_REPEATS open runs at `rate`, each of FEW and of MANY requests (simulated); warm-up
+    left out as in the pair of `concurrency` clients."""
     rows = []
     for n in (FEW, MANY):
         for seed in range(SIM_REPEATS):
-            res = simulated_run(step_model, POLICY, open_spec(NEAR, rate, True, seed, requests=n))
-            rows.append({"requests": n, "seed": seed, "p99": run_numbers(res)["ttft_p99"]})
+            res = simulated_run(step_model, POLICY, open_spec(concurrency, rate, True, seed, requests=n))
+            rows.append({"requests": n, "seed": seed, "p99": run_numbers(res, concurrency)["ttft_p99"]})
     return pd.DataFrame(rows)
 
 
-def p99_table(results: list[RunResult]) -> pd.DataFrame:
-    return pd.DataFrame([{"repeat": i + 1, "seed": i, **run_numbers(r)} for i, r in enumerate(results)])
+def p99_table(results: list[RunResult], concurrency: int) -> pd.DataFrame:
+    return pd.DataFrame([{"repeat": i + 1, "seed": i, **run_numbers(r, concurrency)} for i, r in enumerate(results)])
 
 
 def spread(p99s) -> float:
@@ -210,21 +221,56 @@ def estimate_s(model, concurrency: int, rate: float | None = None) -> tuple[floa
     closed = replace(closed_spec(concurrency), rate=0)
     seconds, ok = estimate(model, [(replace(POLICY, max_num_seqs=concurrency), [Part(closed)])])
     x = rate if rate is not None else (closed.num_requests / seconds if seconds > 0 else 1.0)
-    more, ok2 = estimate(model, [(POLICY, [Part(open_spec(concurrency, x, seed=s))]) for s in range(REPEATS)])
+    more, ok2 = estimate(model, [(POLICY, [Part(open_spec(concurrency, x, seed=s))]) for s in range(REPEATS)])   # pair's + repeats
     return seconds + more, ok and ok2
 
 
 # ----------------------------------------------------------------------------- the verdict
 
 
-def hidden_queue_verdict(closed: dict, opened: dict, x: float, concurrency: int) -> claims.Verdict:
-    """The claim `closed_loop_hides_queue`: open load's p95 TTFT ÷ the closed loop's, at X."""
+SAME_SPEED = 0.30           # two runs' like steps this close in time: the machine ran both at one speed
+MIN_LIKE_STEPS = 5          # steps of one batch size each run needs before their times are compared
+
+
+def decode_step_ms(result: RunResult) -> pd.DataFrame:
+    """Decode-only steps by batch size: their count and median time (ms)."""
+    rows = [(len(s["members"]), 1000 * (float(s["t_end_s"]) - float(s["t_start_s"])))
+            for s in result.steps if s["members"] and int(s["prefill_tokens"]) == 0]
+    df = pd.DataFrame(rows, columns=["batch", "ms"])
+    return df.groupby("batch")["ms"].agg(["count", "median"])
+
+
+def speed_check(closed: RunResult, opened: RunResult) -> str | None:
+    """Whether the machine ran both runs at one speed: decode steps of the same batch size, the size both
+    runs have most of, timed in each. On a shared machine the load can change between two runs; then
+    their TTFTs differ by the machine as well as by the load, and the words say so. None where they agree
+    within SAME_SPEED (or no batch size has MIN_LIKE_STEPS steps in both)."""
+    a, b = decode_step_ms(closed), decode_step_ms(opened)
+    both = a.join(b, lsuffix="_closed", rsuffix="_open", how="inner")
+    both = both[(both["count_closed"] >= MIN_LIKE_STEPS) & (both["count_open"] >= MIN_LIKE_STEPS)]
+    if not len(both):
+        return None
+    n = int(both[["count_closed", "count_open"]].min(axis=1).idxmax())
+    ratio = both.loc[n, "median_open"] / both.loc[n, "median_closed"]
+    if abs(ratio - 1) <= SAME_SPEED:
+        return None
+    return (f"A decode step of {n} requests took {both.loc[n, 'median_closed']:.0f} ms (median) in the closed loop "
+            f"and {both.loc[n, 'median_open']:.0f} ms under open load: ×{ratio:.2f}, more than {SAME_SPEED:.0%} apart, "
+            "so the machine's own load changed between the runs and the TTFTs differ by that too. Measure again.")
+
+
+def hidden_queue_verdict(closed: dict, opened: dict, x: float, concurrency: int,
+                         strayed: str | None = None) -> claims.Verdict:
+    """The claim `closed_loop_hides_queue`: open load's p95 TTFT ÷ the closed loop's, at X. `strayed`:
+    speed_check's words where the machine ran the two runs at different speeds (undecided then)."""
     cid = "closed_loop_hides_queue"
     ratio = claims.ratio(opened["ttft_p95"], closed["ttft_p95"])
     few = min(closed["requests"], opened["requests"])
     if few < MIN_JUDGED:
-        return claims.judge(cid, ratio, "", "", f"a run counts only {few} requests after its {WARMUP} warm-up ones; "
+        return claims.judge(cid, ratio, "", "", f"a run counts only {few} requests after its {warmup_count(concurrency)} warm-up ones; "
                             f"a p95 needs {MIN_JUDGED} or more.")
+    if strayed:
+        return claims.judge(cid, ratio, "", "", f"open load's p95 TTFT was ×{ratio:.1f} the closed loop's, but: {strayed}")
     if abs(opened["drawn_rate"] / x - 1) > MATCH_TOLERANCE:
         return claims.judge(cid, ratio, "", "", f"the open run's random arrivals came at {opened['drawn_rate']:.2f} "
                             f"req/s against the {x:.2f} the closed loop served: over {MATCH_TOLERANCE:.0%} apart, so "

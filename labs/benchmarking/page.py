@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from labs.benchmarking import experiment as lab
-from ui import calculators, predict, session, widgets
+from ui import calculators, load_line, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -14,13 +14,14 @@ def simulated_pair(step_model, clients: int):
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def simulated_p99s(step_model, rate: float):
-    return lab.simulated_p99s(step_model, rate)
+def simulated_p99s(step_model, rate: float, clients: int):
+    return lab.simulated_p99s(step_model, rate, clients)
 
 
 st.title("Benchmarking honestly")
-st.caption("Load: a closed loop (a fixed number of clients, each sending when its last request ends), then open "
-           "load (Poisson arrivals at a rate, whatever the server does) at the closed loop's own throughput.")
+st.caption("The same engine under two kinds of load at the same throughput, the first requests of each run, and "
+           "the p99 of repeats of one setting.")
+load_line.show(("first", load_line.CLOSED), ("then, at the closed loop's own throughput", lab.open_spec(lab.NEAR, 1.0)))
 
 with st.sidebar:
     widgets.choice(st.select_slider, "Clients in the closed loop", lab.CONCURRENCIES, lab.NEAR, key="bench_clients",
@@ -34,7 +35,7 @@ spec = lab.SPEC
 st.markdown(f"The workload: prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs "
             f"{spec.output_len.lo}–{spec.output_len.hi}, continuous batching with {lab.POLICY.max_num_seqs} slots. "
             f"The real engine runs {lab.requests_for(clients)} requests per run (the simulator "
-            f"{lab.SIM_REQUESTS}); the first {lab.WARMUP} of every run are warm-up, left out of the percentiles.")
+            f"{lab.SIM_REQUESTS}); the first {lab.warmup_count(clients)} of every run are warm-up, left out of the percentiles.")
 
 
 def _estimate() -> str:
@@ -57,14 +58,14 @@ if measured:
 else:
     closed, opened, x = simulated_pair(step_model, clients)
     reps = None
-c, o = lab.run_numbers(closed), lab.run_numbers(opened)
+c, o = lab.run_numbers(closed, clients), lab.run_numbers(opened, clients)
 ratio = o["ttft_p95"] / c["ttft_p95"] if c["ttft_p95"] > 0 else float("inf")
 if measured:
     predict.record("benchmarking", {"clients": clients}, throughput=f"{x:.2f} requests/s")
 predict.reveal(question, guess, ratio, f"p95 TTFT {widgets.seconds(c['ttft_p95'])} in the closed loop, "
                f"{widgets.seconds(o['ttft_p95'])} under open load, both at {x:.2f} requests/s ({source}).",
                measured_text=f"×{ratio:.1f}", source=source)
-verdict = lab.hidden_queue_verdict(c, o, x, clients)
+verdict = lab.hidden_queue_verdict(c, o, x, clients, lab.speed_check(closed, opened) if measured else None)
 if lab.near_capacity(clients):
     predict.show_verdict(verdict, source)
 else:
@@ -83,12 +84,12 @@ st.caption("The dotted line counts requests the open schedule had sent by then t
 st.subheader("The first requests of a run")
 runs = [("closed loop", closed), ("open load", opened)] + ([(f"repeat {i + 1}", r) for i, r in enumerate(reps[1:], 1)]
                                                              if reps else [])
-warm = [{"run": name, **lab.warmup_numbers(r)} for name, r in runs]
+warm = [{"run": name, **lab.warmup_numbers(r, clients)} for name, r in runs]
 first = warm[0]
 if measured:
     slower = first["first_step_ms"] / first["median_step_ms"] if first["median_step_ms"] > 0 else float("nan")
     st.markdown(f"On this machine's engine, the closed loop's first step took {first['first_step_ms']:.0f} ms against a "
-                f"median step of {first['median_step_ms']:.0f} ms (×{slower:.1f}); its first {lab.WARMUP} requests "
+                f"median step of {first['median_step_ms']:.0f} ms (×{slower:.1f}); its first {lab.warmup_count(clients)} requests "
                 f"waited {widgets.seconds(first['first_ttft'])} for a first token on average, the rest "
                 f"{widgets.seconds(first['rest_ttft'])}. "
                 + ("The first requests paid for a cold start here: leave them out." if slower > 1.5 else
@@ -98,13 +99,13 @@ else:
     st.markdown("The simulator's step model has no cold start: every step of a shape takes the same time, so its "
                 "first requests differ only by arriving together. Run the real engine to see its first steps.")
 widgets.table(pd.DataFrame(warm).rename(columns={
-    "first_ttft": f"mean TTFT, first {lab.WARMUP} (s)", "rest_ttft": "mean TTFT, the rest (s)",
+    "first_ttft": f"mean TTFT, first {lab.warmup_count(clients)} (s)", "rest_ttft": "mean TTFT, the rest (s)",
     "first_step_ms": "first step (ms)", "median_step_ms": "median step (ms)"}))
 
 st.subheader("How far a p99 moves between repeats")
-sim = simulated_p99s(step_model, x)
+sim = simulated_p99s(step_model, x, clients)
 few, many = (sim[sim["requests"] == n]["p99"] for n in (lab.FEW, lab.MANY))
-real = lab.p99_table(reps) if reps else None
+real = lab.p99_table(reps, clients) if reps else None
 words = (f"Simulated, {lab.SIM_REPEATS} repeats of the open load at {x:.2f} req/s: with {lab.FEW} requests a run "
          f"the p99 rests on the single slowest request, and the repeats ranged {widgets.seconds(few.min())}–"
          f"{widgets.seconds(few.max())} (×{lab.spread(few):.1f}); with {lab.MANY:,} requests, on the slowest "
@@ -126,7 +127,7 @@ st.markdown("Against `python -m engine serve --port 8000` (an OpenAI-compatible 
             "open load of this page are:")
 st.code(f"""# closed loop: {clients} clients
 vllm bench serve --base-url http://127.0.0.1:8000 --model smollm2 --dataset-name random \\
-  --random-input-len 40 --random-output-len 16 --num-prompts 200 --num-warmups {lab.WARMUP} \\
+  --random-input-len 40 --random-output-len 16 --num-prompts 200 --num-warmups {lab.warmup_count(clients)} \\
   --request-rate inf --max-concurrency {clients}
 # open load at the closed loop's throughput (Poisson: burstiness 1)
 vllm bench serve ... --request-rate {x:.2f} --burstiness 1.0
