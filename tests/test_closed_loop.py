@@ -96,3 +96,20 @@ def test_a_pair_run_at_two_machine_speeds_is_not_judged():
     assert words and "×1.60" in words
     v = bench.hidden_queue_verdict(bench.run_numbers(closed, 6), bench.run_numbers(opened, 6), x, 6, words)
     assert v.outcome == "undecided" and "Measure again" in v.words
+
+
+def test_the_lab_page_runs_the_real_engine_and_shows_the_measured_pair(lab_env):
+    """On the tiny model: the closed loop, the open load at its throughput and the repeats are stored,
+    and the page then shows them as measured, each number beside its verdict, with no exception."""
+    from tests.test_lab_pages import commit, page, texts
+    at = page("labs/benchmarking/page.py").run()
+    at.select_slider(key="bench_clients").set_value(2).run()
+    commit(at)
+    assert "Simulated" in texts(at) and not list(lab_env.glob("results/*.json"))
+    at.button(key="benchmarking__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert len(list(lab_env.glob("results/closed-*.json"))) == 1
+    assert len(list(lab_env.glob("results/run-*.json"))) == bench.REPEATS, "the pair's open run is repeat 1"
+    shown = texts(at)
+    assert "Measured on this machine's engine" in shown and f"{bench.REPEATS} repeats of" in shown
+    assert "Not judged here" in shown, "two clients are a light load: the claim is about near capacity"

@@ -72,7 +72,7 @@ else:
     predict.verdict_elsewhere(verdict, f"pick {lab.NEAR} clients or more (near capacity)")
 
 cols = st.columns(3)
-cols[0].metric(f"Throughput ({source})", f"{widgets.fmt(c['throughput'], 'req/s')} vs {widgets.fmt(o['throughput'], 'req/s')}",
+cols[0].metric(f"Throughput, closed vs open ({source})", f"{c['throughput']:.2f} vs {o['throughput']:.2f} req/s",
                help="Closed loop vs open load: finished requests per second from the first counted arrival to the "
                     "last finish. The open load is given the closed loop's throughput as its rate.")
 cols[1].metric("p95 TTFT, closed vs open", f"{widgets.seconds(c['ttft_p95'])} vs {widgets.seconds(o['ttft_p95'])}")
@@ -103,10 +103,12 @@ widgets.table(pd.DataFrame(warm).rename(columns={
     "first_step_ms": "first step (ms)", "median_step_ms": "median step (ms)"}))
 
 st.subheader("How far a p99 moves between repeats")
-sim = simulated_p99s(step_model, x, clients)
+sim_x = x if not measured else simulated_pair(step_model, clients)[2]     # the simulator's own closed-loop rate
+sim = simulated_p99s(step_model, sim_x, clients)
 few, many = (sim[sim["requests"] == n]["p99"] for n in (lab.FEW, lab.MANY))
 real = lab.p99_table(reps, clients) if reps else None
-words = (f"Simulated, {lab.SIM_REPEATS} repeats of the open load at {x:.2f} req/s: with {lab.FEW} requests a run "
+words = (f"Simulated, {lab.SIM_REPEATS} repeats of open load at the simulated closed loop's throughput, "
+         f"{sim_x:.2f} req/s: with {lab.FEW} requests a run "
          f"the p99 rests on the single slowest request, and the repeats ranged {widgets.seconds(few.min())}–"
          f"{widgets.seconds(few.max())} (×{lab.spread(few):.1f}); with {lab.MANY:,} requests, on the slowest "
          f"{lab.MANY // 100}, they ranged {widgets.seconds(many.min())}–{widgets.seconds(many.max())} "
@@ -124,17 +126,21 @@ if real is not None:
 
 st.subheader("The same two loads from a benchmark tool")
 st.markdown("Against `python -m engine serve --port 8000` (an OpenAI-compatible server), the closed loop and the "
-            "open load of this page are:")
-st.code(f"""# closed loop: {clients} clients
-vllm bench serve --base-url http://127.0.0.1:8000 --model smollm2 --dataset-name random \\
+            "open load of this page are written as below. Both tools make prompts of a set token count with a "
+            "tokenizer: give them the model's own (`HuggingFaceTB/SmolLM2-135M-Instruct`, or a folder holding its "
+            "tokenizer.json).")
+st.code(f"""# vLLM's client: a closed loop of {clients}, then open load at the closed loop's throughput
+vllm bench serve --base-url http://127.0.0.1:8000 --model smollm2 \\
+  --tokenizer HuggingFaceTB/SmolLM2-135M-Instruct --dataset-name random \\
   --random-input-len 40 --random-output-len 16 --num-prompts 200 --num-warmups {lab.warmup_count(clients)} \\
   --request-rate inf --max-concurrency {clients}
-# open load at the closed loop's throughput (Poisson: burstiness 1)
 vllm bench serve ... --request-rate {x:.2f} --burstiness 1.0
-guidellm benchmark --target http://127.0.0.1:8000 --data "prompt_tokens=40,output_tokens=16" \\
-  --rate-type concurrent --rate {clients} --max-requests 200
-guidellm benchmark --target http://127.0.0.1:8000 --data "prompt_tokens=40,output_tokens=16" \\
-  --rate-type poisson --rate {x:.2f} --max-requests 200""", language="bash")
+# guidellm 0.8 (0.5 and before: guidellm benchmark --rate-type concurrent --rate {clients})
+guidellm run --backend kind=openai_http,target=http://127.0.0.1:8000 \\
+  --tokenizer kind=hf_auto,model=HuggingFaceTB/SmolLM2-135M-Instruct \\
+  --data kind=synthetic_text,prompt_tokens=40,output_tokens=16 \\
+  --constraint kind=max_requests,count=200 --profile kind=concurrent,streams={clients}
+guidellm run ... --profile kind=poisson,rate={x:.2f}""", language="bash")
 widgets.definitions(f"- **Closed loop**: {clients} clients; each sends its next request the moment its last one ends "
                     "(no think time).\n- **Open load**: Poisson arrivals at the closed loop's throughput X; the "
                     "server's speed does not change when they come.\n- **Throughput** = counted requests / (last "
