@@ -275,7 +275,7 @@ def hidden_queue_verdict(closed: dict, opened: dict, x: float, concurrency: int,
         return claims.judge(cid, ratio, "", "", f"the open run's random arrivals came at {opened['drawn_rate']:.2f} "
                             f"req/s against the {x:.2f} the closed loop served: over {MATCH_TOLERANCE:.0%} apart, so "
                             "the two loads are not matched. Another seed or more requests would match them.")
-    numbers = (f"At {x:.2f} req/s, the closed loop of {concurrency} clients reported p95 TTFT "
+    numbers = (f"At {x:.2f} req/s, the closed loop of {concurrency} client{'' if concurrency == 1 else 's'} reported p95 TTFT "
                f"{closed['ttft_p95']:.3g} s and open load {opened['ttft_p95']:.3g} s: ×{ratio:.1f}. ")
     shown = numbers + (f"The engine's waiting queue peaked at {closed['waiting_max']} in the closed loop and "
                        f"{opened['waiting_max']} under open load: in the closed loop the requests that would have "
