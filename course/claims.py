@@ -11,7 +11,7 @@ one of three outcomes, each with its own words built from the run's numbers:
 - UNDECIDED: this run cannot tell (too few requests, a sweep that hides it, no steady state...),
   and the words say why.
 
-Thresholds are declared here once; a lesson quotes one as {{lab:claims.CLAIMS.<id>.threshold=5}}
+Thresholds are declared here once; a lesson quotes one as {{number:lab.claims.CLAIMS.<id>.threshold}}
 (checked by tests/test_lesson_numbers.py). No Streamlit here.
 """
 from __future__ import annotations
@@ -164,6 +164,12 @@ CLAIMS = _claims(
           "delivered per second, and every request pays for it in TTFT.",
           "tokens per second of engine work, longest wait ÷ no wait", 1.1, "×", above=True,
           counter="arrivals dense enough that every batch fills before the wait runs out"),
+    Claim("closed_loop_hides_queue", "benchmarking", "benchmarking",
+          "Near capacity, a benchmark at a fixed concurrency (a closed loop) reports a far lower TTFT than users "
+          "arriving at random at the same throughput would see: its clients wait to send, so the queue is in "
+          "the load generator, not in the server.",
+          "open load's p95 TTFT ÷ the closed loop's, at the closed loop's own throughput", 3.0, "×", above=True,
+          counter="one client (a light load), where an open arrival seldom finds the engine busy"),
     Claim("prefix_affinity_hits", "beyond-one-replica", "cluster",
           "On a shared-prefix, multi-turn workload near capacity, routing by prefix affinity finds more of each "
           "prompt in the replicas' prefix caches than round-robin does, so its requests have fewer prompt tokens "

@@ -1,7 +1,7 @@
 """The questions each lab asks before it shows a result, declared once.
 
 A lab page (and the Playground) asks them through ui.predict.question, and the lesson's "Predict
-first" paragraph reads the same text through the marker {{predict:<question id>}}
+first" paragraph reads the same text through the marker {{place:predict:<question id>}}
 (lessons/catalog.py), so the lesson and the lab always ask the same thing. A question's text may
 hold {fields} that the page fills from its settings; the lesson shows it with `defaults`, the
 lab's own default settings. No Streamlit here.
@@ -77,6 +77,11 @@ ASKS = _asks(
         "delivered per second?", defaults={"first": "0", "last": "2,000"}),
     Ask("cluster", "cluster", "beyond-one-replica", "Which router gives the lowest p95 TTFT here?"),
     Ask("cluster_scale", "cluster", "beyond-one-replica", "Which autoscaler spends fewer replica-seconds over the ramp?"),
+    Ask("benchmarking", "benchmarking", "benchmarking",
+        "{clients} clients keep sending (each sends again when its last request ends), and the engine serves X "
+        "requests a second. Then the same requests arrive at random at that same rate X. How many times the "
+        "closed loop's p95 TTFT will the open load's be?", unit="×", lo=0.1, hi=1000.0, default=1.0,
+        defaults={"clients": "6"}),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

@@ -52,6 +52,9 @@ _LESSON_LABS = [
     ("scheduler_orders", "Scheduler orders", ":material/sort:",
      "One multi-tenant workload under fcfs, priority, sjf, fair and edf: per-tenant TTFT and "
      "who wins and loses."),
+    ("benchmarking", "Benchmarking honestly", ":material/speed:",
+     "One engine under a fixed concurrency and under random arrivals at the same throughput: where the "
+     "queue hides, the first requests of a run, and how far a p99 moves between repeats."),
     ("cluster", "Beyond one replica", ":material/hub:",
      "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
      "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "

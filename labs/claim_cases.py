@@ -13,6 +13,7 @@ import functools
 
 from course import claims
 from engine.core.step_model import StepModel
+from labs.benchmarking import experiment as bench
 from labs.cluster import experiment as cluster
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
@@ -133,6 +134,12 @@ SLO = {"cpu": (2.0, 0.1), "h100": (0.3, 0.02)}
 COUNTER_EXPECTED = {("batching_amortizes", "h100"): SHOWN}
 LOOSE = (600.0, 10.0)
 
+def hidden_queue_verdict(step_model, concurrency: int):
+    closed, opened, x = bench.simulated(step_model, concurrency)
+    return bench.hidden_queue_verdict(bench.run_numbers(closed, concurrency), bench.run_numbers(opened, concurrency), x,
+                                      concurrency)
+
+
 # claim -> (setting where it shows, counter-case, the counter-case's expected outcome); each setting is a
 # function of (step model name, step model) returning the verdict.
 CASES = {
@@ -160,6 +167,8 @@ CASES = {
                               NOT_SHOWN),
     "sjf_starves_long": (lambda n, m: starve_verdict(m, orders.LOAD), lambda n, m: starve_verdict(m, orders.LIGHT),
                          NOT_SHOWN),
+    "closed_loop_hides_queue": (lambda n, m: hidden_queue_verdict(m, bench.NEAR),
+                                lambda n, m: hidden_queue_verdict(m, bench.LIGHT), NOT_SHOWN),
     "waiting_to_batch": (lambda n, m: dynamic_verdict(m, dynamic.LOAD),
                          lambda n, m: dynamic_verdict(m, 3.0), NOT_SHOWN),
 }

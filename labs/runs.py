@@ -24,10 +24,11 @@ from engine.core import step_fit
 from engine.runs import results
 from engine.runs.arrivals import build_requests
 from engine.runs.build import build_engine
+from engine.runs.closed_loop import run_closed_loop
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.results import RunResult
 from engine.sim.machine_speed import MachineSpeed, machine_speed
-from engine.sim.simulate import SimProfile, simulate
+from engine.sim.simulate import SimProfile, build_simulation, simulate
 from engine.runs.workload import PromptMaker, WorkloadSpec
 from labs.part import Part
 
@@ -201,6 +202,41 @@ def _run_parts(model, policy, parts, config, progress, label) -> RunResult:
     for r in _part_requests(parts, PromptMaker(model.tokenizer)):
         engine.submit(r)
     return results.run_to_end(engine, policy, progress, label)
+
+
+def closed_run(model, policy: SchedulerPolicy, spec: WorkloadSpec, concurrency: int, progress=None,
+               label: str = "", refresh: bool = False, peek: bool = False) -> tuple[RunResult, bool] | None:
+    """`spec`'s requests, in order, from `concurrency` clients that each send the next one when their
+    last one ends (engine.runs.closed_loop): the arrival times `spec` draws are not used. Cached like
+    single_run, keyed by the concurrency too."""
+    config = EngineConfig()
+    path = results.cache_path("closed", fingerprint(model), policy.to_dict(), spec.to_dict(), concurrency,
+                              asdict(config))
+
+    def compute(m):
+        engine = build_engine(config, policy, m)
+        requests = build_requests(spec, PromptMaker(m.tokenizer))
+        total = max(1, sum(r.max_new_tokens for r in requests))
+
+        def on_step(rec):
+            if progress is not None:
+                done = sum(len(r.output_token_ids) for r in engine.requests.values())
+                progress(min(1.0, done / total), f"{label} step {rec.step}: {done}/{total} tokens")
+        run_closed_loop(engine, requests, concurrency, on_step)
+        return results.result_of(engine, policy, label)
+    return cached(path, model, compute, refresh, peek, load=lambda data: RunResult(**data), dump=asdict)
+
+
+def simulated_closed_run(step_model, policy: SchedulerPolicy, spec: WorkloadSpec, concurrency: int,
+                         label: str = "") -> RunResult:
+    """closed_run on the simulator, as simulated_run is single_run's."""
+    name = getattr(step_model, "label", "") or "step model"
+    profile = SimProfile(name, name, step_model)
+    engine = build_simulation(EngineConfig(), policy, profile)
+    run_closed_loop(engine, build_requests(spec), concurrency)
+    result = results.result_of(engine, policy, label)
+    result.summary.update(profile.summary_fields())
+    return result
 
 
 def run_each(settings, run_one, progress=None, describe=str) -> list[tuple] | None:

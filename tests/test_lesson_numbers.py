@@ -28,6 +28,7 @@ SETTINGS = {
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try
     "beyond-one-replica": set(),
+    "benchmarking": set(),
 }
 
 

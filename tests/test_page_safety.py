@@ -27,6 +27,7 @@ INJECTIONS = {"mode": "[log in](https://evil.example)", "order": "![x](https://e
 
 # Every key a lab writes into its link, with the allowed range its warning must name.
 LINK_KEYS = {
+    "benchmarking": {"bench_clients": "1, 2, 4, 6, 8"},
     "cluster": {"cl_profile": "l4:llama-3.1-8b, a100-80gb:llama-3.1-8b, h100-sxm:llama-3.1-8b", "cl_replicas": "2–16",
                 "cl_bound": "1–3", "cl_startup": "0–180"},
     "costs": {"co_long": "256–1536", "co_budget": "64–512", "co_priority": ", ".join(STEP_PRIORITIES),

@@ -27,6 +27,7 @@ from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
 from labs.queueing import experiment as queueing
+from labs.benchmarking import experiment as bench
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
 from labs.static_vs_continuous import experiment as svc
@@ -115,11 +116,19 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
         rate = dynamic.rate_for(src.machine)
         got = dynamic.wait_runs(m, rate, repeats=1, progress=p) if src.real else dynamic.simulated_wait_runs(sm, rate)
         return [dynamic.waiting_verdict(dynamic.wait_table(got))]
+    if lab == "benchmarking":
+        n = bench.NEAR
+        if src.real:
+            closed, opened, x, _ = bench.measure(m, n, progress=p)
+            strayed = bench.speed_check(closed, opened)
+        else:
+            (closed, opened, x), strayed = bench.simulated(sm, n), None
+        return [bench.hidden_queue_verdict(bench.run_numbers(closed, n), bench.run_numbers(opened, n), x, n, strayed)]
     raise ValueError(f"no lab {lab!r}")
 
 
 LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
-        "scheduler_orders", "dynamic_batching"]
+        "scheduler_orders", "dynamic_batching", "benchmarking"]
 MARK = {claims.SHOWN: "✓ shown", claims.NOT_SHOWN: "✗ not shown", claims.UNDECIDED: "? undecided"}
 
 

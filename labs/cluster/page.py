@@ -11,6 +11,7 @@ from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from course import claims
 from ui import predict, widgets
+from ui import load_line
 
 PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
 
@@ -44,6 +45,7 @@ st.title("Beyond one replica: routing and autoscaling")
 st.caption("Several copies of the engine behind a router, and an autoscaler that adds or removes copies. "
            "Each replica here is the engine's own scheduler on the simulator's clock: its batches are the ones a "
            "real replica would form. The router sees only what replicas report; the autoscaler sees one number.")
+load_line.show(("routing", lab.SHARED), ("autoscaling", "open load whose rate rises and falls (a traffic ramp)"))
 
 with st.sidebar:
     widgets.choice(st.selectbox, "Simulated replica", PROFILES, lab.PROFILE, key="cl_profile",

@@ -10,6 +10,7 @@ from engine.core.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]
@@ -29,6 +30,8 @@ def simulated_kv(step_model, capacity: int):
 st.title("What continuous batching costs")
 st.caption("Admitting work at every step means a long prompt can land in the middle of streams that are "
            "already decoding, and every admitted request holds KV-cache memory until it finishes.")
+load_line.show(("the stall", "the running streams " + load_line.AT_ONCE + ", then each long prompt at a set time"),
+               ("the KV part", lab.KV_SPEC))
 
 with st.sidebar:
     widgets.slider("Long prompt length (tokens)", 256, 1536, lab.LONG_PROMPT, step=128, key="co_long",

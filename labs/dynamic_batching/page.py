@@ -8,6 +8,7 @@ from engine.core.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
 from labs.runs import simulated_name
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 WAIT = knobs_of(SchedulerPolicy)["max_wait_ms"]
 
@@ -27,6 +28,7 @@ st.title("Dynamic batching: waiting to fill a batch")
 st.caption("A dynamic batcher (Triton's, or this engine in static mode) holds arriving requests until a batch "
            "is full or the oldest has waited max_wait_ms, then runs the batch to its end. How long should "
            "it wait?")
+load_line.show(lab.SPEC)
 
 with st.sidebar:
     widgets.choice(st.multiselect, "max_wait_ms values", [0, 100, 250, 500, 1000, 2000, 4000], lab.WAITS_MS,

@@ -9,6 +9,7 @@ from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -21,6 +22,7 @@ def simulated_runs(step_model, values: tuple):
 st.title("Find the knee")
 st.caption("The same workload under growing batch limits (max_num_seqs). More slots buy throughput, then "
            "mostly latency. The knee is the operating point, not the engine's maximum.")
+load_line.show(lab.SPEC)
 
 speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated

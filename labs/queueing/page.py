@@ -7,6 +7,7 @@ from analysis import queue_charts
 from labs.queueing import experiment as lab
 from labs.runs import frames
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -26,6 +27,7 @@ st.title("Queueing")
 st.caption("First the engine's sustained capacity μ for this workload is measured (its queue never empty). Then "
            "requests arrive at random (Poisson) at a chosen share of μ, for long enough that the queue settles, "
            "and we time how long each one waits and stays.")
+load_line.show(("the capacity run", lab.capacity_spec()), ("each utilization", lab.run_spec(0.5, 1.0)))
 
 CHOICES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.1, 1.25]
 with st.sidebar:

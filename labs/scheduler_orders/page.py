@@ -4,6 +4,7 @@ import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -28,6 +29,7 @@ ORDER_HELP = {
 st.title("Who the scheduler favours")
 st.caption("When requests queue, the admission order decides who waits. Same requests, same seed, one run "
            "per order: on the simulator at once, then on the real engine.")
+load_line.show(lab.order_parts(1.0)[0].spec)
 
 with st.sidebar:
     widgets.choice(st.multiselect, "Orders", lab.ORDER_NAMES, lab.ORDER_NAMES, key="so_orders",

@@ -5,6 +5,7 @@ import streamlit as st
 from labs.runs import frames, simulated_name
 from labs.slo_goodput import experiment as lab
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -21,6 +22,7 @@ def real_rates(step_model) -> list[float]:
 st.title("SLOs and goodput")
 st.caption("Throughput counts every token. Goodput counts only requests that met their latency targets. "
            "Move the SLO sliders: the finished runs are re-scored at once, nothing is run again.")
+load_line.show(lab.SPEC)
 
 with st.sidebar:
     widgets.slider("TTFT SLO (ms)", 100, 5000, lab.TTFT_SLO_MS, step=50, key="sg_ttft_ms",

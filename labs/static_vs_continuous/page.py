@@ -8,6 +8,7 @@ from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
@@ -39,6 +40,7 @@ spec = lab.workload_spec(workload, seed)
 arrive = ("all at once" if spec.rate == 0 else f"at about {spec.rate:g} per second")
 st.markdown(f"**{lab.WORKLOADS[workload][0]}**: {spec.num_requests} requests arriving {arrive}, prompts "
             f"{spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–{spec.output_len.hi}.")
+load_line.show(spec)
 
 settings = (workload, slots, seed)
 named = {"workload": workload, "batch slots": slots, "seed": seed}      # what the predictions are scored on

@@ -7,6 +7,7 @@ from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "window": "time window", "none": "nothing (all requests)"}
@@ -25,6 +26,7 @@ def arrival_rate(step_model, share: float) -> float:
 st.title("The average hides the tail")
 st.caption("Two tenants share the engine: one sends steadily, one in bursts. A share of each one's prompts "
            "are long. Look past the median: at p95 and p99, and at who they belong to.")
+load_line.show(*((p.tenant + " tenant", p.spec) for p in lab.tail_parts()[::2]))
 
 with st.sidebar:
     widgets.choice(st.select_slider, "Long-prompt share", [0.0, 0.05, 0.1, 0.2], 0.1, key="ta_long",

@@ -5,10 +5,12 @@ import streamlit as st
 from labs import knee_rule
 from labs.why_batch import experiment as lab
 from ui import machine_speed, predict, session, widgets
+from ui import load_line
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
            "Here the real engine times decode steps at growing batch sizes on this machine.")
+load_line.show(load_line.NO_ARRIVALS)
 
 with st.sidebar:
     widgets.choice(st.multiselect, "Batch sizes", [1, 2, 4, 8, 16, 32, 64, 128], lab.BATCH_SIZES, key="wb_sizes",
