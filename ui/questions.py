@@ -77,6 +77,13 @@ ASKS = _asks(
         "delivered per second?", defaults={"first": "0", "last": "2,000"}),
     Ask("cluster", "cluster", "beyond-one-replica", "Which router gives the lowest p95 TTFT here?"),
     Ask("cluster_scale", "cluster", "beyond-one-replica", "Which autoscaler spends fewer replica-seconds over the ramp?"),
+    Ask("kv_running", "kv_capacity", "kv-capacity",
+        "With a KV pool of {pool} tokens and max_num_seqs {slots}, how many requests will be running at once, on "
+        "average, over the steps where others are waiting?", unit="requests", lo=0.0, hi=64.0, default=16.0,
+        defaults={"pool": "1,024", "slots": "16"}),
+    Ask("kv_prefix", "kv_capacity", "kv-capacity",
+        "The same requests run with prefix caching off, then on. How many times shorter will the median TTFT be "
+        "with it on (1 = no change)?", unit="×", lo=0.1, hi=1000.0, default=1.0),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),
