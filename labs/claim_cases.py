@@ -57,7 +57,7 @@ def kv_verdict(step_model, capacity: int):
 
 def pool_caps_verdict(step_model, pool: int):
     table = kv_capacity.pool_table(kv_capacity.simulated_pool_runs(step_model, (pool,)))
-    return kv_capacity.caps_verdict(table.iloc[0].to_dict())
+    return kv_capacity.caps_verdict(table.to_dict("records")[0])
 
 
 def prefix_verdict(step_model, workload: str):

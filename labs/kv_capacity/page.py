@@ -89,11 +89,11 @@ if run_guess is not None:
     got, source = widgets.measured_or_simulated(
         "kv_pools", lab.POOLS, lambda m, **kw: lab.pool_runs(m, **kw), "Run the pool sweep",
         lambda: widgets.estimate_text(*lab.pool_estimate_s(session.model_name())),
-        "KV pool sweep…", step_model, profiled, "the times in this part",
+        "KV pool sweep…", step_model, profiled, "every number and chart of this part",
         "every request arrives at once, so the simulated admissions and preemptions are the real scheduler's", lab="kv_capacity")
     runs = got if got is not None else simulated_pools(step_model)
     t = lab.pool_table(runs)
-    row = t[t["pool"] == judged].iloc[0].to_dict()
+    row = t[t["pool"] == judged].to_dict("records")[0]     # records keep each column's type: 9, not 9.0
     if source == "measured":
         predict.record("kv_capacity", named, running=f"{row['mean_running_while_waiting']:.1f}",
                        preemptions=str(row["preemptions"]))
@@ -120,13 +120,12 @@ st.header("3 · Prefix caching on one replica")
 if run_guess is None:
     st.caption("Commit your guess above first: this part asks its own after it.")
 else:
-    rate = lab.prefix_rate(step_model)
+    rate = lab.PREFIX_RATE
     pspec = lab.prefix_spec(workload, rate)
     what = (f"every prompt starts with the same {lab.SYSTEM_PROMPT}-token system prompt, then a question of "
             f"{pspec.prompt_len.lo}–{pspec.prompt_len.hi} tokens" if workload == "shared" else
             f"prompts of {pspec.prompt_len.lo}–{pspec.prompt_len.hi} tokens that share nothing")
-    st.markdown(f"{pspec.num_requests} requests arrive at {rate:g} a second ({lab.LOAD:.0%} of the rate at which this "
-                f"machine's step model says it prefills them one at a time with nothing cached); {what}. The same "
+    st.markdown(f"{pspec.num_requests} requests arrive at random, {rate:g} a second on average; {what}. The same "
                 "requests run with prefix caching off, then on.")
     pnamed = {"prompts": workload, "arrival rate": f"{rate:g}/s"}
     pq = predict.question("kv_prefix", settings=pnamed)
