@@ -102,3 +102,17 @@ def test_a_run_where_nobody_waited_is_undecided():
     row = {"pool": 3072, "mean_running_while_waiting": math.nan, "kv_peak_pct": 50.0, "preemptions": 0,
            "recomputed_tokens": 0}
     assert lab.caps_verdict(row).outcome == claims.UNDECIDED
+
+
+def test_the_charts_draw_each_run_and_count_its_preemptions():
+    from engine.sim.simulate import resolve_profile
+    runs = lab.simulated_pool_runs(resolve_profile("h100-sxm:llama-3.1-8b").step_model, (512, 3072))
+    usage, running = lab.usage_over_time(runs), lab.running_over_time(runs)
+    assert len(usage.data) == 2 and len(running.data) == 4
+    assert all(0 <= y <= 100 for t in usage.data for y in t.y)
+    for pool, (res, _) in runs.items():
+        [line] = [t for t in running.data if t.name == f"preemptions, pool {pool:,}"]
+        assert list(line.y)[-1] == res.summary["preemptions"], "the dotted line ends at the run's preemptions"
+    assert res.summary["preemptions"] == 0 and runs[512][0].summary["preemptions"] > 0
+    for empty in (lab.usage_over_time({}), lab.running_over_time({}), lab.ttft_bars({})):
+        assert not empty.data and empty.layout.title.text

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frame_metrics import finished
-from analysis.style import PAIR_COLORS, REQUEST_COLORS, empty_figure, is_empty, layout
+from analysis.style import COLORS, REQUEST_COLORS, empty_figure, is_empty, layout
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.metrics import percentile
 from engine.runs.results import RunResult
@@ -281,7 +281,7 @@ def ttft_bars(summaries: dict) -> go.Figure:
         return go.Figure(empty_figure(*texts))
     keys = list(summaries)
     traces = [go.Bar(name=name, x=[f"caching {k}" for k in keys], y=[summaries[k][col] * 1000 for k in keys],
-                     marker_color=PAIR_COLORS[i], text=[f"{summaries[k][col] * 1000:,.0f}" for k in keys],
+                     marker_color=COLORS[name], text=[f"{summaries[k][col] * 1000:,.0f}" for k in keys],
                      textposition="outside")
               for i, (name, col) in enumerate((("p50", "ttft_p50_s"), ("p95", "ttft_p95_s")))]
     return go.Figure(data=traces, layout=layout(*texts, barmode="group"))
