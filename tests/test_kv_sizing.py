@@ -91,11 +91,13 @@ def test_each_outcome_of_the_prefix_claim_has_its_own_words():
     nothing = lab.prefix_verdict(base, {**base, "hit_rate": 0.0}, "distinct")
     small = lab.prefix_verdict(base, {**base, "hit_rate": 0.8, "ttft_p50_s": 0.9}, "shared")
     assert shown.outcome == claims.SHOWN and nothing.outcome == small.outcome == claims.NOT_SHOWN
-    assert "share no full block" in nothing.words and "too small a part" in small.words
+    assert "Almost nothing was found" in nothing.words and "times shorter" in nothing.words and "too small a part" in small.words
     # found tokens but a TTFT past the threshold without hits is not the claim
     no_hits = lab.prefix_verdict(base, {**base, "hit_rate": 0.1, "ttft_p50_s": 0.2}, "shared")
     assert no_hits.outcome == claims.NOT_SHOWN
     assert len({shown.words, nothing.words, small.words}) == 3
+    slower = lab.prefix_verdict(base, {**base, "hit_rate": 0.02, "ttft_p50_s": 1.25}, "distinct")
+    assert "1.25 times longer" in slower.words and "shorter" not in slower.words
 
 
 def test_a_run_where_nobody_waited_is_undecided():

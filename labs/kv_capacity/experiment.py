@@ -258,13 +258,15 @@ def prefix_verdict(off: dict, on: dict, workload: str) -> claims.Verdict:
     numbers = (f"With prefix caching on, {on['hit_rate']:.0%} of the prompt tokens looked up were found in the cache "
                f"and the engine prefilled {on['prefill_tokens']:,} tokens instead of {off['prefill_tokens']:,}; median "
                f"TTFT went from {off['ttft_p50_s'] * 1000:,.0f} ms (off) to {on['ttft_p50_s'] * 1000:,.0f} ms (on), "
-               f"{ratio:.2f} times shorter.")
+               + (f"{ratio:.2f} times shorter." if ratio >= 1 else f"{1 / ratio:.2f} times longer (this machine's "
+                  "noise: the same work ran in both)." if ratio > 0 else "no median to compare."))
     shared = workload == "shared"
     if claims.CLAIMS["prefix_cache_cuts_ttft"].passes(ratio):
         no = " The prompts shared too little here for the cache to help."
     elif on["hit_rate"] < 0.05:
-        no = (" Nothing was found: these prompts share no full block of tokens, so every one was computed as with "
-              "caching off." if not shared else " The cache found almost nothing to reuse.")
+        no = (" Almost nothing was found: these prompts share no more than a block or two of tokens, so nearly "
+              "every token was computed as with caching off." if not shared else
+              " The cache found almost nothing to reuse.")
     else:
         no = " Tokens were found, but the prompt's work is too small a part of the first token's time for it to show."
     return claims.judge("prefix_cache_cuts_ttft", ratio,
