@@ -170,6 +170,18 @@ CLAIMS = _claims(
           "the load generator, not in the server.",
           "open load's p95 TTFT ÷ the closed loop's, at the closed loop's own throughput", 3.0, "×", above=True,
           counter="one client (a light load), where an open arrival seldom finds the engine busy"),
+    Claim("kv_pool_caps_batch", "kv-capacity", "kv_capacity",
+          "When the KV pool holds fewer tokens than max_num_seqs requests need, the pool, not max_num_seqs, sets "
+          "how many run at once: while requests wait, the batch stays well below the slot limit (at most three "
+          "quarters of it on average), and requests whose next token finds no free block are preempted.",
+          "mean requests running while some waited ÷ max_num_seqs", 0.75, "%", above=False,
+          counter="a pool of 3,072 tokens, enough for every slot at its longest"),
+    Claim("prefix_cache_cuts_ttft", "kv-capacity", "kv_capacity",
+          "On one replica, when prompts start with the same long system prompt, prefix caching finds most of each "
+          "prompt in the KV pool (a hit rate of at least 30%) and the median TTFT is at least 1.5 times shorter "
+          "than with it off.",
+          "median TTFT with caching off ÷ with it on (and hit rate at least 30%)", 1.5, "×", above=True,
+          counter="prompts of the same lengths that share nothing: the cache finds no full block"),
     Claim("prefix_affinity_hits", "beyond-one-replica", "cluster",
           "On a shared-prefix, multi-turn workload near capacity, routing by prefix affinity finds more of each "
           "prompt in the replicas' prefix caches than round-robin does, so its requests have fewer prompt tokens "

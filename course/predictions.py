@@ -82,6 +82,13 @@ ASKS = _asks(
         "requests a second. Then the same requests arrive at random at that same rate X. How many times the "
         "closed loop's p95 TTFT will the open load's be?", unit="×", lo=0.1, hi=1000.0, default=1.0,
         defaults={"clients": "6"}),
+    Ask("kv_running", "kv_capacity", "kv-capacity",
+        "With a KV pool of {pool} tokens and max_num_seqs {slots}, how many requests will be running at once, on "
+        "average, over the steps where others are waiting?", unit="requests", lo=0.0, hi=64.0, default=16.0,
+        defaults={"pool": "1,024", "slots": "16"}),
+    Ask("kv_prefix", "kv_capacity", "kv-capacity",
+        "The same requests run with prefix caching off, then on. How many times shorter will the median TTFT be "
+        "with it on (1 = no change)?", unit="×", lo=0.1, hi=1000.0, default=1.0),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

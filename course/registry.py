@@ -59,6 +59,9 @@ _LESSON_LABS = [
      "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
      "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "
      "SLO attainment and replica-seconds, with each replica's batches."),
+    ("kv_capacity", "KV capacity", ":material/memory:",
+     "The KV pool worked out for an 8B and a 70B model on H100s, a sweep of the engine's pool showing the batch "
+     "capped, usage and preemptions, and prefix caching off and on with its hit rate and TTFT."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)

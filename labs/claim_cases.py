@@ -18,6 +18,7 @@ from labs.cluster import experiment as cluster
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
+from labs.kv_capacity import experiment as kv_capacity
 from labs.queueing import experiment as queueing
 from labs.runs import frames
 from labs.scheduler_orders import experiment as orders
@@ -55,6 +56,17 @@ def stall_verdict(step_model, long_prompt: int = costs.LONG_PROMPT):
 def kv_verdict(step_model, capacity: int):
     res, _ = costs.simulated_kv_run(step_model, capacity)
     return costs.kv_verdict(costs.kv_summary(res), capacity)
+
+
+def pool_caps_verdict(step_model, pool: int):
+    table = kv_capacity.pool_table(kv_capacity.simulated_pool_runs(step_model, (pool,)))
+    return kv_capacity.caps_verdict(table.to_dict("records")[0])
+
+
+def prefix_verdict(step_model, workload: str):
+    runs = kv_capacity.simulated_prefix_runs(step_model, workload)
+    return kv_capacity.prefix_verdict(kv_capacity.prefix_summary(runs["off"][0]),
+                                      kv_capacity.prefix_summary(runs["on"][0]), workload)
 
 
 # A small model's decode step on a fast accelerator: a fixed 0.2 ms, whatever the batch.
@@ -152,6 +164,10 @@ CASES = {
     "long_prompt_stalls": (lambda n, m: stall_verdict(m), lambda n, m: stall_verdict(m, 64), NOT_SHOWN),
     "scheduling_is_small": (lambda n, m: scheduling_verdict(m), lambda n, m: scheduling_verdict(FAST), NOT_SHOWN),
     "small_kv_preempts": (lambda n, m: kv_verdict(m, 1024), lambda n, m: kv_verdict(m, costs.KV_DEFAULT), NOT_SHOWN),
+    "kv_pool_caps_batch": (lambda n, m: pool_caps_verdict(m, kv_capacity.SMALL_POOL),
+                           lambda n, m: pool_caps_verdict(m, kv_capacity.ROOMY_POOL), NOT_SHOWN),
+    "prefix_cache_cuts_ttft": (lambda n, m: prefix_verdict(m, "shared"), lambda n, m: prefix_verdict(m, "distinct"),
+                               NOT_SHOWN),
     "goodput_falls": (lambda n, m: goodput_verdict(m, *SLO[n]), lambda n, m: goodput_verdict(m, *LOOSE), NOT_SHOWN),
     "queueing_explodes": (lambda n, m: explodes_verdict(m, (0.5, 0.9)),
                           lambda n, m: explodes_verdict(m, (0.3, 0.5)), NOT_SHOWN),

@@ -36,7 +36,7 @@ def texts(at: AppTest) -> str:
 def test_registry_lists_every_lesson_lab_once():
     from lessons.catalog import LAB_IDS
     ids = [lab.url_path for lab in LESSON_LABS]
-    assert len(ids) == len(set(ids)) >= 10
+    assert len(ids) == len(set(ids)) == len(list((ROOT / "lessons").glob("[0-9][0-9]-*.md")))
     assert set(ids) == set(LAB_IDS) - {"playground"}
     for lab in LESSON_LABS:
         assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")
@@ -174,6 +174,30 @@ def test_dynamic_batching_sweeps_max_wait(lab_env):
     assert len(list(lab_env.glob("results/run-*.json"))) == 2
 
 
+def test_kv_capacity_sweeps_the_pool_then_runs_prefix_caching(lab_env):
+    at = page("labs/kv_capacity/page.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "bytes a token" in texts(at), "the bundled model's arithmetic is shown from its config"
+    assert "Llama-3.1-70B" in at.dataframe[0].value["model"].tolist()
+    commit(at).button(key="kv_pools__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    from labs.kv_capacity import experiment as kv
+    assert len(list(lab_env.glob("results/run-*.json"))) == len(kv.POOLS)
+    running = next(m for m in at.metric if m.label == "Running while others waited")
+    assert kept(at, "kv_running")["measured"] == pytest.approx(float(running.value), abs=0.05)
+    table = at.dataframe[1].value
+    assert table["most running"].max() <= kv.SLOTS and (table["peak use %"] <= 100).all()
+    assert len(at.get("plotly_chart")) == 3, "two charts of the sweep, and the prefix part's simulated bars"
+    # the prefix part asked its own question (commit answered both) and answers from the simulator first
+    assert any(m.label == "Prefix cache hit rate" for m in at.metric)
+    at.button(key="kv_prefix__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert len(list(lab_env.glob("results/run-*.json"))) == len(kv.POOLS) + 2
+    hit = next(m for m in at.metric if m.label == "Prefix cache hit rate")
+    assert hit.value.endswith("%") and int(hit.value[:-1]) > 0, "a shared system prompt is found in the cache"
+    assert kept(at, "kv_prefix")["measured"] > 0
+
+
 def test_peek_finds_what_cached_run_stored(lab_env):
     from engine.model.model import load_model
     model = load_model("tiny")
@@ -191,7 +215,7 @@ def test_peek_finds_what_cached_run_stored(lab_env):
 
 @pytest.mark.parametrize("path", ["labs/tail/page.py", "labs/static_vs_continuous/page.py", "labs/scheduler_orders/page.py",
                                   "labs/queueing/page.py", "labs/why_batch/page.py", "labs/costs/page.py",
-                                  "labs/dynamic_batching/page.py", "labs/benchmarking/page.py"])
+                                  "labs/dynamic_batching/page.py", "labs/benchmarking/page.py", "labs/kv_capacity/page.py"])
 def test_a_lab_answers_from_the_simulator_before_anything_is_run(lab_env, path):
     at = commit(page(path).run())
     assert not at.exception, [e.message for e in at.exception]

@@ -29,6 +29,7 @@ SETTINGS = {
     "two-schedulers": {"16", "1"},                      # Playground settings to try
     "beyond-one-replica": set(),
     "benchmarking": set(),
+    "kv-capacity": set(),
 }
 
 
