@@ -32,6 +32,7 @@ SETTINGS = {
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try
     "beyond-one-replica": set(),
+    "speculative-decoding": {"1"},                      # batch 1, the case the lab runs beside the large batch
 }
 
 

@@ -56,6 +56,10 @@ _LESSON_LABS = [
      "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
      "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "
      "SLO attainment and replica-seconds, with each replica's batches."),
+    ("speculation", "Guessing ahead", ":material/fast_forward:",
+     "n-gram speculative decoding off and on, side by side: output tok/s at batch 1 and decode tok/s at a "
+     "large batch, the share of guesses accepted on copies and on free text, each step's drafts, and a GPU "
+     "roofline's prediction beside."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)
