@@ -104,21 +104,18 @@ predict.show_verdict(lab.big_batch_verdict(table, big), source)
 machine = machines.ENGINE if measured else machines.SIMULATOR
 st.markdown(machines.badge(machine, machines.SOURCE_LABEL[source]) + " the numbers below, unless named otherwise")
 c = st.columns(4)
-c[0].metric("Output tok/s, batch 1, copies", f"{one.off_tok_s:.1f} → {one.ngram_tok_s:.1f}", delta=f"×{one.speedup:.2f}")
+c[0].metric("Output tok/s, batch 1, copies", f"{one.off_tok_s:.1f} → {one.ngram_tok_s:.1f}", delta=f"×{one.speedup:.2f}",
+            delta_color="off")
 c[1].metric("Output tok/s, batch 1, free text", f"{free.off_tok_s:.1f} → {free.ngram_tok_s:.1f}",
             delta=f"×{free.speedup:.2f}", delta_color="off")
 c[2].metric(f"Decode tok/s, batch {big}, copies", f"{many.off_decode_tok_s:.0f} → {many.ngram_decode_tok_s:.0f}",
-            delta=f"×{many.decode_speedup:.2f}")
+            delta=f"×{many.decode_speedup:.2f}", delta_color="off")
 c[3].metric("Guesses accepted: copies / free text",
             f"{widgets.fmt(one.acceptance * 100, '%', 0)} / {widgets.fmt(free.acceptance * 100, '%', 0)}",
             help="Accepted ÷ drafted tokens at batch 1 (vLLM's draft acceptance rate).")
 if measured:
-    same = table.identical.dropna()
-    st.markdown(("**Greedy outputs identical**" if len(same) and same.all() else "**Greedy outputs DIFFER**")
-                + f": in {int(table.pairs.sum())} pairs of runs, "
-                + ("every request wrote the same tokens with speculation on and off: a guess is kept only where it "
-                   "equals the token the model would have written." if len(same) and same.all() else
-                   "some request wrote other tokens with speculation on than off; that is a bug in the engine."))
+    same, words = lab.identity_words(table)
+    st.markdown(("**Greedy outputs identical**: " if same else "**Greedy outputs differ**: ") + words)
 
 gpu_name = machines.words(lab.GPU)
 widgets.plot(lab.speedup_chart(table, gpu, source, gpu_name))
@@ -132,7 +129,10 @@ st.markdown(f"**Where the ridge is.** {ridge_sentence(GPU_DEVICE, 'An ' + GPU_DE
             f"{lab.change_words(g_past.decode_speedup)} ({g_past.decode_speedup:.2f}×). This machine reaches its "
             "ridge at a far smaller batch: the table below says what the extra rows cost on each.")
 st.markdown("**When guessing pays.** A step that checks k guesses per request carries k + 1 rows per request. It "
-            "pays when the tokens one check makes, on average, outnumber how many times longer the step takes:")
+            "pays when the tokens a request makes per decode step, on average, outnumber how many times longer the "
+            "step takes (the break-even, from each machine's step model). The estimate is for a full batch: the runs' "
+            "own ratios also hold their last steps, where requests that finished early leave the batch thinner and "
+            "each step still reads every weight.")
 widgets.table(pd.DataFrame(lab.break_even_rows(step_model, lab.gpu_profile().step_model, k, big, past, table, gpu)),
               csv="speculation_break_even")
 
