@@ -28,6 +28,7 @@ from labs.knee import experiment as knee
 from labs.queueing import experiment as queueing
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
+from labs.speculation import experiment as spec
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
 from labs.why_batch import experiment as why_batch
@@ -114,11 +115,17 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
         rate = dynamic.rate_for(src.machine)
         got = dynamic.wait_runs(m, rate, repeats=1, progress=p) if src.real else dynamic.simulated_wait_runs(sm, rate)
         return [dynamic.waiting_verdict(dynamic.wait_table(got))]
+    if lab == "speculation":
+        from labs.claim_cases import spec_big_batch      # the H100's large batch lies past its roofline's ridge
+        big = spec_big_batch("h100" if src.name == "H100 roofline" else "cpu")
+        got = spec.lab_runs(m, repeats=1, progress=p) if src.real else spec.simulated_runs(sm, big=big)
+        table = spec.case_table(got)
+        return [spec.batch1_verdict(table), spec.big_batch_verdict(table, spec.BIG if src.real else big)]
     raise ValueError(f"no lab {lab!r}")
 
 
 LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
-        "scheduler_orders", "dynamic_batching"]
+        "scheduler_orders", "dynamic_batching", "speculation"]
 MARK = {claims.SHOWN: "✓ shown", claims.NOT_SHOWN: "✗ not shown", claims.UNDECIDED: "? undecided"}
 
 

@@ -311,8 +311,10 @@ def batch1_verdict(table: pd.DataFrame, workload: str = "copy") -> claims.Verdic
                         numbers + " Each step still read the weights once, and most guesses became tokens without "
                                   "a step of their own.",
                         numbers + (" Too few guesses were accepted for the extra rows to pay." if r.speedup < 1.0 else
-                                   " Speculation helped less than the claim needs: few guesses were accepted, or the "
-                                   "machine's load hid the gain (the pairs' spread says how much)."))
+                                   " Speculation helped less than the claim needs: "
+                                   + ("few guesses were made or accepted." if not r.drafted or r.acceptance < 0.5 else
+                                      "the guesses were accepted, so the machine's load may have hidden the gain"
+                                      + (" (compare the pairs)." if r.pairs > 1 else "."))))
 
 
 def big_batch_verdict(table: pd.DataFrame, batch: int) -> claims.Verdict:
@@ -324,7 +326,7 @@ def big_batch_verdict(table: pd.DataFrame, batch: int) -> claims.Verdict:
     numbers = (f"At batch {batch}, on copies, the steps that ran no prompt made {r.ngram_decode_tok_s:.0f} tokens/s "
                f"with drafts and {r.off_decode_tok_s:.0f} without: {r.decode_speedup:.2f}×"
                + ("" if r.pairs < 2 else f" (pairs {r.decode_speedup_lo:.2f}× to {r.decode_speedup_hi:.2f}×)")
-               + f", though {r.acceptance:.0%} of the drafted tokens were accepted. The whole run's output tok/s "
+               + f", with {r.acceptance:.0%} of the drafted tokens accepted. The whole run's output tok/s "
                f"(its prompts included) was {r.speedup:.2f}×.")
     return claims.judge("spec_costs_compute_bound", r.decode_speedup,
                         numbers + " Every drafted row cost its arithmetic, accepted or not, and the step was bound "
