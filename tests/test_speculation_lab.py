@@ -38,9 +38,19 @@ def table(differ):
 def test_identity_words_name_the_case_request_and_position_that_differ():
     same, words = lab.identity_words(table([]))
     assert same and words.startswith("in 4 pairs of runs every request wrote the same tokens")
-    same, words = lab.identity_words(table([(1, "r19", 1), (2, "r19", 1)]))
+    same, words = lab.identity_words(table([(1, "r19", 1, [125], [124, 1]), (2, "r19", 1, [125], [124, 1])]))
     assert not same and "2 request(s)" in words
-    assert "copies, batch 64, pair 1: request r19 from output token 2" in words
+    assert "copies, batch 64, pair 1: request r19 from output token 2 (its prompt ran in chunks of 125 tokens " \
+           "without speculation, 124 + 1 with)" in words
+    assert "had its prompt split differently, which alone can change a bf16 token" in words
+    same, words = lab.identity_words(table([(1, "r3", 7, [40], [40])]))
+    assert not same and "a difference is a defect to report" in words and "split differently" not in words
+
+
+def test_prompt_chunks_follow_a_request_through_the_steps():
+    steps = [{"members": [["r1", "prefill", 124], ["r2", "decode", 1]]}, {"members": [["r1", "prefill", 1]]},
+             {"members": [["r1", "decode", 5]]}]
+    assert lab.prompt_chunks(steps, "r1") == [124, 1] and lab.prompt_chunks(steps, "r2") == []
 
 
 def test_first_difference_reads_stored_and_listed_tokens():
