@@ -89,6 +89,14 @@ ASKS = _asks(
     Ask("kv_prefix", "kv_capacity", "kv-capacity",
         "The same requests run with prefix caching off, then on. How many times shorter will the median TTFT be "
         "with it on (1 = no change)?", unit="×", lo=0.1, hi=1000.0, default=1.0),
+    Ask("spec_one", "speculation", "speculative-decoding",
+        "At batch 1, on prompts that ask the model to copy a passage, how many times the output tok/s without "
+        "speculation will n-gram speculation with {k} drafted tokens give?",
+        unit="×", lo=0.1, hi=10.0, default=1.0, defaults={"k": "4"}),
+    Ask("spec_big", "speculation", "speculative-decoding",
+        "Now {batch} copies run at once. With speculation on, will the steps that run no prompt make tokens "
+        "faster or slower than without?", choices=("faster", "about the same (within 5%)", "slower"),
+        defaults={"batch": "64"}),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

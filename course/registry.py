@@ -62,6 +62,10 @@ _LESSON_LABS = [
     ("kv_capacity", "KV capacity", ":material/memory:",
      "The KV pool worked out for an 8B and a 70B model on H100s, a sweep of the engine's pool showing the batch "
      "capped, usage and preemptions, and prefix caching off and on with its hit rate and TTFT."),
+    ("speculation", "Guessing ahead", ":material/fast_forward:",
+     "n-gram speculative decoding off and on, side by side: output tok/s at batch 1 and decode tok/s at a "
+     "large batch, the share of guesses accepted on copies and on free text, each step's drafts, and a GPU "
+     "roofline's prediction beside."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)

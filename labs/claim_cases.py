@@ -23,6 +23,7 @@ from labs.queueing import experiment as queueing
 from labs.runs import frames
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
+from labs.speculation import experiment as spec
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
 from labs.why_batch import experiment as why_batch
@@ -136,6 +137,19 @@ def dynamic_verdict(step_model, load: float):
     return dynamic.waiting_verdict(dynamic.wait_table(dynamic.simulated_wait_runs(step_model, rate)))
 
 
+@functools.cache
+def spec_table(step_model, big: int):
+    """The speculation lab's cases on the simulator, its large batch `big` (the simulator's assumed acceptance)."""
+    return spec.case_table(spec.simulated_runs(step_model, spec.K, big))
+
+
+def spec_big_batch(kind: str) -> int:
+    """The speculation lab's large batch on a step model: its own on a CPU; on the H100, a batch past the
+    roofline's ridge (its batch of 64 is still bound by reading the weights, where speculation pays)."""
+    from engine.sim.roofline import DEVICES
+    return spec.BIG if kind == "cpu" else spec.past_ridge(DEVICES["h100-sxm"])
+
+
 # The H100 serves an 8B model in milliseconds: its SLO targets are its own (as the Playground sizes its
 # presets per engine), tight enough for its queue to matter.
 SLO = {"cpu": (2.0, 0.1), "h100": (0.3, 0.02)}
@@ -187,6 +201,10 @@ CASES = {
                                 lambda n, m: hidden_queue_verdict(m, bench.LIGHT), NOT_SHOWN),
     "waiting_to_batch": (lambda n, m: dynamic_verdict(m, dynamic.LOAD),
                          lambda n, m: dynamic_verdict(m, 3.0), NOT_SHOWN),
+    "spec_pays_at_batch_1": (lambda n, m: spec.batch1_verdict(spec_table(m, spec.BIG)),
+                             lambda n, m: spec.batch1_verdict(spec_table(m, spec.BIG), "free"), NOT_SHOWN),
+    "spec_costs_compute_bound": (lambda n, m: spec.big_batch_verdict(spec_table(m, spec_big_batch(n)), spec_big_batch(n)),
+                                 lambda n, m: spec.big_batch_verdict(spec_table(m, spec.BIG), 1), NOT_SHOWN),
 }
 
 

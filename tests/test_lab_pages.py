@@ -223,3 +223,26 @@ def test_a_lab_answers_from_the_simulator_before_anything_is_run(lab_env, path):
     assert at.get("plotly_chart"), "the simulated answer is drawn at once"
     assert any(b.key.endswith("__run") for b in at.button), "and the real run is one press away"
     assert not list(lab_env.glob("results/*.json")), "nothing real was run or stored"
+
+
+def test_speculation_runs_off_and_on_and_shows_its_drafts(lab_env):
+    at = page("labs/speculation/page.py").run()
+    at.selectbox(key="sp_big").set_value(16).run()
+    at.slider(key="sp_pairs").set_value(1).run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    # the simulator's answer at once, the GPU roofline's bars beside it, nothing real run yet
+    assert simulated_answer(at) and not list(lab_env.glob("results/spec-*.json"))
+    bars = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert [b["name"] for b in bars][1].startswith("H100 SXM roofline"), [b["name"] for b in bars]
+    at.button(key="speculation__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert len(list(lab_env.glob("results/spec-*.json"))) == 6, "three cases, each off and on"
+    assert not simulated_answer(at) and SOURCE_LABEL["measured"] in [m.label for m in at.metric]
+    assert "**Greedy outputs identical**: in 3 pairs of runs" in texts(at)
+    names = [b["name"] for b in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert names[0] == "this machine's engine" and names[1].startswith("H100 SXM roofline"), names
+    # the drafts chart of the run picked: each step's accepted and rejected bars add up to its drafts
+    drafts = json.loads(at.get("plotly_chart")[-1].proto.spec)["data"]
+    assert [d["name"] for d in drafts] == ["accepted", "rejected"]
+    assert kept(at, "spec_one")["measured"] > 0

@@ -30,6 +30,7 @@ SETTINGS = {
     "beyond-one-replica": set(),
     "benchmarking": set(),
     "kv-capacity": set(),
+    "speculative-decoding": {"1"},                      # batch 1, the case the lab runs beside the large batch
 }
 
 

@@ -26,10 +26,12 @@ from labs import runs
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
+from labs.kv_capacity import experiment as kv
 from labs.queueing import experiment as queueing
 from labs.benchmarking import experiment as bench
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
+from labs.speculation import experiment as spec
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
 from labs.why_batch import experiment as why_batch
@@ -116,6 +118,12 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
         rate = dynamic.rate_for(src.machine)
         got = dynamic.wait_runs(m, rate, repeats=1, progress=p) if src.real else dynamic.simulated_wait_runs(sm, rate)
         return [dynamic.waiting_verdict(dynamic.wait_table(got))]
+    if lab == "kv_capacity":
+        pools = (kv.SMALL_POOL,)
+        got = kv.pool_runs(m, pools, progress=p) if src.real else kv.simulated_pool_runs(sm, pools)
+        prefix = (kv.prefix_runs(m, "shared", progress=p) if src.real else kv.simulated_prefix_runs(sm, "shared"))
+        return [kv.caps_verdict(kv.pool_table(got).to_dict("records")[0]),
+                kv.prefix_verdict(kv.prefix_summary(prefix["off"][0]), kv.prefix_summary(prefix["on"][0]), "shared")]
     if lab == "benchmarking":
         n = bench.NEAR
         if src.real:
@@ -124,11 +132,17 @@ def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
         else:
             (closed, opened, x), strayed = bench.simulated(sm, n), None
         return [bench.hidden_queue_verdict(bench.run_numbers(closed, n), bench.run_numbers(opened, n), x, n, strayed)]
+    if lab == "speculation":
+        from labs.claim_cases import spec_big_batch      # the H100's large batch lies past its roofline's ridge
+        big = spec_big_batch("h100" if src.name == "H100 roofline" else "cpu")
+        got = spec.lab_runs(m, repeats=1, progress=p) if src.real else spec.simulated_runs(sm, big=big)
+        table = spec.case_table(got)
+        return [spec.batch1_verdict(table), spec.big_batch_verdict(table, spec.BIG if src.real else big)]
     raise ValueError(f"no lab {lab!r}")
 
 
 LABS = ["why_batch", "static_vs_continuous", "costs", "slo_goodput", "queueing", "knee", "tail",
-        "scheduler_orders", "dynamic_batching", "benchmarking"]
+        "scheduler_orders", "dynamic_batching", "kv_capacity", "benchmarking", "speculation"]
 MARK = {claims.SHOWN: "✓ shown", claims.NOT_SHOWN: "✗ not shown", claims.UNDECIDED: "? undecided"}
 
 
