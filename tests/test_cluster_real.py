@@ -1,8 +1,8 @@
 """The router in front of real engine servers (two in-process servers of the tiny model)."""
 import contextlib
 
-from cluster.autoscaler import AutoscalerSpec
-from cluster.real import run_real
+from replicas.autoscaler import AutoscalerSpec
+from replicas.real import run_real
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import SLO

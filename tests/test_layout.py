@@ -5,25 +5,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engine", "analysis", "remote", "classroom", "cluster", "ui", "playground", "labs", "lessons", "tools",
+PACKAGES = ("engine", "analysis", "remote", "classroom", "replicas", "ui", "playground", "labs", "lessons", "tools",
             "app_pages", "records")
 # Which project packages each layer may import (besides itself).
 ALLOWED = {
     "engine": set(),
-    "analysis": {"engine", "cluster"},         # cluster: its charts and lesson 10's picture
+    "analysis": {"engine", "replicas"},        # replicas: its charts and lesson 10's picture
     "remote": {"engine", "analysis"},          # clients of an engine server: no Streamlit
     "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons"},   # ui, lessons: its pages only (below)
-    "cluster": {"engine"},                     # replicas, a router, an autoscaler: no Streamlit
+    "replicas": {"engine"},                    # replicas, a router, an autoscaler: no Streamlit
     "ui": {"engine", "analysis", "records"},
     "records": {"engine"},                     # the learners' store: no Streamlit (engine: the cache folder)
     "playground": {"engine", "analysis", "ui", "remote"},
-    "labs": {"engine", "analysis", "ui", "cluster"},
+    "labs": {"engine", "analysis", "ui", "replicas"},
     "lessons": {"ui"},
     "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground"},
     "tools": set(PACKAGES) - {"tools"},
     "app": {"ui", "lessons", "engine"},        # engine: imported first, for its OpenMP wait setting
 }
-NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster", "records")
+NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "replicas", "records")
 # A feature room keeps its page beside its logic; the page is its one module that draws.
 PAGES = {"classroom.page", "classroom.teacher"}
 MAX_LINES = 400

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import cluster as charts
-from cluster.router import POLICIES, POLICY_HELP
+from replicas.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from labs.cluster.claims import CHECKS, STARTUPS_S, autoscaler_numbers, judge, router_numbers
