@@ -20,16 +20,14 @@ import contextlib
 import json
 import math
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import httpx2 as httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.cli.flags import policy_flags
+from engine.cli.launch import start
 from engine.core.config import SchedulerPolicy
-from engine.core.knobs import knobs_of
 from engine.core.kv_cache import block_keys
 from engine.core.metrics import SLO
 from engine.core.request import Request
@@ -38,14 +36,7 @@ from .autoscaler import Autoscaler, AutoscalerSpec
 from .result import Choice, ClusterResult, ReplicaLife
 from .router import ReplicaState, Router
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Servers:
@@ -55,57 +46,25 @@ class Servers:
                  extra_args: tuple = (), log_dir: str | None = None):
         self.n, self.model, self.policy, self.extra_args = n, model, policy, list(extra_args)
         self.log_dir = log_dir
-        self.procs: list[subprocess.Popen] = []
+        self._stack = contextlib.ExitStack()
         self.urls: list[str] = []
 
     def __enter__(self) -> "Servers":
-        try:
-            for i in range(self.n):
-                port = free_port()
-                log = open(os.path.join(self.log_dir, f"replica-{i}.log"), "w") if self.log_dir else subprocess.DEVNULL
-                cmd = [sys.executable, "-m", "engine", "serve", "--host", "127.0.0.1", "--port", str(port),
-                       "--model", self.model, *knob_args(self.policy), *self.extra_args]
-                env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": "cluster"}
-                self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-                self.urls.append(f"http://127.0.0.1:{port}")
-            deadline = time.monotonic() + START_TIMEOUT_S
-            for url, proc in zip(self.urls, self.procs):
-                while True:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"the server for {url} exited with status {proc.returncode} while starting")
-                    with contextlib.suppress(httpx.HTTPError):
-                        if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                            break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"the server for {url} did not start within {START_TIMEOUT_S} s")
-                    time.sleep(0.5)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        flags = ["--model", self.model, *policy_flags(self.policy), *self.extra_args]
+        with contextlib.ExitStack() as stack:      # one that fails to start stops them all
+            servers = []
+            for i in range(self.n):                # all start at once, then each is waited for
+                log = os.path.join(self.log_dir, f"replica-{i}.log") if self.log_dir else None
+                servers.append(start(flags, env={"BATCHING_LAB_INSTRUCTOR_TOKEN": "cluster"}, log=log))
+                stack.callback(servers[-1].stop)
+            for server in servers:
+                server.wait_until_up(START_TIMEOUT_S)
+            self.urls = [server.url for server in servers]
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, *exc) -> None:
-        for p in self.procs:              # only the processes started here
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
-def knob_args(policy: SchedulerPolicy) -> list[str]:
-    """The policy as `engine serve` flags (each knob's own flag, engine/cli/flags.py)."""
-    out = []
-    for name, k in knobs_of(SchedulerPolicy).items():
-        value = getattr(policy, name)
-        if k.kind == "bool":
-            out.append(k.cli_flag if value else "--no-" + k.cli_flag[2:])
-        else:
-            out += [k.cli_flag, str(value)]
-    return out
+        self._stack.close()               # only the processes started here
 
 
 def metric_values(text: str) -> dict[str, float]:
