@@ -4,26 +4,25 @@
 port of 127.0.0.1, and stops them (only them) at the end; any OpenAI-compatible endpoints can
 stand in for them (`run_real(urls, ...)`). The router runs in the client that sends the traffic:
 each request, at its arrival time, goes to the replica the router picks, as a streamed
-/v1/completions call with the prompt's token ids. The router sees what a gateway sees: the
-requests it has sent and not had back, and each replica's /metrics page (waiting queue, KV
-usage), read every `scrape_s`. TTFT is timed at the client, from the request's arrival.
+/v1/completions call with the prompt's token ids (remote/load.py's client: its TTFT, TPOT and
+E2E are engine.core.metrics' definitions on the client's timestamps, TTFT from the request's
+arrival). The router sees what a gateway sees: the requests it has sent and not had back, and
+each replica's /metrics page (waiting queue, KV usage: remote/prometheus.py), read every `scrape_s`.
 
 With an autoscaler, every server is started up front, but a replica takes requests only once the
 autoscaler has asked for it and its start-up delay has passed (the delay is imposed here: the
 process is already warm); replica-seconds count from the ask, as in the simulation. Busy
-fraction is read from each server's /lab/steps (this engine's own endpoint).
+fraction is read from each server's /lab/steps (this engine's own endpoint, remote/lab_stream.py).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
-import time
 
 import httpx2 as httpx
-from prometheus_client.parser import text_string_to_metric_families
+import openai
 
 from engine.cli.flags import policy_flags
 from engine.cli.launch import start
@@ -31,6 +30,10 @@ from engine.core.config import SchedulerPolicy
 from engine.core.kv_cache import block_keys
 from engine.core.metrics import SLO
 from engine.core.request import Request
+
+from remote import prometheus
+from remote.lab_stream import LabStream
+from remote.load import ClientRecord, now_s, stream_into
 
 from .autoscaler import Autoscaler, AutoscalerSpec
 from .result import Choice, ClusterResult, ReplicaLife
@@ -67,102 +70,96 @@ class Servers:
         self._stack.close()               # only the processes started here
 
 
-def metric_values(text: str) -> dict[str, float]:
-    """The /metrics page's samples summed by sample name (over label sets)."""
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
-
-
 class _Replica:
-    def __init__(self, name: int, url: str, life: ReplicaLife):
+    def __init__(self, name: int, url: str, life: ReplicaLife, model: str):
         self.name, self.url, self.life = name, url, life
         self.outstanding = 0
         self.waiting = 0
         self.kv = 0.0
-        self.steps_seen = 0
         self.busy_s = 0.0
+        self.steps = LabStream(url, keep_steps=1)     # read for the time its engine spent in steps
+        self.client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+        self.model = model
 
     def state(self) -> ReplicaState:
         return ReplicaState(self.name, self.outstanding, self.waiting, self.kv)
 
 
-async def _scrape(client: httpx.AsyncClient, r: _Replica) -> None:
+async def _metrics(http: httpx.AsyncClient, r: _Replica) -> str:
+    return (await http.get(r.url + "/metrics", timeout=5)).text
+
+
+async def _scrape(http: httpx.AsyncClient, r: _Replica) -> None:
     with contextlib.suppress(httpx.HTTPError, ValueError):
-        m = metric_values((await client.get(r.url + "/metrics", timeout=5)).text)
-        r.waiting = int(m.get("vllm:num_requests_waiting", 0))
-        r.kv = m.get("vllm:kv_cache_usage_perc", 0.0)
+        gauges = prometheus.gauges(await _metrics(http, r))
+        r.waiting, r.kv = int(gauges.waiting or 0), gauges.kv_usage or 0.0
 
 
-async def _busy(client: httpx.AsyncClient, r: _Replica) -> None:
+def _prefix_counts(text: str) -> tuple[float, float]:
+    """The prefix cache's queries and hits so far, from a /metrics page (vLLM's counters)."""
+    found = prometheus.values(text)
+    return (sum(found.get("vllm:prefix_cache_queries_total", [0.0])),
+            sum(found.get("vllm:prefix_cache_hits_total", [0.0])))
+
+
+async def _busy(r: _Replica) -> None:
     """Add the time the replica's engine spent in steps since the last look (its /lab/steps)."""
-    with contextlib.suppress(httpx.HTTPError, ValueError):
-        page = (await client.get(f"{r.url}/lab/steps", params={"since": r.steps_seen, "stream": "false"},
-                                 timeout=10)).json()
-        r.busy_s += sum(s["t_end_s"] - s["t_start_s"] for s in page["steps"])
-        r.steps_seen = page["next"]
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+        steps, _ = await asyncio.to_thread(r.steps.read_steps)
+        r.busy_s += sum(s.t_end_s - s.t_start_s for s in steps)
 
 
-async def _send(client: httpx.AsyncClient, r: _Replica, req: Request, model: str, t0: float, row: dict) -> None:
-    body = {"model": model, "prompt": req.prompt_token_ids, "max_tokens": req.max_new_tokens, "stream": True,
-            "ignore_eos": True, "temperature": 0}
+async def _send(r: _Replica, req: Request, rec: ClientRecord) -> None:
+    """The request streamed to replica r by remote/'s client, its times kept in `rec`."""
     r.outstanding += 1
-    first = None
-    tokens = 0
     try:
-        async with client.stream("POST", r.url + "/v1/completions", json=body, timeout=600) as resp:
-            if resp.status_code != 200:
-                row.update(status="failed", error=f"HTTP {resp.status_code}")
-                return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if chunk.get("choices") and chunk["choices"][0].get("text") is not None:
-                    tokens += 1
-                    if first is None:
-                        first = time.monotonic() - t0
-        end = time.monotonic() - t0
-        row.update(status="finished", first_token_s=first, finish_s=end, ttft_s=None if first is None else first - req.arrival_s,
-                   e2e_s=end - req.arrival_s, output_tokens=tokens,
-                   tpot_s=(end - first) / (req.max_new_tokens - 1) if first is not None and req.max_new_tokens > 1 else None)
-    except (httpx.HTTPError, ValueError) as exc:
-        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        await stream_into(rec, r.client, r.model, {"prompt": req.prompt_token_ids, "max_tokens": req.max_new_tokens,
+                                                   "temperature": 0}, ignore_eos=True)
     finally:
         r.outstanding -= 1
+
+
+def _row(req: Request, rec: ClientRecord, replica: int, t0: float) -> dict:
+    """The request's row (requests.csv's columns, times from the run's start) and its replica.
+    TTFT, TPOT and E2E are engine.core.metrics' definitions, from the client's timestamps."""
+    row = rec.row()
+    for key in ("first_scheduled_s", "first_token_s", "finish_s"):
+        row[key] = None if row[key] is None else row[key] - t0
+    return {**row, "id": req.id, "arrival_s": req.arrival_s, "replica": replica}
 
 
 async def _run(urls, requests, router: Router, slo: SLO, model: str, scaler: Autoscaler | None,
                scrape_s: float) -> ClusterResult:
     reqs = sorted(requests, key=lambda q: q.arrival_s)
     n0 = len(urls) if scaler is None else scaler.spec.min_replicas
-    fleet = [_Replica(i, u, ReplicaLife(i, 0.0, 0.0 if i < n0 else math.inf, stopped_s=None if i < n0 else 0.0))
-             for i, u in enumerate(urls)]
-    choices, rows, tasks, timeline = [], [], [], []
+    fleet = [_Replica(i, u, ReplicaLife(i, 0.0, 0.0 if i < n0 else math.inf, stopped_s=None if i < n0 else 0.0),
+                      model) for i, u in enumerate(urls)]
+    choices, sent, tasks, timeline = [], [], [], []
     block = 16
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as client:
-        before = [metric_values((await client.get(u + "/metrics")).text) for u in urls]
+    async with httpx.AsyncClient() as http:
+        before = [_prefix_counts(await _metrics(http, r)) for r in fleet]
         for r in fleet:
-            await _busy(client, r)
+            await _busy(r)
             r.busy_s = 0.0
-        t0 = time.monotonic()
+        t0 = now_s()                     # remote/'s clock, the one its client times requests on
         stop = asyncio.Event()
 
         async def scraper():
             while not stop.is_set():
-                await asyncio.gather(*(_scrape(client, r) for r in fleet if r.life.stopped_s is None))
+                await asyncio.gather(*(_scrape(http, r) for r in fleet if r.life.stopped_s is None))
                 await asyncio.sleep(scrape_s)
 
         async def autoscaler():
             interval = scaler.spec.interval_s
-            while not stop.is_set():
-                await asyncio.sleep(interval)
-                t = time.monotonic() - t0
+            while True:
+                with contextlib.suppress(asyncio.TimeoutError):     # a look every interval, until the run ends
+                    await asyncio.wait_for(stop.wait(), interval)
+                if stop.is_set():
+                    return
+                t = now_s() - t0
                 live = [r for r in fleet if r.life.stopped_s is None and not r.life.draining]
                 ready = [r for r in live if r.life.ready_s <= t]
-                await asyncio.gather(*(_busy(client, r) for r in ready))
+                await asyncio.gather(*(_busy(r) for r in ready))
                 if scaler.spec.metric == "busy":
                     values = [min(1.0, (r.busy_s - r.life.busy_at_tick) / interval) for r in ready]
                 else:
@@ -182,12 +179,13 @@ async def _run(urls, requests, router: Router, slo: SLO, model: str, scaler: Aut
                     if r.life.draining and r.outstanding == 0 and r.life.stopped_s is None:
                         r.life.stopped_s = t
 
-        background = [asyncio.create_task(scraper())] + ([asyncio.create_task(autoscaler())] if scaler else [])
+        scraping = asyncio.create_task(scraper())
+        scaling = asyncio.create_task(autoscaler()) if scaler else None
         for req in reqs:
-            delay = req.arrival_s - (time.monotonic() - t0)
+            delay = req.arrival_s - (now_s() - t0)
             if delay > 0:
                 await asyncio.sleep(delay)
-            t = time.monotonic() - t0
+            t = now_s() - t0
             ready = [r for r in fleet if r.life.takes_requests(t)] or \
                 [min((r for r in fleet if r.life.stopped_s is None and not r.life.draining), key=lambda r: r.life.ready_s)]
             keys = block_keys(req, block, (req.num_tokens - 1) // block) if router.policy == "prefix_affinity" else []
@@ -195,17 +193,20 @@ async def _run(urls, requests, router: Router, slo: SLO, model: str, scaler: Aut
             replica = next(r for r in ready if r.name == chosen.name)
             replica.life.routed += 1
             choices.append(Choice(t, req.id, replica.name, why))
-            row = {"id": req.id, "arrival_s": req.arrival_s, "prompt_tokens": req.prompt_tokens, "replica": replica.name,
-                   "status": "failed", "ttft_s": None, "tpot_s": None, "e2e_s": None, "error": ""}
-            rows.append(row)
-            tasks.append(asyncio.create_task(_send(client, replica, req, model, t0, row)))
+            rec = ClientRecord(req.id, "", t0 + req.arrival_s)       # TTFT counts from its arrival
+            sent.append((req, rec, replica.name))
+            tasks.append(asyncio.create_task(_send(replica, req, rec)))
         await asyncio.gather(*tasks)
-        end = time.monotonic() - t0
+        end = now_s() - t0
         stop.set()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*(_busy(client, r) for r in fleet))
-        after = [metric_values((await client.get(u + "/metrics")).text) for u in urls]
+        scraping.cancel()
+        if scaling:
+            await scaling                  # it ends at the stop: no look at /lab/steps is left half-read
+        await asyncio.gather(*(_busy(r) for r in fleet))
+        after = [_prefix_counts(await _metrics(http, r)) for r in fleet]
+        for r in fleet:
+            await r.client.close()
+            r.steps.close()
     lives = []
     for r in fleet:
         life = r.life
@@ -214,9 +215,9 @@ async def _run(urls, requests, router: Router, slo: SLO, model: str, scaler: Aut
         life.busy_s = r.busy_s
         if life.ready_s != math.inf:       # a server never asked for is no replica of this run
             lives.append(life)
-    q = sum(a.get("vllm:prefix_cache_queries_total", 0) - b.get("vllm:prefix_cache_queries_total", 0)
-            for a, b in zip(after, before))
-    h = sum(a.get("vllm:prefix_cache_hits_total", 0) - b.get("vllm:prefix_cache_hits_total", 0) for a, b in zip(after, before))
+    q = sum(a[0] - b[0] for a, b in zip(after, before))
+    h = sum(a[1] - b[1] for a, b in zip(after, before))
+    rows = [_row(req, rec, replica, t0) for req, rec, replica in sent]
     return ClusterResult(requests=rows, steps={}, replicas=lives, choices=choices, timeline=timeline, slo=slo,
                          end_s=end, prefix_queries=int(q), prefix_hits=int(h), label=f"real: {len(urls)} servers")
 

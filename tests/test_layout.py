@@ -11,9 +11,9 @@ PACKAGES = ("engine", "analysis", "remote", "classroom", "replicas", "ui", "play
 ALLOWED = {
     "engine": set(),
     "analysis": {"engine", "replicas"},        # replicas: its charts and lesson 10's picture
-    "remote": {"engine", "analysis"},          # clients of an engine server: no Streamlit
+    "remote": {"engine"},                      # clients of an engine server: no Streamlit
     "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons"},   # ui, lessons: its pages only (below)
-    "replicas": {"engine"},                    # replicas, a router, an autoscaler: no Streamlit
+    "replicas": {"engine", "remote"},          # replicas, a router, an autoscaler: no Streamlit
     "ui": {"engine", "analysis", "records"},
     "records": {"engine"},                     # the learners' store: no Streamlit (engine: the cache folder)
     "playground": {"engine", "analysis", "ui", "remote"},
