@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from engine.cli.launch import launched
 from lessons.catalog import load_lessons
 from test_browser import CHROMIUM, OUT, ROOT, browser, free_port, isolated_cache, wait_until  # noqa: F401  (browser: a fixture)
 from test_browser_classroom import TOKEN, started
@@ -27,19 +28,17 @@ def classroom(tmp_path_factory):
         engine_url = f"http://127.0.0.1:{engine_port}"
         env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
                "PYTHONPATH": str(ROOT), "BATCHING_LAB_CACHE": str(cache), "BATCHING_LAB_DB": str(db)}
-        procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu",
-                          "--trusted-client", "127.0.0.1"], env, engine_url + "/health", "teacher-engine.log")]
-        try:
-            procs.append(started(
-                [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                 "--server.port", str(app_port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-                 "--browser.gatherUsageStats", "false"],
-                env, f"http://127.0.0.1:{app_port}/_stcore/health", "teacher-app.log"))
-            yield f"http://127.0.0.1:{app_port}", db
-        finally:
-            for p in procs:
-                p.terminate()
-                p.wait(timeout=20)
+        with launched(["--device", "cpu", "--trusted-client", "127.0.0.1"], port=engine_port, env=env,
+                      log=OUT / "teacher-engine.log", timeout_s=120):
+            app = started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                           "--server.port", str(app_port), "--server.address", "127.0.0.1",
+                           "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                          env, f"http://127.0.0.1:{app_port}/_stcore/health", "teacher-app.log")
+            try:
+                yield f"http://127.0.0.1:{app_port}", db
+            finally:
+                app.terminate()
+                app.wait(timeout=20)
 
 
 def student(browser, url, name):
