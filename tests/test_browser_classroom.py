@@ -5,6 +5,7 @@ Each student's burst shows up outlined in the one shared batch chart; a student'
 change is refused; the instructor's change shows as a marker on everyone's chart. A page opened
 before the server answers draws its Instructor panel once it does.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -43,19 +44,27 @@ def classroom():
 
 
 def _classroom(cache):
+    with engine_and_app("classroom", BATCHING_LAB_CACHE=str(cache)) as (engine_url, app_url):
+        yield engine_url, app_url + "/classroom"
+
+
+@contextlib.contextmanager
+def engine_and_app(name: str, **more_env):
+    """`engine serve` (SmolLM2) on a free port and the app attached to it: (engine URL, app URL).
+    Their output goes to OUT/NAME-engine.log and OUT/NAME-app.log."""
     OUT.mkdir(exist_ok=True)
     engine_port, app_port = free_port(), free_port()
     engine_url = f"http://127.0.0.1:{engine_port}"
     env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
-           "PYTHONPATH": str(ROOT), "BATCHING_LAB_CACHE": str(cache)}
+           "PYTHONPATH": str(ROOT), **more_env}
     with launched(["--device", "cpu", "--trusted-client", "127.0.0.1"], port=engine_port, env=env,
-                  log=OUT / "classroom-engine.log", timeout_s=120):
+                  log=OUT / f"{name}-engine.log", timeout_s=120):
         app = started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                        "--server.port", str(app_port), "--server.address", "127.0.0.1",
                        "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-                      env, f"http://127.0.0.1:{app_port}/_stcore/health", "classroom-app.log")
+                      env, f"http://127.0.0.1:{app_port}/_stcore/health", f"{name}-app.log")
         try:
-            yield engine_url, f"http://127.0.0.1:{app_port}/classroom"
+            yield engine_url, f"http://127.0.0.1:{app_port}"
         finally:
             app.terminate()
             app.wait(timeout=20)
