@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.style import COLORS, REQUEST_COLORS, empty_figure, layout, room_above
-from cluster.result import ClusterResult
-from cluster.traffic import rate_at
+from replicas.result import ClusterResult
+from replicas.traffic import rate_at
 
 
 

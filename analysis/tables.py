@@ -73,6 +73,23 @@ class TraceTables:
                       snapshot.retired, snapshot.counts)
 
 
+class StreamTables:
+    """A server's live run as Tables, read through a remote.lab_stream.LabStream (handed in: analysis
+    imports no HTTP client). Counts are the latest step's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._tables = TraceTables()
+        self._run = None
+
+    def poll(self) -> Tables:
+        rows, marks = self.stream.read()
+        if self.stream.run != self._run:     # a reset: the rows held are the old run's, whatever their step numbers
+            self._tables, self._run = TraceTables(), self.stream.run
+        requests = pd.DataFrame.from_records(rows, columns=LIVE_REQUEST_COLUMNS)
+        return Tables(self._tables.steps(list(self.stream.steps)), requests, marks_table(marks))
+
+
 def _csv(rows, columns) -> str:
     buf = io.StringIO()
     write_csv(buf, rows, columns)

@@ -18,6 +18,7 @@ from remote.lab_control import LabControl
 from remote.lab_stream import LabStream
 
 from analysis.membership import OTHER_HUE
+from analysis.tables import StreamTables
 
 from .board import BACKGROUND, Board, build, student
 
@@ -38,6 +39,7 @@ class ClassroomFeed:
     def __init__(self, url: str):
         self.url = url
         self.stream = LabStream(url)
+        self.tables = StreamTables(self.stream)
         self.reader = LabControl(url)          # no token: reads only
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()          # one refresh at a time
@@ -72,7 +74,7 @@ class ClassroomFeed:
 
     def _refresh(self) -> None:
         try:
-            tables = self.stream.poll()
+            tables = self.tables.poll()
             policy, load = self.reader.policy(), self.reader.load()
         except Exception as exc:               # the server is down or restarting: keep the last board
             self.error = f"cannot reach the engine at {self.url}: {type(exc).__name__}: {exc}"

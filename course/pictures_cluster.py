@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from course.pictures import Picture
 from analysis.style import layout
-from cluster.simulated import SimCluster
+from replicas.simulated import SimCluster
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.sim.simulate import resolve_profile

@@ -1,22 +1,22 @@
-"""A Batching Lab server's live run, read over HTTP into the Tables the Playground's charts take.
+"""A Batching Lab server's live run, read over HTTP: the one reader of /lab/steps and /lab/requests.
 
-`LabStream.poll()` asks /lab/steps for the steps taken since the last poll (members come
-back as [id, phase, tokens] lists and are turned back into tuples), /lab/requests for the
-recent request rows, and returns analysis.tables.Tables: the same shapes a LiveRun's
-snapshot gives, so every chart builder draws a remote engine unchanged. It keeps a window
-of the latest `keep_steps` steps; a reset on the server (its `run` number changes) starts
-the window over.
+`LabStream.read_steps()` asks /lab/steps for the steps taken since the last read (members come
+back as [id, phase, tokens] lists and are turned back into tuples) and keeps a window of the
+latest `keep_steps` of them as the engine's StepRecords; a reset on the server (its `run`
+number changes) starts the window over. `read()` adds /lab/requests' recent request rows.
+analysis.tables.StreamTables turns a stream into the Tables a LiveRun's snapshot gives, so
+every chart builder draws a remote engine unchanged; the replicas' autoscaler adds up the
+steps' times.
 """
 from __future__ import annotations
 
 from collections import deque
 
-import httpx2 as httpx
-import pandas as pd
+import threading
 
-from analysis.tables import Tables, TraceTables, marks_table
+import httpx2 as httpx
+
 from engine.core.engine import PolicyMark, StepRecord
-from engine.core.metrics import LIVE_REQUEST_COLUMNS
 
 KEEP_STEPS = 2000          # as a LiveRun keeps
 REQUEST_ROWS = 500         # recent request rows asked for at each poll
@@ -44,32 +44,33 @@ class LabStream:
         self.next_step: int | None = None     # the next step to ask for (None: not asked yet)
         self.origin_s: float | None = None    # server time of the run's first step seen (step 0 if seen)
         self.from_start = False               # the origin is the run's step 0
-        self._tables = TraceTables()
-
-    def poll(self) -> Tables:
-        rows, marks = self.read()
-        requests = pd.DataFrame.from_records(rows, columns=LIVE_REQUEST_COLUMNS)
-        return Tables(self._tables.steps(list(self.steps)), requests, marks_table(marks))   # counts: the latest step's
+        self._lock = threading.Lock()         # one read at a time: each step is taken in once
 
     def read(self) -> tuple[list[dict], list[PolicyMark]]:
         """Take in the steps since the last read (self.steps), and return the recent request rows
         as the server sends them, and its change marks."""
-        if self.next_step is None:              # joining: the recent window, not the whole history
-            latest = self._get("/lab/steps", {"stream": "false"})["next"]
-            self.next_step = max(0, latest - self.steps.maxlen)
-        got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
-        if self.run is not None and got["run"] != self.run:      # the server was reset
-            self.steps.clear()
-            self._tables = TraceTables()    # its rows are the old run's, whatever their step numbers
-            self.origin_s, self.from_start = None, False
-            got = self._get("/lab/steps", {"stream": "false", "since": 0})
-        self.run = got["run"]
-        self.steps.extend(step_record(d) for d in got["steps"])
-        if self.origin_s is None and self.steps:
-            self.origin_s, self.from_start = self.steps[0].t_start_s, self.steps[0].step == 0
-        self.next_step = got["next"]
-        marks = [mark_of(m) for m in got["marks"]]
+        _, marks = self.read_steps()
         return self._get("/lab/requests", {"limit": self.request_rows})["requests"], marks
+
+    def read_steps(self) -> tuple[list[StepRecord], list[PolicyMark]]:
+        """Take in the steps since the last read: the new ones (after a reset, the new run's from
+        its start) and the server's change marks."""
+        with self._lock:
+            if self.next_step is None:              # joining: the recent window, not the whole history
+                latest = self._get("/lab/steps", {"stream": "false"})["next"]
+                self.next_step = max(0, latest - self.steps.maxlen)
+            got = self._get("/lab/steps", {"stream": "false", "since": self.next_step})
+            if self.run is not None and got["run"] != self.run:      # the server was reset
+                self.steps.clear()
+                self.origin_s, self.from_start = None, False
+                got = self._get("/lab/steps", {"stream": "false", "since": 0})
+            self.run = got["run"]
+            new = [step_record(d) for d in got["steps"]]
+            self.steps.extend(new)
+            if self.origin_s is None and self.steps:
+                self.origin_s, self.from_start = self.steps[0].t_start_s, self.steps[0].step == 0
+            self.next_step = got["next"]
+            return new, [mark_of(m) for m in got["marks"]]
 
     def close(self) -> None:
         self.http.close()

@@ -1,4 +1,6 @@
 """A load generator: real streaming requests to any OpenAI-compatible server, as one tenant.
+Its client, `stream_into`, is the project's one streaming client (the replicas' router sends
+with it too).
 
 Every request is timed on this side of the wire, from its stream: sent, the first chunk that
 carries text (TTFT), every later text chunk (ITL), the end (E2E). Token counts come from the
@@ -191,42 +193,51 @@ class LoadGenerator:
         with self._lock:
             self.records.append(rec)
             del self.records[:max(0, len(self.records) - self.keep_rows)]
-        extra = {} if ignore_eos is None else {"ignore_eos": ignore_eos}
-        api = self.client.chat.completions if chat else self.client.completions
-        try:
-            stream = await api.create(model=self.model, stream=True, stream_options={"include_usage": True},
-                                      user=self.tenant, extra_body=extra, **body)
-            async for chunk in stream:
-                self._take(rec, chunk, chat)
-            rec.output_tokens = rec.output_tokens or len(rec.token_times)
-            if rec.status is Status.RUNNING:
-                rec.status = Status.FINISHED
-        except asyncio.CancelledError:
-            rec.status, rec.error = Status.ABORTED, "cancelled by the client"
-            raise
-        except openai.APIStatusError as exc:
-            rec.status = Status.REJECTED if exc.status_code in (400, 429) else Status.FAILED
-            rec.error = f"{exc.status_code}: {_message(exc)}"
-        except (openai.APIError, OSError) as exc:
-            rec.status, rec.error = Status.FAILED, f"{type(exc).__name__}: {exc}"
-        finally:
-            rec.finish_s = rec.token_times[-1] if rec.status is not Status.FAILED and rec.token_times else now_s()
-        return rec
+        return await stream_into(rec, self.client, self.model, body, chat, ignore_eos, user=self.tenant)
 
-    @staticmethod
-    def _take(rec: ClientRecord, chunk, chat: bool) -> None:
-        t = now_s()
-        rec.id = chunk.id or rec.id
-        if chunk.usage:
-            rec.prompt_tokens, rec.output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
-        for choice in chunk.choices:
-            if choice.finish_reason == "abort":        # vLLM's word for "ended by the server"
-                rec.status, rec.error = Status.ABORTED, "aborted by the server"
-            piece = (choice.delta.content if chat else choice.text) or ""
-            if piece:
-                rec.token_times.append(t)
-                rec.first_token_s = rec.first_token_s if rec.first_token_s is not None else t
-                rec.text += piece
+
+async def stream_into(rec: ClientRecord, client: openai.AsyncOpenAI, model: str, body: dict, chat: bool = False,
+                      ignore_eos: bool | None = None, user: str | None = None) -> ClientRecord:
+    """Send one streaming request (`body`: the prompt or messages, max_tokens, ...) and time it into
+    `rec` as its chunks come: the one streaming client of the project (every load generator, the
+    replicas' router). `rec.arrival_s` is when the request counts from, on now_s()'s axis."""
+    extra = {} if ignore_eos is None else {"ignore_eos": ignore_eos}
+    who = {} if user is None else {"user": user}
+    api = client.chat.completions if chat else client.completions
+    try:
+        stream = await api.create(model=model, stream=True, stream_options={"include_usage": True},
+                                  extra_body=extra, **who, **body)
+        async for chunk in stream:
+            _take(rec, chunk, chat)
+        rec.output_tokens = rec.output_tokens or len(rec.token_times)
+        if rec.status is Status.RUNNING:
+            rec.status = Status.FINISHED
+    except asyncio.CancelledError:
+        rec.status, rec.error = Status.ABORTED, "cancelled by the client"
+        raise
+    except openai.APIStatusError as exc:
+        rec.status = Status.REJECTED if exc.status_code in (400, 429) else Status.FAILED
+        rec.error = f"{exc.status_code}: {_message(exc)}"
+    except (openai.APIError, OSError) as exc:
+        rec.status, rec.error = Status.FAILED, f"{type(exc).__name__}: {exc}"
+    finally:
+        rec.finish_s = rec.token_times[-1] if rec.status is not Status.FAILED and rec.token_times else now_s()
+    return rec
+
+
+def _take(rec: ClientRecord, chunk, chat: bool) -> None:
+    t = now_s()
+    rec.id = chunk.id or rec.id
+    if chunk.usage:
+        rec.prompt_tokens, rec.output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+    for choice in chunk.choices:
+        if choice.finish_reason == "abort":        # vLLM's word for "ended by the server"
+            rec.status, rec.error = Status.ABORTED, "aborted by the server"
+        piece = (choice.delta.content if chat else choice.text) or ""
+        if piece:
+            rec.token_times.append(t)
+            rec.first_token_s = rec.first_token_s if rec.first_token_s is not None else t
+            rec.text += piece
 
 
 def _message(exc: openai.APIStatusError) -> str:

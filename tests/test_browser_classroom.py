@@ -5,6 +5,7 @@ Each student's burst shows up outlined in the one shared batch chart; a student'
 change is refused; the instructor's change shows as a marker on everyone's chart. A page opened
 before the server answers draws its Instructor panel once it does.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from collections import Counter
 
 import pytest
 
+from engine.cli.launch import launched, start
 from test_browser import ARGS, CHROMIUM, OUT, ROOT, free_port, isolated_cache, wait_until
 
 TOKEN = "teacher-secret"
@@ -42,29 +44,34 @@ def classroom():
 
 
 def _classroom(cache):
+    with engine_and_app("classroom", BATCHING_LAB_CACHE=str(cache)) as (engine_url, app_url):
+        yield engine_url, app_url + "/classroom"
+
+
+@contextlib.contextmanager
+def engine_and_app(name: str, **more_env):
+    """`engine serve` (SmolLM2) on a free port and the app attached to it: (engine URL, app URL).
+    Their output goes to OUT/NAME-engine.log and OUT/NAME-app.log."""
     OUT.mkdir(exist_ok=True)
     engine_port, app_port = free_port(), free_port()
     engine_url = f"http://127.0.0.1:{engine_port}"
     env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
-           "PYTHONPATH": str(ROOT), "BATCHING_LAB_CACHE": str(cache)}
-    procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu",
-                      "--trusted-client", "127.0.0.1"],
-                     env, engine_url + "/health", "classroom-engine.log")]
-    try:
-        procs.append(started(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.port", str(app_port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-             "--browser.gatherUsageStats", "false"],
-            env, f"http://127.0.0.1:{app_port}/_stcore/health", "classroom-app.log"))
-        yield engine_url, f"http://127.0.0.1:{app_port}/classroom"
-    finally:
-        for p in procs:
-            p.terminate()
+           "PYTHONPATH": str(ROOT), **more_env}
+    with launched(["--device", "cpu", "--trusted-client", "127.0.0.1"], port=engine_port, env=env,
+                  log=OUT / f"{name}-engine.log", timeout_s=120):
+        app = started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                       "--server.port", str(app_port), "--server.address", "127.0.0.1",
+                       "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                      env, f"http://127.0.0.1:{app_port}/_stcore/health", f"{name}-app.log")
+        try:
+            yield engine_url, f"http://127.0.0.1:{app_port}"
+        finally:
+            app.terminate()
             try:
-                p.wait(timeout=20)
+                app.wait(timeout=20)
             except subprocess.TimeoutExpired:      # a loaded machine: do not leave it running
-                p.kill()
-                p.wait()
+                app.kill()
+                app.wait()
 
 
 def open_page(browser, url, name=""):
@@ -249,9 +256,10 @@ def test_a_page_opened_before_the_server_answers_gets_its_instructor_panel_once_
             page.goto(f"http://127.0.0.1:{app_port}/classroom")
             page.get_by_text("cannot reach the engine").first.wait_for()
             assert page.get_by_text("Instructor", exact=True).count() == 0
-            procs.append(started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--model", "tiny",
-                                  "--device", "cpu", "--trusted-client", "127.0.0.1"],
-                                 env, engine_url + "/health", "classroom-late-engine.log"))
+            engine = start(["--model", "tiny", "--device", "cpu", "--trusted-client", "127.0.0.1"], port=engine_port,
+                           env=env, log=OUT / "classroom-late-engine.log")
+            procs.append(engine.process)
+            engine.wait_until_up(120)
             page.get_by_text("Instructor", exact=True).wait_for(timeout=60_000)
             page.get_by_text("Instructor", exact=True).click()
             page.locator(".st-key-cr_token input").wait_for()

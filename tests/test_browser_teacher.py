@@ -5,13 +5,12 @@ progress by lesson and downloads it as CSV. Without the token, or with a wrong o
 import csv
 import io
 import os
-import sys
 
 import pytest
 
 from lessons.catalog import load_lessons
-from test_browser import CHROMIUM, OUT, ROOT, browser, free_port, isolated_cache, wait_until  # noqa: F401  (browser: a fixture)
-from test_browser_classroom import TOKEN, started
+from test_browser import CHROMIUM, ROOT, browser, isolated_cache, wait_until  # noqa: F401  (browser: a fixture)
+from test_browser_classroom import TOKEN, engine_and_app
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's Chromium is not at {CHROMIUM}")
 SHOTS = ROOT.parent / "shots-53"
@@ -22,24 +21,8 @@ LESSON_1 = load_lessons()[0][0]
 def classroom(tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "learners.sqlite3"
     with isolated_cache() as cache:
-        OUT.mkdir(exist_ok=True)
-        engine_port, app_port = free_port(), free_port()
-        engine_url = f"http://127.0.0.1:{engine_port}"
-        env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "BATCHING_LAB_ENGINE_URL": engine_url,
-               "PYTHONPATH": str(ROOT), "BATCHING_LAB_CACHE": str(cache), "BATCHING_LAB_DB": str(db)}
-        procs = [started([sys.executable, "-m", "engine", "serve", "--port", str(engine_port), "--device", "cpu",
-                          "--trusted-client", "127.0.0.1"], env, engine_url + "/health", "teacher-engine.log")]
-        try:
-            procs.append(started(
-                [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                 "--server.port", str(app_port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-                 "--browser.gatherUsageStats", "false"],
-                env, f"http://127.0.0.1:{app_port}/_stcore/health", "teacher-app.log"))
-            yield f"http://127.0.0.1:{app_port}", db
-        finally:
-            for p in procs:
-                p.terminate()
-                p.wait(timeout=20)
+        with engine_and_app("teacher", BATCHING_LAB_CACHE=str(cache), BATCHING_LAB_DB=str(db)) as (_, app_url):
+            yield app_url, db
 
 
 def student(browser, url, name):

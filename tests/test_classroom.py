@@ -51,8 +51,8 @@ def test_one_poll_per_refresh_for_every_viewer(server, monkeypatch):
     url, _ = server
     feed = ClassroomFeed(url)
     polls = []
-    poll = feed.stream.poll
-    monkeypatch.setattr(feed.stream, "poll", lambda: polls.append(1) or poll())
+    poll = feed.tables.poll
+    monkeypatch.setattr(feed.tables, "poll", lambda: polls.append(1) or poll())
     boards = {id(feed.board(f"session-{i}")) for i in range(10) for _ in range(3)}
     assert len(polls) == 1 and len(boards) == 1 and feed.viewers == 10
     assert feed.interval_s() == 1.5

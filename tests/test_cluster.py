@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from cluster.autoscaler import Autoscaler, AutoscalerSpec
-from cluster.router import ReplicaState, Router
-from cluster.simulated import SimCluster
-from cluster.traffic import ramp, rate_at
+from replicas.autoscaler import Autoscaler, AutoscalerSpec
+from replicas.router import ReplicaState, Router
+from replicas.simulated import SimCluster
+from replicas.traffic import ramp, rate_at
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.sim.simulate import HAND_SET, resolve_profile

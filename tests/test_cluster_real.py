@@ -1,8 +1,10 @@
 """The router in front of real engine servers (two in-process servers of the tiny model)."""
 import contextlib
 
-from cluster.autoscaler import AutoscalerSpec
-from cluster.real import run_real
+import pytest
+
+from replicas.autoscaler import AutoscalerSpec
+from replicas.real import run_real
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.core.metrics import SLO
@@ -27,6 +29,13 @@ def test_real_replicas_serve_every_request_where_the_router_sent_it(tiny):  # no
             if router == "round_robin":
                 assert routed == [8, 8]
             assert 0 < res.summary["prefix_hit_rate"] < 1 and res.summary["slo_attainment"] == 1.0
+            # each row's times are the client's, on engine.core.metrics' definitions: they add up
+            wanted = {r.id: r.max_new_tokens for r in reqs}
+            for row in res.requests:
+                assert row["output_tokens"] == wanted[row["id"]] and row["ttft_s"] > 0 and row["tpot_s"] > 0
+                assert row["e2e_s"] == pytest.approx(row["ttft_s"] + row["tpot_s"] * (row["output_tokens"] - 1))
+                assert row["first_token_s"] == pytest.approx(row["arrival_s"] + row["ttft_s"])
+            assert all(life.busy_s > 0 for life in res.replicas), "each replica's steps were read from /lab/steps"
         # the servers' own pools counted what /metrics said, over both runs
         hits = sum(service.engine.pool.prefix_hits for _, service in servers)
         assert hits > 0

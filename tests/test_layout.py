@@ -5,26 +5,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engine", "analysis", "remote", "classroom", "cluster", "ui", "playground", "labs", "lessons", "tools",
+PACKAGES = ("engine", "analysis", "remote", "classroom", "replicas", "ui", "playground", "labs", "lessons", "tools",
             "app_pages", "records", "course")
 # Which project packages each layer may import (besides itself).
 ALLOWED = {
     "engine": set(),
-    "analysis": {"engine", "cluster"},         # cluster: its charts and lesson 10's picture
-    "remote": {"engine", "analysis"},          # clients of an engine server: no Streamlit
+    "analysis": {"engine", "replicas"},        # replicas: its charts
+    "remote": {"engine"},                      # clients of an engine server: no Streamlit
     "classroom": {"engine", "analysis", "remote", "ui", "records", "lessons", "course"},   # ui, lessons: its pages only (below)
-    "cluster": {"engine"},                     # replicas, a router, an autoscaler: no Streamlit
+    "replicas": {"engine", "remote"},          # replicas, a router, an autoscaler: no Streamlit
     "ui": {"engine", "analysis", "records", "course"},
     "records": {"engine"},                     # the learners' store: no Streamlit (engine: the cache folder)
     "playground": {"engine", "analysis", "ui", "remote"},
-    "labs": {"engine", "analysis", "ui", "cluster", "course"},
+    "labs": {"engine", "analysis", "ui", "replicas", "course"},
     "lessons": {"ui", "course", "engine"},     # engine: its settings (where the lessons are read from)
     "app_pages": {"engine", "analysis", "remote", "classroom", "ui", "lessons", "playground", "course"},
-    "course": {"engine", "analysis", "cluster"},   # the course's content: which lessons and labs, questions, claims, quizzes, worked examples, pictures
+    "course": {"engine", "analysis", "replicas"},   # the course's content: which lessons and labs, questions, claims, quizzes, worked examples, pictures
     "tools": set(PACKAGES) - {"tools"},
     "app": {"ui", "lessons", "engine", "course"},        # engine: imported first, for its OpenMP wait setting
 }
-NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "cluster", "records", "course")
+NO_STREAMLIT = ("engine", "analysis", "remote", "classroom", "replicas", "records", "course")
 # A feature room keeps its page beside its logic; the page is its one module that draws.
 PAGES = {"classroom.page", "classroom.teacher"}
 MAX_LINES = 400

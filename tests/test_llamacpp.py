@@ -9,12 +9,12 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.cli.launch import free_port
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import WorkloadSpec
 from remote import attach, prometheus
 from remote.load import LoadGenerator
 from tools import llama_cpp
-from tools.bench_serve import free_port
 
 from test_classroom import EXTERNAL
 

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from analysis.tables import StreamTables
 from engine.runs.build import build_engine
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.arrivals import build_requests
@@ -180,7 +181,7 @@ def test_load_generator_times_each_stream_and_prometheus_sees_it_running(smol):
     # text, comes with the next one)
     assert 0.9 * 3 * 399 <= len(gen.itls()) <= 3 * 399
     # The client's TTFT holds the server's, plus the trip across the wire.
-    server_rows = {r["id"]: r for r in LabStream(url).poll().requests.to_dict("records")}
+    server_rows = {r["id"]: r for r in StreamTables(LabStream(url)).poll().requests.to_dict("records")}
     for r in rows.to_dict("records"):
         mine = server_rows[r["id"]]
         assert mine["tenant"] == "amy" and r["ttft_s"] >= mine["ttft_s"] > 0
@@ -209,7 +210,7 @@ def test_load_generator_sends_a_workload_at_its_arrival_times(smol):
 
 def test_lab_stream_gives_tables_with_structured_members_and_marks(smol):
     url, _ = smol
-    stream = LabStream(url)
+    stream = StreamTables(LabStream(url))
     stream.poll()
     gen = LoadGenerator(url + "/v1", "smollm2", "cy")
     rec = gen.send_prompt("Hello", max_tokens=6, ignore_eos=True)[0].result(timeout=60)
@@ -241,10 +242,10 @@ def test_controls_need_the_token_and_drive_background_load_and_reset(smol):
     teacher.start_load(rate=20.0, num_requests=6, prompt_kind="fixed", prompt_lo=16, output_kind="fixed",
                        output_lo=300, output_hi=300, seed=1)
     wait_until(lambda: teacher.load()["sent"] == 6, timeout=30)
-    rows = LabStream(url).poll().requests
+    rows = StreamTables(LabStream(url)).poll().requests
     background = rows[rows["id"].str.startswith("bg1-")]
     assert len(background) == 6 and set(background["tenant"]) <= {"tenant-a", "tenant-b", "tenant-c", "tenant-d"}
-    stream = LabStream(url)
+    stream = StreamTables(LabStream(url))
     before = stream.poll()
     assert "background load on: 20 req/s" in list(before.marks["label"])
     eve = LoadGenerator(url + "/v1", "smollm2", "eve")
@@ -281,8 +282,9 @@ def test_after_a_reset_the_stream_shows_only_the_new_runs_steps_even_when_it_run
         since = params.get("since", 0)
         sent = [d for d in server["steps"] if d["step"] >= since]
         return {"run": server["run"], "steps": sent, "next": len(server["steps"]), "marks": []}
-    stream = LabStream("http://127.0.0.1:9")
-    stream._get = answer
+    reader = LabStream("http://127.0.0.1:9")
+    reader._get = answer
+    stream = StreamTables(reader)
     assert list(stream.poll().steps["t_start_s"]) == [1.0, 1.1, 1.2]
     server.update(run=2, steps=steps(2, 0, 5))           # reset, and the new run is already longer
     table = stream.poll().steps

@@ -4,62 +4,32 @@ listens on a network (a classroom: the ninth request in flight from one address 
 and the start-up line saying which. Each server is its own process, on the tiny model.
 """
 import asyncio
-import os
-import socket
-import subprocess
-import sys
+import contextlib
 import threading
 import time
-from pathlib import Path
 
 import httpx2 as httpx
 import openai
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from engine.cli.launch import ServerNotStarted, launched
+
 TOKEN = "serve-defaults-token"
 STREAMS = 32
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(tmp_path, host: str, *flags: str):
-    """`engine serve` on `host`, with 32 slots so that 32 streams run at once; (process, base url
-    through 127.0.0.1, log file). The log holds the start-up lines."""
-    port = free_port()
-    log = tmp_path / f"serve-{host}.log"
-    env = {**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", "tiny", "--device", "cpu",
-                             "--dtype", "fp32", "--host", host, "--port", str(port), "--max-num-seqs", str(STREAMS),
-                             *flags], cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url, log
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.3)
-
-
 @pytest.fixture
 def serve(tmp_path):
-    procs = []
-
-    def start(host, *flags):
-        proc, url, log = start_server(tmp_path, host, *flags)
-        procs.append(proc)
-        return url, log
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """`engine serve` on `host`, with 32 slots so that 32 streams run at once: (base url through
+    127.0.0.1, log file). The log holds the start-up lines."""
+    with contextlib.ExitStack() as stack:
+        def start(host, *flags):
+            server = stack.enter_context(launched(
+                ["--model", "tiny", "--device", "cpu", "--dtype", "fp32", "--max-num-seqs", str(STREAMS), *flags],
+                host=host, env={"BATCHING_LAB_INSTRUCTOR_TOKEN": TOKEN}, log=tmp_path / f"serve-{host}.log",
+                timeout_s=120))
+            return server.url, server.log
+        yield start
 
 
 async def many_streams(url: str, n: int, max_tokens: int) -> list[tuple[str, int]]:
@@ -146,3 +116,30 @@ def test_the_limits_follow_the_address_unless_asked():
     assert per_client("--max-inflight-per-client", "24"), "asking for a limit on loopback turns the limits on"
     assert per_client("--client-limits", "on") and not per_client("--host", "0.0.0.0", "--client-limits", "off")
     assert server_limits(p.parse_args(["serve", "--host", "0.0.0.0"])).max_inflight_per_client == 8
+
+
+def test_a_server_that_exits_at_once_is_a_clear_error_not_a_hang(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(ServerNotStarted) as err:
+        with launched(["--model", "tiny", "--max-num-seqs", "0"], log=tmp_path / "bad.log", timeout_s=120):
+            pass
+    message = str(err.value)
+    assert time.monotonic() - t0 < 60, "it gave up at the exit, not at the timeout"
+    assert "exited with status 2 while starting" in message, message
+    assert "max_num_seqs" in message, "the server's own reason is in the error"
+    assert err.value.process.returncode == 2
+
+
+def test_a_server_not_up_in_time_is_stopped_and_reaped(tmp_path):
+    with pytest.raises(ServerNotStarted, match="did not answer .*/health within 0.01 s") as err:
+        with launched(["--model", "tiny"], log=tmp_path / "slow.log", timeout_s=0.01):
+            pass
+    assert err.value.process.returncode is not None
+
+
+def test_a_launched_server_answers_and_is_reaped_on_the_way_out(tmp_path):
+    with launched(["--model", "tiny", "--device", "cpu"], log=tmp_path / "ok.log", timeout_s=120) as server:
+        assert httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"] == "tiny"
+        assert server.process.poll() is None
+    assert server.process.returncode is not None
+    assert "serving on http://127.0.0.1:" in server.output()

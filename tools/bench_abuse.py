@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ import time
 from collections import Counter
 
 import httpx2 as httpx
+
+from engine.cli.launch import launched
 
 ATTACKS = ("megabyte", "queued", "readers", "idle", "cpu", "neighbour")
 HOSTILE_ADDRESS = "127.0.0.2"
@@ -155,12 +156,6 @@ async def hostile(kind: str, seconds: float, outcomes: Counter) -> None:
 # ----------------------------------------------------------------------------- the bench
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def good_client_ttfts(url: str, seconds: float) -> list[float]:
     """TTFTs of one short streaming request after another, for `seconds`. A request refused, cut
     or not answered within 30 s counts as an infinite TTFT: its p50 then says so."""
@@ -230,21 +225,9 @@ def main() -> int:
         print(json.dumps(outcomes))
         return 0
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", args.model, "--port", str(port)],
-                              env={**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"},
-                              stdout=subprocess.DEVNULL, stderr=open(os.devnull, "w"))
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.5)
+    token = {"BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"}
+    with launched(["--model", args.model], env=token, timeout_s=300) as launch:
+        url, port, server = launch.url, launch.port, launch.process
         good_client_ttfts(url, 3)                                   # warm up
         baseline = settled(url, server.pid, 10**9, 10)[1]
         print(f"server: engine serve --model {args.model}, default limits; {open_fds(server.pid)} fds at rest; "
@@ -293,14 +276,6 @@ def main() -> int:
                   f"keep): x{p50([r for k, r, _, _ in verdicts if k == 'queued']) / floor:.2f}")
         return 0 if all(p50([r for k, r, _, _ in verdicts if k == kind]) < 2 for kind in args.attacks) \
             and not any(leak for _, _, leak, _ in verdicts) else 1
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            print("the server did not stop within 30 s of SIGTERM", flush=True)
-            server.kill()
-            server.wait()
 
 
 PORT = 0

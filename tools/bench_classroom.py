@@ -21,6 +21,7 @@ shared machine, run it a few times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -32,6 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from engine.cli.launch import launched
 from tools.bench_ui_overhead import (BROWSER_CLASSES, CHROMIUM, ROOT, browser_pids, cpu_s,
                                      engine_cpu_s, free_port, launch_browser)
 
@@ -114,16 +116,15 @@ def main(argv=None):
            if not k.startswith(("BATCHING_LAB_ENGINE", "BATCHING_LAB_METRICS", "BATCHING_LAB_MODEL"))}
     env.update(BATCHING_LAB_INSTRUCTOR_TOKEN=token, BATCHING_LAB_ENGINE_URL=engine_url, PYTHONPATH=str(ROOT))
     logs = Path(tempfile.mkdtemp(prefix="bench_classroom-"))
-    t_begin, procs, rows = time.monotonic(), [], []
+    t_begin, procs, rows, stack = time.monotonic(), [], [], contextlib.ExitStack()
     try:
-        procs.append(started([sys.executable, "-m", "engine", "serve", "--host", "127.0.0.1",
-                              "--port", str(engine_port), "--model", args.model, "--trusted-client", "127.0.0.1"],
-                             env, engine_url + "/health", logs / "engine.log"))
+        server = stack.enter_context(launched(["--model", args.model, "--trusted-client", "127.0.0.1"],
+                                              port=engine_port, env=env, log=logs / "engine.log", timeout_s=180))
         procs.append(started([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                               "--server.port", str(app_port), "--server.address", "127.0.0.1",
                               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
                              env, app_url + "/_stcore/health", logs / "app.log"))
-        pids = {"engine": [procs[0].pid], "app": [procs[1].pid]}
+        pids = {"engine": [server.process.pid], "app": [procs[0].pid]}
         call(engine_url + "/lab/policy", "PUT", {"max_waiting": MAX_WAITING}, token)
         call(engine_url + "/lab/load", "PUT", {"running": True, **LOAD, "rate": args.rate}, token)
         print(f"{args.model}: background load {args.rate:g} req/s, max_waiting {MAX_WAITING}; "
@@ -156,6 +157,7 @@ def main(argv=None):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        stack.close()                       # the engine server last
     ratios = [b / a for (_, a), (_, b) in zip(rows[::2], rows[1::2])]
     if ratios:
         med = statistics.median(ratios)

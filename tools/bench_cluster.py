@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from cluster.router import POLICIES
-from cluster.simulated import SimCluster
+from replicas.router import POLICIES
+from replicas.simulated import SimCluster
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
 from engine.sim.simulate import resolve_profile

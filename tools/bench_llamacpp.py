@@ -20,17 +20,19 @@ from __future__ import annotations
 import engine  # noqa: F401  (first: the OpenMP wait `engine serve` has, before torch loads)
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 
+from engine.cli.launch import free_port, launched, stop_process
 from engine.model.model import load_model
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from engine.server.service import ENGINE_NICE
 from tools import llama_cpp
-from tools.bench_serve import free_port, http_client, one_stream, start_server
+from tools.bench_serve import http_client, one_stream, serve_flags
 
 
 def parse_args():
@@ -66,7 +68,10 @@ def spread(values: list[float], digits: int) -> str:
     return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
-def start_llama(server, gguf, port: int, args) -> subprocess.Popen:
+@contextlib.contextmanager
+def llama_serving(server, gguf, args):
+    """llama-server on a free port, up; its URL. Stopped and reaped on the way out."""
+    port = free_port()
     ctx = args.prompt_len[1] + max(args.output_len[1], args.lone_tokens) + 64
     cmd = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
     print("  " + " ".join(cmd))
@@ -74,8 +79,11 @@ def start_llama(server, gguf, port: int, args) -> subprocess.Popen:
     # neither server gets more of the CPU than the other
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                preexec_fn=lambda: os.nice(ENGINE_NICE))
-    llama_cpp.wait_ready(f"http://127.0.0.1:{port}", process)
-    return process
+    try:
+        llama_cpp.wait_ready(f"http://127.0.0.1:{port}", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(process)
 
 
 def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
@@ -88,12 +96,15 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
     gguf = llama_cpp.gguf_for(dtype, server)
     ours_args = argparse.Namespace(model="smollm2", device="cpu", dtype=dtype, max_num_seqs=args.slots,
                                    max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
-    ports = {"ours": free_port(), "llama.cpp": free_port()}
     print(f"\n{dtype}: {len(requests)} requests, {sum(r.max_new_tokens for r in requests)} output tokens, "
           f"{args.slots} slots, a step's budget {args.batch_tokens} tokens; llama.cpp serves {gguf.name}")
-    processes = {"ours": start_server(ours_args, kv_tokens, ports["ours"])}
-    processes["llama.cpp"] = start_llama(server, gguf, ports["llama.cpp"], args)
-    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    token = {"BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"}
+    with launched(serve_flags(ours_args, kv_tokens), env=token, timeout_s=180) as ours, \
+            llama_serving(server, gguf, args) as llama_url:
+        return _rounds({"ours": ours.url, "llama.cpp": llama_url}, requests, lone_prompt, args)
+
+
+def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
     results = {name: {"tok/s": [], "TTFT p50 (s)": [], "TPOT p50 (ms)": [], "batch-1 TPOT (ms)": []}
                for name in urls}
 
@@ -119,12 +130,7 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
                     results[name][key].append(value)
                 print(f"  round {i + 1}, {name:9}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
                       flush=True)
-    try:
-        asyncio.run(session())
-    finally:
-        for process in processes.values():
-            process.terminate()
-            process.wait(timeout=30)
+    asyncio.run(session())
     return results
 
 

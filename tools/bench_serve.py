@@ -20,15 +20,11 @@ Reported:
 """
 from __future__ import annotations
 
-import os
-
 import engine  # noqa: E402,F401  (first: the OpenMP wait `engine serve` has, before torch loads)
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,6 +32,7 @@ import httpx2 as httpx
 
 from engine.runs.arrivals import build_requests
 from engine.cli.bench import run_engine
+from engine.cli.launch import launched
 from engine.model.model import load_model
 from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
 
@@ -64,30 +61,12 @@ def server_stack() -> str:
     return f"{parser}, {'uvloop' if find_spec('uvloop') else 'asyncio'}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(args, kv_tokens: int, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "engine", "serve", "--model", args.model, "--device", args.device,
-           "--dtype", args.dtype, "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
-           "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-           "--kv-capacity-tokens", str(kv_tokens), "--kv-pool-tokens", str(kv_tokens),
-           "--max-inflight-per-tenant", str(args.concurrency), "--trusted-client", "127.0.0.1"]
-    server = subprocess.Popen(cmd, env={**os.environ, "BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"})
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return server
-        except httpx.TransportError:
-            time.sleep(0.5)
-        if server.poll() is not None:
-            break
-    server.kill()
-    raise RuntimeError("the server did not start")
+def serve_flags(args, kv_tokens: int) -> list[str]:
+    """`engine serve`'s flags for the bench's policy, its KV pool and `args.concurrency` clients of one tenant."""
+    return ["--model", args.model, "--device", args.device, "--dtype", args.dtype,
+            "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+            "--kv-capacity-tokens", str(kv_tokens), "--kv-pool-tokens", str(kv_tokens),
+            "--max-inflight-per-tenant", str(args.concurrency), "--trusted-client", "127.0.0.1"]
 
 
 async def one_stream(client, url, model, prompt_ids, max_tokens) -> dict:
@@ -155,17 +134,14 @@ def main() -> int:
           f"{str(model.dtype).replace('torch.', '')}; {args.pairs} pairs; the server's HTTP parser and event "
           f"loop: {server_stack()}")
 
-    port = free_port()
-    server = start_server(args, kv_tokens, port)
-    url = f"http://127.0.0.1:{port}"
-    get_rows = lambda n: httpx.get(url + f"/lab/requests?limit={n}", timeout=30).json()["requests"]
+    async def session(url):
+        get_rows = lambda n: httpx.get(url + f"/lab/requests?limit={n}", timeout=30).json()["requests"]
 
-    async def lone_requests(client):
-        """Sequential requests on the idle server: what HTTP adds when nothing else competes."""
-        return [await one_stream(client, url, args.model, r.prompt_token_ids, 1)
-                for r in (requests * args.lone)[:args.lone]]
+        async def lone_requests(client):
+            """Sequential requests on the idle server: what HTTP adds when nothing else competes."""
+            return [await one_stream(client, url, args.model, r.prompt_token_ids, 1)
+                    for r in (requests * args.lone)[:args.lone]]
 
-    async def session():
         async with http_client(args.concurrency) as client:
             await open_connections(client, url, args.model, requests[0].prompt_token_ids, args.concurrency)
             lone = await lone_requests(client)
@@ -188,11 +164,9 @@ def main() -> int:
                       f"{client_cores:.2f} of a core on the same machine")
             return lone_added, pairs
 
-    try:
-        lone_added, pairs = asyncio.run(session())
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    token = {"BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"}
+    with launched(serve_flags(args, kv_tokens), env=token, timeout_s=180) as server:
+        lone_added, pairs = asyncio.run(session(server.url))
     ratios = [h / l for l, h, *_ in pairs]
     print(f"\nHTTP / in-process output tok/s, median of {len(pairs)} pairs: {statistics.median(ratios) * 100:.1f}% "
           f"(pairs: {', '.join(f'{r * 100:.1f}%' for r in ratios)}; goal >= 90%)")

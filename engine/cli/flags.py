@@ -69,6 +69,18 @@ def spec_from(args) -> WorkloadSpec:
     return WorkloadSpec(**knob_values(args, WorkloadSpec)).validate()
 
 
+def policy_flags(policy: SchedulerPolicy) -> list[str]:
+    """The policy as `engine serve` (or `run`) flags, each knob's own: policy_from reads them back."""
+    out = []
+    for name, k in knobs_of(SchedulerPolicy).items():
+        value = getattr(policy, name)
+        if k.kind == "bool":
+            out.append(k.cli_flag if value else "--no-" + k.cli_flag[2:])
+        else:
+            out += [k.cli_flag, str(value)]
+    return out
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny, or a Llama-family dir / hub id")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")

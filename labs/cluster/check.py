@@ -21,9 +21,9 @@ from engine.runs.arrivals import build_requests
 from engine.core.metrics import SLO
 from engine.runs.workload import PromptMaker
 
-from cluster.autoscaler import AutoscalerSpec
-from cluster.real import Servers, run_real
-from cluster.traffic import ramp
+from replicas.autoscaler import AutoscalerSpec
+from replicas.real import Servers, run_real
+from replicas.traffic import ramp
 
 from labs.cluster import experiment as lab
 from labs.cluster.experiment import REAL_HOT as HOT, REAL_POLICY as POLICY, REAL_RAMP as RAMP, \

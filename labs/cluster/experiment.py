@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from cluster.autoscaler import AutoscalerSpec
-from cluster.result import ClusterResult
-from cluster.router import POLICIES
-from cluster.simulated import SimCluster
-from cluster.traffic import ramp
+from replicas.autoscaler import AutoscalerSpec
+from replicas.result import ClusterResult
+from replicas.router import POLICIES
+from replicas.simulated import SimCluster
+from replicas.traffic import ramp
 from course import claims
 from engine.runs.arrivals import build_requests
 from engine.core.config import SchedulerPolicy
@@ -149,7 +149,7 @@ REAL_SLO_REQUESTS = 4      # the TTFT target: the time one server takes to serve
 
 def real_capacity(urls, prompts, spec: WorkloadSpec, model: str) -> float:
     """Requests a second one real server serves of `spec` (24 arriving at once)."""
-    from cluster.real import run_real
+    from replicas.real import run_real
     reqs = build_requests(replace(spec, num_requests=24, rate=0, conversations=0), prompts)
     res = run_real(urls[:1], reqs, model=model)
     return res.summary["finished"] / res.summary["duration_s"]
@@ -165,7 +165,7 @@ def real_routing(model, progress=None, refresh: bool = False, peek: bool = False
     path = results.cache_path("cluster-real", fingerprint(model), REAL_ROUTERS, REAL_REPLICAS)
 
     def compute(loaded):
-        from cluster.real import Servers, run_real
+        from replicas.real import Servers, run_real
         from engine.runs.workload import PromptMaker
         prompts = PromptMaker(loaded.tokenizer)
         with Servers(REAL_REPLICAS, name, REAL_POLICY) as servers:

@@ -6,7 +6,7 @@ import streamlit as st
 
 from analysis import cluster as charts
 from course import machines
-from cluster.router import POLICIES, POLICY_HELP
+from replicas.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from course import claims
