@@ -25,6 +25,12 @@ def words(spec: WorkloadSpec) -> str:
     return f"open load, {pattern} arrivals at a set rate (a slow server does not slow them)"
 
 
+def workload(spec: WorkloadSpec, slots: int) -> str:
+    """The workload's shape in one clause: "prompts 16–64 tokens, outputs 8–24, continuous batching with 8 slots"."""
+    return (f"prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs {spec.output_len.lo}–"
+            f"{spec.output_len.hi}, continuous batching with {slots} slots")
+
+
 def text(*parts) -> str:
     """The line: each part a WorkloadSpec, words, or (what it is, a WorkloadSpec or words)."""
     def one(part) -> str:

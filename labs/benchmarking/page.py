@@ -32,10 +32,8 @@ widgets.write_link(["bench_clients"])
 clients = int(st.session_state.bench_clients)
 
 spec = lab.SPEC
-st.markdown(f"The workload: prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs "
-            f"{spec.output_len.lo}–{spec.output_len.hi}, continuous batching with {lab.POLICY.max_num_seqs} slots. "
-            f"The real engine runs {lab.requests_for(clients)} requests per run (the simulator "
-            f"{lab.SIM_REQUESTS}); the first {lab.warmup_count(clients)} of every run are warm-up, left out of the percentiles.")
+st.markdown(f"The workload: {load_line.workload(spec, lab.POLICY.max_num_seqs)}. The real engine runs "
+            f"{lab.requests_for(clients)} requests per run (the simulator {lab.SIM_REQUESTS}); the first {lab.warmup_count(clients)} of every run are warm-up, left out of the percentiles.")
 
 
 def _estimate() -> str:

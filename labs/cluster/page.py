@@ -10,8 +10,7 @@ from replicas.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from course import claims
-from ui import predict, widgets
-from ui import load_line
+from ui import load_line, predict, widgets
 
 PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
 

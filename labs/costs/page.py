@@ -9,8 +9,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]

@@ -7,8 +7,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
 from labs.runs import simulated_name
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 WAIT = knobs_of(SchedulerPolicy)["max_wait_ms"]
 

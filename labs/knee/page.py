@@ -8,8 +8,7 @@ from course import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

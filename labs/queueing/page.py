@@ -6,8 +6,7 @@ import streamlit as st
 from analysis import queue_charts
 from labs.queueing import experiment as lab
 from labs.runs import frames
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -40,10 +39,8 @@ widgets.write_link(["qu_rhos"])
 rhos = sorted(st.session_state.qu_rhos) or [0.5]
 
 spec = lab.SPEC
-st.markdown(f"The workload: prompts {spec.prompt_len.lo}–{spec.prompt_len.hi} tokens, outputs "
-            f"{spec.output_len.lo}–{spec.output_len.hi}, continuous batching with {lab.POLICY.max_num_seqs} slots. "
-            f"The simulator runs {lab.SIM_REQUESTS:,} requests per utilization; the real engine about "
-            f"{lab.REAL_RUN_S:.0f} s of arrivals each.")
+st.markdown(f"The workload: {load_line.workload(spec, lab.POLICY.max_num_seqs)}. The simulator runs "
+            f"{lab.SIM_REQUESTS:,} requests per utilization; the real engine about {lab.REAL_RUN_S:.0f} s of arrivals each.")
 
 
 def _estimate() -> str:

@@ -3,8 +3,7 @@ loses. The simulator answers at once; the real runs replace it."""
 import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

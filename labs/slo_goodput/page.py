@@ -4,8 +4,7 @@ import streamlit as st
 
 from labs.runs import frames, simulated_name
 from labs.slo_goodput import experiment as lab
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

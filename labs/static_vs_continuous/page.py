@@ -7,8 +7,7 @@ from analysis import membership
 from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks

@@ -6,8 +6,7 @@ from analysis import latency
 from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "window": "time window", "none": "nothing (all requests)"}

@@ -4,8 +4,7 @@ import streamlit as st
 
 from labs import knee_rule
 from labs.why_batch import experiment as lab
-from ui import machine_speed, predict, session, widgets
-from ui import load_line
+from ui import load_line, machine_speed, predict, session, widgets
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
