@@ -21,6 +21,7 @@ from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
+from labs.token_budget import experiment as token_budget
 from labs.why_batch import experiment as why_batch
 
 SHOWN, NOT_SHOWN, UNDECIDED = claims.SHOWN, claims.NOT_SHOWN, claims.UNDECIDED
@@ -121,6 +122,15 @@ def dynamic_verdict(step_model, load: float):
     return dynamic.waiting_verdict(dynamic.wait_table(dynamic.simulated_wait_runs(step_model, rate)))
 
 
+@functools.cache
+def budget_verdict(step_model, workload: str):
+    """The token budget's sweep of its own workload, or of the short prompts alone (the counter-case),
+    at the mixed workload's arrival rate."""
+    rate = token_budget.rate_for(step_model)
+    runs = token_budget.simulated_runs(step_model, rate, token_budget.BUDGETS, workload)
+    return token_budget.budget_verdict(token_budget.budget_table(runs))
+
+
 # The H100 serves an 8B model in milliseconds: its SLO targets are its own (as the Playground sizes its
 # presets per engine), tight enough for its queue to matter.
 SLO = {"cpu": (2.0, 0.1), "h100": (0.3, 0.02)}
@@ -160,4 +170,6 @@ CASES = {
                          NOT_SHOWN),
     "waiting_to_batch": (lambda n, m: dynamic_verdict(m, dynamic.LOAD),
                          lambda n, m: dynamic_verdict(m, 3.0), NOT_SHOWN),
+    "budget_trades_ttft_for_itl": (lambda n, m: budget_verdict(m, token_budget.CLAIM_WORKLOAD),
+                                   lambda n, m: budget_verdict(m, "short only"), NOT_SHOWN),
 }

@@ -32,6 +32,7 @@ SETTINGS = {
     "scheduler-policy": set(),
     "two-schedulers": {"16", "1"},                      # Playground settings to try
     "beyond-one-replica": set(),
+    "token-budget": set(),
 }
 
 

@@ -22,8 +22,10 @@ import streamlit as st
 
 from analysis.pictures import Picture
 from analysis.pictures_course import PICTURES
+from analysis.pictures_budget import PICTURES as BUDGET_PICTURES
 from engine.runs.results import cache_dir
 
+PICTURES = {**PICTURES, **BUDGET_PICTURES}
 PICTURE_IDS = tuple(PICTURES)
 DRAWN_BY = ("analysis", "engine")          # the folders whose code a picture depends on
 _drawn: dict[str, Picture] = {}

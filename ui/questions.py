@@ -77,6 +77,10 @@ ASKS = _asks(
         "delivered per second?", defaults={"first": "0", "last": "2,000"}),
     Ask("cluster", "cluster", "beyond-one-replica", "Which router gives the lowest p95 TTFT here?"),
     Ask("cluster_scale", "cluster", "beyond-one-replica", "Which autoscaler spends fewer replica-seconds over the ramp?"),
+    Ask("token_budget", "token_budget", "token-budget",
+        "Raise max_num_batched_tokens from {first} to {last} tokens on this workload. What happens to the p95 TTFT "
+        "and to the longest gap between two tokens in a stream (p95 over requests)?",
+        defaults={"first": "128", "last": "1,024"}),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

@@ -56,6 +56,9 @@ _LESSON_LABS = [
      "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
      "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "
      "SLO attainment and replica-seconds, with each replica's batches."),
+    ("token_budget", "The token budget", ":material/tune:",
+     "One mix of long and short prompts under a sweep of max_num_batched_tokens, chunked prefill on: TTFT against "
+     "the longest pause in each stream, and where a chat or a batch goal would set it."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)
