@@ -246,8 +246,7 @@ def advice(table: pd.DataFrame) -> dict[str, str]:
                      + (" , the most of the sweep." if batch.work_tok_s >= best else
                         f", within {TIE:.0%} of the most ({best:,.0f}), and the smaller budget.").replace(" ,", ","))}
     if chat.budget == batch.budget:
-        out["both"] = ("Here both goals land on the same budget: the sweep shows no trade-off between them at "
-                       "this load.")
+        out["both"] = f"Here both goals land on the same budget, {int(chat.budget):,} tokens."
     return out
 
 
@@ -259,6 +258,7 @@ def _trace(table, x, y, name, color, dash=None, markers=True, text=True):
                       + ("+text" if text else ""),
                       text=[f"{b:,}" for b in table["budget"]] if text else None, textposition="top right",
                       line=dict(color=color, width=2.5 if markers else 2, dash=dash), marker=dict(size=9),
+                      cliponaxis=False,
                       customdata=table["budget"],
                       hovertemplate="budget %{customdata:,}: %{y:.2f} at %{x:.0f} ms<extra>" + name + "</extra>")
 
@@ -294,8 +294,8 @@ def by_budget(table: pd.DataFrame | None, sim: pd.DataFrame | None = None, sim_n
              "max_num_batched_tokens (tokens a step may carry)", "ms")
     if is_empty(table) and is_empty(sim):
         return go.Figure(empty_figure(*texts))
-    lines = (("stall_p95_ms", "longest gap (p95)", COLORS["p95"], "ms"), ("itl_p95_ms", "ITL p95", COLORS["running"], "ms"),
-             ("tpot_p95_ms", "TPOT p95", COLORS["goodput"], "ms"), ("ttft_p95_s", "p95 TTFT", COLORS["tokens"], "s"))
+    lines = (("stall_p95_ms", "longest gap (p95)", COLORS["p95"], "ms"), ("itl_p95_ms", "ITL p95", COLORS["p50"], "ms"),
+             ("tpot_p95_ms", "TPOT p95", COLORS["goodput"], "ms"), ("ttft_p95_s", "p95 TTFT", COLORS["kv"], "s"))
     traces = []
     for t, measured in ((sim, False), (table, True)):
         if is_empty(t):
