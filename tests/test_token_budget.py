@@ -77,3 +77,17 @@ def test_the_lessons_picture_shows_the_trade_on_the_recorded_model():
     picture = budget_gaps()
     assert f"took {small['chunks']} steps" in picture.alt and "took 1 step " in picture.alt
     assert len(picture.figure.data) == 2 and all(len(t.x) == len(t.y) > 10 for t in picture.figure.data)
+
+
+@pytest.mark.parametrize("figure", [lab.trade_off, lab.by_budget])
+def test_the_charts_draw_no_data_the_simulation_and_the_measurement(figure):
+    import plotly.graph_objects as go
+    empty = figure(None, None)
+    assert isinstance(empty, go.Figure) and empty.layout.title.text
+    sim = table((2.0, 1.0), (100, 400))
+    alone = figure(None, sim)
+    assert alone.data and all("simulated" in t.name for t in alone.data)
+    both = figure(table((2.1, 1.1), (110, 420)), sim)
+    names = [t.name for t in both.data]
+    assert any("measured" in n for n in names) and any("simulated" in n for n in names)
+    go.Figure(both)        # every property valid
