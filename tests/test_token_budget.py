@@ -54,7 +54,9 @@ def test_the_verdict_comes_out_each_way_with_its_own_words():
     assert no_ttft.outcome == claims.NOT_SHOWN and "finish a prompt no sooner" in no_ttft.words
     no_gap = lab.budget_verdict(table((2.0, 1.0), (100, 150)))
     assert no_gap.outcome == claims.NOT_SHOWN and "did not grow as much" in no_gap.words
-    assert len({shown.words, flat.words, no_ttft.words, no_gap.words}) == 4
+    rose = lab.budget_verdict(table((2.0, 3.0), (100, 400)))
+    assert rose.outcome == claims.NOT_SHOWN and "TTFT even rose" in rose.words and "100 → 120" in rose.words
+    assert len({shown.words, flat.words, no_ttft.words, no_gap.words, rose.words}) == 5
     one = lab.budget_verdict(table((2.0,), (100,), largest=(128,), budgets=(128,)))
     assert one.outcome == claims.UNDECIDED and math.isnan(one.value)
 

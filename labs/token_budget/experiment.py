@@ -195,6 +195,10 @@ def budget_verdict(table: pd.DataFrame) -> claims.Verdict:
     elif growth < claims.CLAIMS[cid].threshold and ttft_fell:
         why = (" TTFT fell, but the worst gaps did not grow as much: the long prompts' steps were rare among all the "
                "gaps, or cost little more than a step of decodes alone.")
+    elif not ttft_fell and last.ttft_p95_s > (1 + CHANGE) * first.ttft_p95_s:
+        why = (f" TTFT even rose: each second of engine work made {first.work_tok_s:,.0f} → {last.work_tok_s:,.0f} "
+               "tokens, so the larger budget's steps were no cheaper per token here, and near full load a little less "
+               "speed (a long chunk's attention, or a busier machine) queues the prompts behind it longer.")
     elif not ttft_fell:
         why = (" The worst gaps grew with the budget, but TTFT did not fall: where a step's time grows with every token "
                "it carries, fewer, longer steps finish a prompt no sooner, so the budget only moved where the wait falls."
