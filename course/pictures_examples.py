@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from course import examples as course, examples_serving as course_serving
 from course.pictures import PICTURES as RUN_PICTURES, Picture
+from course.pictures_budget import PICTURES as BUDGET_PICTURES
 from course.pictures_cluster import PICTURES as CLUSTER_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
 from engine.core.step_model import StepModel
@@ -274,6 +275,6 @@ def _on(step_model: StepModel) -> str:
 # The pictures drawn on the step model they are given (the learner's own, on the lesson page); the others
 # are the same for everyone
 ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers")
-PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
+PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, **BUDGET_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
             "knee_curve": knee_curve, "tail_split": tail_split, "starvation": starvation,
             "two_schedulers": two_schedulers}

@@ -97,6 +97,10 @@ ASKS = _asks(
         "Now {batch} copies run at once. With speculation on, will the steps that run no prompt make tokens "
         "faster or slower than without?", choices=("faster", "about the same (within 5%)", "slower"),
         defaults={"batch": "64"}),
+    Ask("token_budget", "token_budget", "token-budget",
+        "Raise max_num_batched_tokens from {first} to {last} tokens on this workload. What happens to the p95 TTFT "
+        "and to the longest gap between two tokens in a stream (p95 over requests)?",
+        defaults={"first": "128", "last": "1,024"}),
     Ask("playground", "playground", "two-schedulers",
         "With these settings, at which arrival rate (requests/s) will the waiting queue stop emptying?",
         unit="requests/s", lo=0.1, hi=10000.0, default=1.0),

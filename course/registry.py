@@ -66,6 +66,9 @@ _LESSON_LABS = [
      "n-gram speculative decoding off and on, side by side: output tok/s at batch 1 and decode tok/s at a "
      "large batch, the share of guesses accepted on copies and on free text, each step's drafts, and a GPU "
      "roofline's prediction beside."),
+    ("token_budget", "The token budget", ":material/tune:",
+     "One mix of long and short prompts under a sweep of max_num_batched_tokens, chunked prefill on: TTFT against "
+     "the longest pause in each stream, and where a chat or a batch goal would set it."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)

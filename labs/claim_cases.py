@@ -26,6 +26,7 @@ from labs.slo_goodput import experiment as slo
 from labs.speculation import experiment as spec
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
+from labs.token_budget import experiment as token_budget
 from labs.why_batch import experiment as why_batch
 
 SHOWN, NOT_SHOWN, UNDECIDED = claims.SHOWN, claims.NOT_SHOWN, claims.UNDECIDED
@@ -148,6 +149,12 @@ def spec_big_batch(kind: str) -> int:
     roofline's ridge (its batch of 64 is still bound by reading the weights, where speculation pays)."""
     from engine.sim.roofline import DEVICES
     return spec.BIG if kind == "cpu" else spec.past_ridge(DEVICES["h100-sxm"])
+def budget_verdict(step_model, workload: str):
+    """The token budget's sweep of its own workload, or of the short prompts alone (the counter-case),
+    at the mixed workload's arrival rate."""
+    rate = token_budget.rate_for(step_model)
+    runs = token_budget.simulated_runs(step_model, rate, token_budget.BUDGETS, workload)
+    return token_budget.budget_verdict(token_budget.budget_table(runs))
 
 
 # The H100 serves an 8B model in milliseconds: its SLO targets are its own (as the Playground sizes its
@@ -222,4 +229,6 @@ CLUSTER_CASES = {
                                      lambda p: cluster.autoscaler_claim_runs(p, max_num_seqs=1), NOT_SHOWN),
     "startup_delay_costs_slo": (cluster.CLAIM_RUNS["startup_delay_costs_slo"],
                                 lambda p: cluster.startup_claim_runs(p, cluster.GENTLE), NOT_SHOWN),
+    "budget_trades_ttft_for_itl": (lambda n, m: budget_verdict(m, token_budget.CLAIM_WORKLOAD),
+                                   lambda n, m: budget_verdict(m, "short only"), NOT_SHOWN),
 }

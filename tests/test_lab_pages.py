@@ -36,7 +36,7 @@ def texts(at: AppTest) -> str:
 def test_registry_lists_every_lesson_lab_once():
     from lessons.catalog import LAB_IDS
     ids = [lab.url_path for lab in LESSON_LABS]
-    assert len(ids) == len(set(ids)) == len(list((ROOT / "lessons").glob("[0-9][0-9]-*.md")))
+    assert len(ids) == len(set(ids)) == len(list(ROOT.glob("labs/*/page.py")))
     assert set(ids) == set(LAB_IDS) - {"playground"}
     for lab in LESSON_LABS:
         assert (ROOT / lab.path).is_file() and lab.title and lab.icon.startswith(":material/")
@@ -196,6 +196,30 @@ def test_kv_capacity_sweeps_the_pool_then_runs_prefix_caching(lab_env):
     hit = next(m for m in at.metric if m.label == "Prefix cache hit rate")
     assert hit.value.endswith("%") and int(hit.value[:-1]) > 0, "a shared system prompt is found in the cache"
     assert kept(at, "kv_prefix")["measured"] > 0
+def test_token_budget_sweeps_the_budget_then_judges_only_the_mixed_workload(lab_env, monkeypatch):
+    from labs.token_budget import experiment
+    monkeypatch.setattr(experiment, "REQUESTS", 12)    # the arrivals come in real time: a short sweep
+    at = page("labs/token_budget/page.py").run()
+    at.multiselect(key="tb_budgets").set_value([128, 1024]).run()
+    commit(at)
+    # the simulator's answer at once, labelled as such, before anything real is run
+    assert simulated_answer(at) and not list(lab_env.glob("results/*.json"))
+    names = [t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert names and all("simulated" in n for n in names), names
+    at.button(key="token_budget__run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not simulated_answer(at)
+    names = [t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert any("measured" in n for n in names) and any("simulated" in n for n in names), names
+    from labs.token_budget.experiment import OUTCOMES
+    assert kept(at, "token_budget")["measured"] in OUTCOMES
+    assert len(list(lab_env.glob("results/mix-*.json"))) == 2, "one stored run per budget"
+    assert "Interactive chat" in texts(at) and "Batch or throughput" in texts(at)
+    # the counter-case: short prompts only is not judged against the claim; it is read in words
+    at.radio(key="tb_workload").set_value("short only").run()
+    commit(at)
+    assert not at.exception, [e.message for e in at.exception]
+    assert "Not judged here" in texts(at) and "Short prompts only:" in texts(at)
 
 
 def test_peek_finds_what_cached_run_stored(lab_env):
@@ -215,7 +239,8 @@ def test_peek_finds_what_cached_run_stored(lab_env):
 
 @pytest.mark.parametrize("path", ["labs/tail/page.py", "labs/static_vs_continuous/page.py", "labs/scheduler_orders/page.py",
                                   "labs/queueing/page.py", "labs/why_batch/page.py", "labs/costs/page.py",
-                                  "labs/dynamic_batching/page.py", "labs/benchmarking/page.py", "labs/kv_capacity/page.py"])
+                                  "labs/dynamic_batching/page.py", "labs/benchmarking/page.py", "labs/kv_capacity/page.py",
+                                  "labs/token_budget/page.py"])
 def test_a_lab_answers_from_the_simulator_before_anything_is_run(lab_env, path):
     at = commit(page(path).run())
     assert not at.exception, [e.message for e in at.exception]

@@ -31,6 +31,7 @@ SETTINGS = {
     "benchmarking": set(),
     "kv-capacity": set(),
     "speculative-decoding": {"1"},                      # batch 1, the case the lab runs beside the large batch
+    "token-budget": set(),
 }
 
 

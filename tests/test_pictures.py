@@ -7,8 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from course import examples_serving as course_serving, pictures
-from course.pictures_examples import PICTURES
-from ui.lesson_pictures import PICTURE_IDS
+from ui.lesson_pictures import PICTURE_IDS, PICTURES     # every lesson's pictures, whichever module draws them
 
 
 @pytest.mark.parametrize("picture_id", PICTURE_IDS)
