@@ -52,9 +52,6 @@ _LESSON_LABS = [
     ("scheduler_orders", "Scheduler orders", ":material/sort:",
      "One multi-tenant workload under fcfs, priority, sjf, fair and edf: per-tenant TTFT and "
      "who wins and loses."),
-    ("benchmarking", "Benchmarking honestly", ":material/speed:",
-     "One engine under a fixed concurrency and under random arrivals at the same throughput: where the "
-     "queue hides, the first requests of a run, and how far a p99 moves between repeats."),
     ("cluster", "Beyond one replica", ":material/hub:",
      "Simulated replicas of the engine behind four routers on a shared-prefix workload, then two "
      "autoscalers under a traffic ramp: p95 TTFT, prefix hit rate, load imbalance, replicas over time, "
@@ -62,13 +59,16 @@ _LESSON_LABS = [
     ("kv_capacity", "KV capacity", ":material/memory:",
      "The KV pool worked out for an 8B and a 70B model on H100s, a sweep of the engine's pool showing the batch "
      "capped, usage and preemptions, and prefix caching off and on with its hit rate and TTFT."),
+    ("token_budget", "The token budget", ":material/tune:",
+     "One mix of long and short prompts under a sweep of max_num_batched_tokens, chunked prefill on: TTFT against "
+     "the longest pause in each stream, and where a chat or a batch goal would set it."),
+    ("benchmarking", "Benchmarking honestly", ":material/speed:",
+     "One engine under a fixed concurrency and under random arrivals at the same throughput: where the "
+     "queue hides, the first requests of a run, and how far a p99 moves between repeats."),
     ("speculation", "Guessing ahead", ":material/fast_forward:",
      "n-gram speculative decoding off and on, side by side: output tok/s at batch 1 and decode tok/s at a "
      "large batch, the share of guesses accepted on copies and on free text, each step's drafts, and a GPU "
      "roofline's prediction beside."),
-    ("token_budget", "The token budget", ":material/tune:",
-     "One mix of long and short prompts under a sweep of max_num_batched_tokens, chunked prefill on: TTFT against "
-     "the longest pause in each stream, and where a chat or a batch goal would set it."),
 ]
 
 LESSON_LABS = [LabPage(f"labs/{lab_id}/page.py", title, lab_id, icon, shows)
