@@ -92,8 +92,7 @@ def test_the_sentences_that_compare_say_it_the_right_way_round(computed):
     assert n["kn_after_gain"] < 10 and n["kn_tpot_512"] > 1.5 * n["kn_tpot_256"]
     assert n["kn_slo_best"] < n["knee"] and n["kn_ttft_best"] <= n["kn_slo_best"]
     assert n["kn_ttft_512"] < n["kn_ttft_256"] and tok_s[512] < 1.1 * tok_s[256]
-    # lesson 7's quiz: short prompts' median near 0.6 s, their p99 near 6 s
-    assert 0.4 <= n["tl_short_p50"] <= 0.8 and 4.5 <= n["tl_short_p99"] <= 7.5
+    # lesson 7's quiz: the short prompts' median far below their own p99 (checked with lesson 7 below)
     # lesson 2: the first static batch is small, and the queue grows behind it
     assert n["sl_first_batch"] < n["sl_slots"] and n["sl_queue_max"] > n["sl_slots"]
     # lesson 7: the speed-up halves the median, barely moves p99 and leaves long prompts alone
