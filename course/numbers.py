@@ -9,9 +9,9 @@ import functools
 import math
 import threading
 
-from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
                              KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
-                             QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
+                             QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_LONE, SLO_TTFT_LONE, SMOLLM2,
                              at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
                              percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
 from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
@@ -42,14 +42,14 @@ def _r(x: float, digits: int = 0):
 def setting(name: str):
     """A worked-example number that is one of the course's settings, the same on every machine, without
     running anything (the glossary quotes these). KeyError for any other name."""
-    return {"slo_ttft_s": SLO_TTFT_S, "slo_tpot_ms": _r(1000 * SLO_TPOT_S)}[name]
+    return {"slo_ttft_lone": SLO_TTFT_LONE, "slo_tpot_lone": SLO_TPOT_LONE}[name]
 
 
 _computing = threading.Lock()
 
 
 def numbers(step_model: StepModel = COURSE_MODEL) -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 5, 8 and 9's
+    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 4, 5, 8 and 9's
     from runs on `step_model` (on the lesson page, the learner's own), the rest from the recorded CPU
     model, named GPUs' rooflines, supposed machines or settings. Seconds of simulation: computed once per
     process and step model, a second caller waiting for the first; do not change the dict."""
@@ -114,11 +114,6 @@ def _numbers() -> dict:
     n.update(lc_queue_s=_r(row["queue_s"], 2), lc_ttft_s=_r(row["ttft_s"], 2), lc_e2e_s=_r(row["e2e_s"], 2),
              lc_tokens=row["output_tokens"], lc_tpot_ms=_r(1000 * row["tpot_s"]), lc_gap_ms=_r(1000 * max(gaps)),
              lc_other_gap_ms=_r(1000 * sum(rest) / len(rest)), lc_prefill_s=_r(row["ttft_s"] - row["queue_s"], 2))
-    gp = goodput_run()
-    n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_r(gp["duration_s"]),
-             gp_tok_s=_r(gp["tokens"] / gp["duration_s"], 1), gp_req_s=_r(gp["requests"] / gp["duration_s"], 2),
-             gp_ttft_ok=gp["ttft_ok"], gp_both_ok=gp["both_ok"], gp_goodput=_r(gp["both_ok"] / gp["duration_s"], 2),
-             slo_ttft_s=SLO_TTFT_S, slo_tpot_ms=_r(1000 * SLO_TPOT_S), gp_rate=GOODPUT_SPEC.rate, gp_slots=GOODPUT_SLOTS)
     # lesson 6: the GPU's sweep (the learner's own sweep is drawn on the page: ui/calculators.knee_example)
     from engine.sim.roofline import roofline_profile
     sweep = knee_sweep()
@@ -158,7 +153,7 @@ def _numbers() -> dict:
 
 @functools.lru_cache(maxsize=4)
 def on_step_model(step_model: StepModel) -> dict:
-    """The numbers of the worked examples that run on the step model they are given: lessons 5, 8 and 9,
+    """The numbers of the worked examples that run on the step model they are given: lessons 4, 5, 8 and 9,
     whose workloads are set as shares of what that machine serves, so that the same story (a queue that
     grows near capacity, an order that starves, replicas that fall behind) plays out on any machine."""
     n = {}
@@ -190,6 +185,15 @@ def on_step_model(step_model: StepModel) -> dict:
              l_long_tokens=f"{round(running * (1000 + QUEUE_SPEC.output_hi)):,}",
              l_pool_pct=_r(100 * running * tokens / pool),
              l_long_pool_pct=_r(100 * running * (1000 + QUEUE_SPEC.output_hi) / pool))
+    # lesson 4: its SLO set from this machine's lone request, its traffic at what this machine serves
+    gp = goodput_run(step_model)
+    n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_figures(gp["duration_s"]),
+             gp_tok_s=_figures(gp["tokens"] / gp["duration_s"]), gp_req_s=_figures(gp["requests"] / gp["duration_s"]),
+             gp_goodput=_figures(gp["both_ok"] / gp["duration_s"]), gp_rate=_figures(gp["rate"]),
+             gp_share=_r(100 * gp["both_ok"] / gp["requests"]), gp_slots=GOODPUT_SLOTS,
+             slo_ttft_s=_figures(gp["slo_ttft_s"]), slo_tpot_ms=_figures(1000 * gp["slo_tpot_s"]),
+             slo_ttft_lone=SLO_TTFT_LONE, slo_tpot_lone=SLO_TPOT_LONE)
+    n["gp_verdict"] = goodput_words(gp)
     # lesson 8
     n["sv_load_pct"] = _r(100 * STARVE_LOAD)
     for order in ("fcfs", "sjf"):
@@ -210,6 +214,25 @@ def on_step_model(step_model: StepModel) -> dict:
     return n
 
 
+def _figures(x: float):
+    """`x` to three significant figures, as a number the text can quote on a CPU or a GPU alike."""
+    v = float(f"{x:.3g}")
+    return int(v) if v == int(v) else v
+
+
+def goodput_words(gp: dict) -> str:
+    """Lesson 4's goodput run (course.examples.goodput_run) against its SLO, worded for each way it comes out."""
+    n, ttft, both = gp["requests"], gp["ttft_ok"], gp["both_ok"]
+    target_ttft, target_tpot = _figures(gp["slo_ttft_s"]), _figures(1000 * gp["slo_tpot_s"])
+    start = (f"all {n} requests start within {target_ttft} s" if ttft == n
+             else f"{ttft} of the {n} requests start within {target_ttft} s")
+    if both == ttft:
+        return f"{start}, and every one of those also streams within {target_tpot} ms a token"
+    return (f"{start}, but only {both} of those also stream within {target_tpot} ms a token: each newcomer's "
+            "prompt is prefilled in a step that the running streams share, and such a step lasts as long as "
+            "several decode steps, so their mean gap ends up above the target")
+
+
 def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
     """When lesson 9's autoscaler asked for a replica, worded for each way the run can come out."""
     if alarm_s is None:
@@ -225,8 +248,8 @@ def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
     "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
     "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
-    "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_rate", "gp_slots", "gp_requests",
-    "slo_ttft_s", "slo_tpot_ms", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
+    "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_slots", "gp_requests",
+    "slo_ttft_lone", "slo_tpot_lone", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
     "tl_long_lo", "tl_long_hi", "tl_short_lo", "tl_short_hi", "tl2_short_hi", "tl_slots", "tl_n", "tl_long",
     "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
     "sv_fcfs_longest_prompt", "sv_sjf_longest_prompt", "gflop_token", "gflop_token_no_head", "kv_bytes_bf16",
@@ -254,6 +277,6 @@ def machine_of(name: str) -> str | None:
 
 
 # The numbers that come out of runs on the learner's step model (on_step_model), by name
-_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_")
+_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_", "gp_", "slo_ttft_s", "slo_tpot_ms")
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("static_", "continuous_", "sl_first_batch", "sl_queue_max", "lc_", "gp_", "tl_", "tl2_")
+_RECORDED = ("static_", "continuous_", "sl_first_batch", "sl_queue_max", "lc_", "tl_", "tl2_")

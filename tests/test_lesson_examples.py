@@ -122,6 +122,8 @@ def test_the_sentences_on_the_learners_model_hold_on_any_machine(on_model):
 
 
 def check_learner_sentences(n: dict) -> None:
+    # lesson 4: the SLO set from the machine's lone request tells requests apart: some meet it, some do not
+    assert 0 < n["gp_share"] < 100 and n["slo_ttft_s"] > 0 and n["slo_tpot_ms"] > 0
     # lesson 5: the busier run waits longer; a request's own service is longer than 1/mu (slots share the steps)
     assert n["sim_q_95"] > n["sim_q_70"] and n["sim_w_95"] > n["sim_w_70"] and n["sim_q_ratio"] > 1
     assert n["sim_service_ratio"] > 1 and n["sim_q_70"] > 0
@@ -143,6 +145,17 @@ def test_the_autoscaler_words_each_way():
     assert computed_words() == autoscaler_words(55, 81) == "asks at 55 s, 15 s after the step up"
     assert autoscaler_words(30, 81).endswith("before the step up: the traffic's own bursts were enough")
     assert autoscaler_words(None, 81).startswith("never asks in the run's 81 s")
+
+
+def test_the_goodput_words_each_way():
+    """gp_verdict says how lesson 4's run met its SLO, whichever way it came out."""
+    from course.numbers import goodput_words
+    run = {"requests": 60, "ttft_ok": 60, "both_ok": 23, "slo_ttft_s": 2.0, "slo_tpot_s": 0.14}
+    assert goodput_words(run).startswith("all 60 requests start within 2 s, but only 23 of those also stream within "
+                                         "140 ms a token: each newcomer's prompt")
+    assert goodput_words({**run, "ttft_ok": 59}).startswith("59 of the 60 requests start within 2 s, but only 23")
+    assert goodput_words({**run, "both_ok": 60, "slo_tpot_s": 0.0031}) == (
+        "all 60 requests start within 2 s, and every one of those also streams within 3.1 ms a token")
 
 
 def computed_words() -> str:
