@@ -10,10 +10,11 @@ import math
 import threading
 
 from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
-                             KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
-                             QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_LONE, SLO_TTFT_LONE, SMOLLM2,
-                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
-                             percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
+                             KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS, QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG,
+                             SHORT_LONG_LOAD, SHORT_LONG_SLOTS, SHORT_LONG_WAIT_STEPS, SLO_TPOT_LONE, SLO_TTFT_LONE,
+                             SMOLLM2, at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep,
+                             lifecycle_run, percentile, ridge, short_long_setup, slot_grid, slot_steps,
+                             static_vs_continuous_runs, token_times)
 from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
                                      TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
@@ -49,7 +50,7 @@ _computing = threading.Lock()
 
 
 def numbers(step_model: StepModel = COURSE_MODEL) -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 4, 5, 8 and 9's
+    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 2, 4, 5, 8 and 9's
     from runs on `step_model` (on the lesson page, the learner's own), the rest from the recorded CPU
     model, named GPUs' rooflines, supposed machines or settings. Seconds of simulation: computed once per
     process and step model, a second caller waiting for the first; do not change the dict."""
@@ -73,23 +74,9 @@ def _numbers() -> dict:
              ex1_peak=EX1_PEAK_GFLOPS, ex1_floor_fp32_ms=_r(floor_ms["fp32"], 1),
              ex1_floor_bf16_ms=_r(floor_ms["bf16"], 1), ex1_tok_s_bf16=_r(1000 / floor_ms["bf16"]),
              ex1_balance=_r(EX1_PEAK_GFLOPS / EX1_BANDWIDTH_GBS))
-    # lesson 2
-    runs = static_vs_continuous_runs()
-    for mode, (rs, ms) in runs.items():
-        end = max(r["finish_s"] for r in rs)
-        long = max(rs, key=lambda r: r["output_tokens"])
-        n[f"{mode}_end_s"] = _r(end, 1)
-        n[f"{mode}_tok_s"] = _r(sum(r["output_tokens"] for r in rs) / end, 1)
-        n[f"{mode}_ttft_p95_s"] = _r(percentile([r["ttft_s"] for r in rs], 95), 2)
-        n[f"{mode}_long_e2e_s"] = _r(long["e2e_s"], 1)
-        n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
-    rs, ms = runs["static"]
-    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
-    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
-    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
-             sl_max_wait_ms=round(SchedulerPolicy().max_wait_ms))
+    # lesson 2 (its run on the learner's step model: on_step_model)
     n.update(sl_requests=SHORT_LONG.num_requests, sl_long=SHORT_LONG.output_hi, sl_short_lo=SHORT_LONG.output_lo,
-             sl_short_hi=SHORT_SPAN * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
+             sl_short_hi=SHORT_SPAN * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS)
     lengths = grid_lengths()
     grids = {mode: slot_grid(lengths, GRID_SLOTS, mode) for mode in ("static", "continuous")}
     n.update(grid_n=len(lengths), grid_slots=GRID_SLOTS, grid_lengths=", ".join(map(str, lengths[:-1])) + " and "
@@ -153,7 +140,7 @@ def _numbers() -> dict:
 
 @functools.lru_cache(maxsize=4)
 def on_step_model(step_model: StepModel) -> dict:
-    """The numbers of the worked examples that run on the step model they are given: lessons 4, 5, 8 and 9,
+    """The numbers of the worked examples that run on the step model they are given: lessons 2, 4, 5, 8 and 9,
     whose workloads are set as shares of what that machine serves, so that the same story (a queue that
     grows near capacity, an order that starves, replicas that fall behind) plays out on any machine."""
     n = {}
@@ -185,6 +172,25 @@ def on_step_model(step_model: StepModel) -> dict:
              l_long_tokens=f"{round(running * (1000 + QUEUE_SPEC.output_hi)):,}",
              l_pool_pct=_r(100 * running * tokens / pool),
              l_long_pool_pct=_r(100 * running * (1000 + QUEUE_SPEC.output_hi) / pool))
+    # lesson 2: its traffic and static batching's max_wait_ms set relative to the machine
+    spec, wait_ms = short_long_setup(step_model)
+    runs = static_vs_continuous_runs(step_model)
+    for mode, (rs, ms) in runs.items():
+        end = max(r["finish_s"] for r in rs)
+        long = max(rs, key=lambda r: r["output_tokens"])
+        n[f"{mode}_end_s"] = _figures(end)
+        n[f"{mode}_tok_s"] = _figures(sum(r["output_tokens"] for r in rs) / end)
+        n[f"{mode}_ttft_p95_s"] = _figures(percentile([r["ttft_s"] for r in rs], 95))
+        n[f"{mode}_long_e2e_s"] = _figures(long["e2e_s"])
+        n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
+    rs, ms = runs["static"]
+    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
+    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
+    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
+             sl_max_wait_ms=_figures(wait_ms), sl_wait_steps=SHORT_LONG_WAIT_STEPS,
+             sl_load_pct=_r(100 * SHORT_LONG_LOAD), sl_rate=_figures(spec.rate))
+    n["sl_long_verdict"] = long_request_words(n["static_long_e2e_s"], n["continuous_long_e2e_s"],
+                                              n["sl_max_wait_ms"])
     # lesson 4: its SLO set from this machine's lone request, its traffic at what this machine serves
     gp = goodput_run(step_model)
     n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_figures(gp["duration_s"]),
@@ -220,6 +226,15 @@ def _figures(x: float):
     return int(v) if v == int(v) else v
 
 
+def long_request_words(static_s: float, continuous_s: float, wait_ms: float) -> str:
+    """Lesson 2's long request under continuous batching against static, worded for each way it comes out."""
+    if continuous_s > static_s:
+        return f"longer than the {static_s} s it took under static batching"
+    return (f"shorter all the same than the {static_s} s it took under static batching, where it first waited "
+            f"{wait_ms} ms for its batch to form: on this machine the newcomers' share of its steps cost it less "
+            "than that wait")
+
+
 def goodput_words(gp: dict) -> str:
     """Lesson 4's goodput run (course.examples.goodput_run) against its SLO, worded for each way it comes out."""
     n, ttft, both = gp["requests"], gp["ttft_ok"], gp["both_ok"]
@@ -246,7 +261,7 @@ def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
 # the number (lessons/markers.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
-    "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
+    "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_wait_steps", "sl_load_pct",
     "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
     "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_slots", "gp_requests",
     "slo_ttft_lone", "slo_tpot_lone", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
@@ -277,6 +292,7 @@ def machine_of(name: str) -> str | None:
 
 
 # The numbers that come out of runs on the learner's step model (on_step_model), by name
-_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_", "gp_", "slo_ttft_s", "slo_tpot_ms")
+_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_", "gp_", "slo_ttft_s", "slo_tpot_ms", "static_",
+                  "continuous_", "sl_first_batch", "sl_queue_max", "sl_rate", "sl_max_wait_ms", "sl_long_verdict")
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("static_", "continuous_", "sl_first_batch", "sl_queue_max", "lc_", "tl_", "tl2_")
+_RECORDED = ("lc_", "tl_", "tl2_")
