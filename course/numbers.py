@@ -15,8 +15,9 @@ from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GRID_SLOTS, KNEE_GPU, 
                              SMOLLM2, at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep,
                              lifecycle_run, percentile, ridge, short_long_setup, slot_grid, slot_steps,
                              static_vs_continuous_runs, token_times)
-from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
-                                     TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
+from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LOAD,
+                                     TAIL_LONG, TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait,
+                                     tail_rate, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.step_model import StepModel
 from engine.core.validation import kv_bytes_per_token
@@ -50,7 +51,7 @@ _computing = threading.Lock()
 
 
 def numbers(step_model: StepModel = COURSE_MODEL) -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 2, 4, 5, 8 and 9's
+    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 2, 4, 5, 7, 8 and 9's
     from runs on `step_model` (on the lesson page, the learner's own), the rest from the recorded CPU
     model, named GPUs' rooflines, supposed machines or settings. Seconds of simulation: computed once per
     process and step model, a second caller waiting for the first; do not change the dict."""
@@ -125,22 +126,17 @@ def _numbers() -> dict:
              kn_gpu_weights_gb=_r(roofline_profile(KNEE_GPU).weight_bytes / 1e9))
     n["kv_tokens_each"] = f"{KV_TOKENS_EACH:,}"
     n["kv_64_seqs_gb"] = _r(64 * KV_TOKENS_EACH * n["kv_bytes_bf16"] / 1e9, 1)
-    # lesson 7
-    a, b = tail_stats(tail_run()), tail_stats(tail_run(SHORTER_PROMPT_HI))
+    # lesson 7 (its run on the learner's step model: on_step_model)
     n.update(tl_long_lo=TAIL_LONG.prompt_lo, tl_long_hi=f"{TAIL_LONG.prompt_hi:,}", tl_short_lo=TAIL_SHORT.prompt_lo,
-             tl_short_hi=TAIL_SHORT.prompt_hi, tl2_short_hi=SHORTER_PROMPT_HI)
-    n.update(tl_slots=TAIL_SLOTS, tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
-             tl_p50=_r(a["p50"], 2), tl_p99=_r(a["p99"], 2), tl_mean=_r(a["mean"], 2),
-             tl_short_p50=_r(a["short_p50"], 2), tl_short_p99=_r(a["short_p99"], 2), tl_long_p50=_r(a["long_p50"], 2),
-             tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
-             tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
+             tl_short_hi=TAIL_SHORT.prompt_hi, tl2_short_hi=SHORTER_PROMPT_HI, tl_slots=TAIL_SLOTS,
+             tl_load_pct=_r(100 * TAIL_LOAD))
     n["kv_pool_mb_fp32"] = _r(EngineConfig().kv_pool_tokens * kv_bytes_per_token(30, 3, 64, 4) / 1e6)
     return n
 
 
 @functools.lru_cache(maxsize=4)
 def on_step_model(step_model: StepModel) -> dict:
-    """The numbers of the worked examples that run on the step model they are given: lessons 2, 4, 5, 8 and 9,
+    """The numbers of the worked examples that run on the step model they are given: lessons 2, 4, 5, 7, 8 and 9,
     whose workloads are set as shares of what that machine serves, so that the same story (a queue that
     grows near capacity, an order that starves, replicas that fall behind) plays out on any machine."""
     n = {}
@@ -200,6 +196,14 @@ def on_step_model(step_model: StepModel) -> dict:
              slo_ttft_s=_figures(gp["slo_ttft_s"]), slo_tpot_ms=_figures(1000 * gp["slo_tpot_s"]),
              slo_ttft_lone=SLO_TTFT_LONE, slo_tpot_lone=SLO_TPOT_LONE)
     n["gp_verdict"] = goodput_words(gp)
+    # lesson 7: the tail at TAIL_LOAD of what this machine serves of the mix
+    a, b = tail_stats(tail_run(TAIL_SHORT.prompt_hi, step_model)), tail_stats(tail_run(SHORTER_PROMPT_HI, step_model))
+    n.update(tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
+             tl_rate=_figures(tail_rate(step_model)))
+    for key in ("p50", "p99", "mean", "short_p50", "short_p99", "long_p50"):
+        n[f"tl_{key}"] = _figures(a[key])
+    for key in ("p50", "p99", "mean", "long_p50", "short_p99"):
+        n[f"tl2_{key}"] = _figures(b[key])
     # lesson 8
     n["sv_load_pct"] = _r(100 * STARVE_LOAD)
     for order in ("fcfs", "sjf"):
@@ -266,7 +270,7 @@ _ANY = {  # settings of the examples, counts the scheduler decides alone, and th
     "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_slots", "gp_requests",
     "slo_ttft_lone", "slo_tpot_lone", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
     "tl_long_lo", "tl_long_hi", "tl_short_lo", "tl_short_hi", "tl2_short_hi", "tl_slots", "tl_n", "tl_long",
-    "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
+    "tl_long_share", "tl_load_pct", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
     "sv_fcfs_longest_prompt", "sv_sjf_longest_prompt", "gflop_token", "gflop_token_no_head", "kv_bytes_bf16",
     "params_m", "weights_mb_fp32", "weights_gb_bf16", "kv_64_seqs_gb", "kv_pool_mb_fp32", "kn_requests",
     "kn_slo_ms", "kn_ttft_target", "kn_gpu_weights_gb", "kv_tokens_each", "kn_prompt_lo", "kn_prompt_hi", "kn_out_lo", "kn_out_hi", "kn_out_per_prompt",
@@ -293,6 +297,6 @@ def machine_of(name: str) -> str | None:
 
 # The numbers that come out of runs on the learner's step model (on_step_model), by name
 _ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_", "gp_", "slo_ttft_s", "slo_tpot_ms", "static_",
-                  "continuous_", "sl_first_batch", "sl_queue_max", "sl_rate", "sl_max_wait_ms", "sl_long_verdict")
+                  "continuous_", "sl_first_batch", "sl_queue_max", "sl_rate", "sl_max_wait_ms", "sl_long_verdict", "tl_", "tl2_")
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("lc_", "tl_", "tl2_")
+_RECORDED = ("lc_",)
