@@ -1,7 +1,6 @@
 """The course's worked examples of serving traffic (lessons 7 to 9): a tail split by prompt length,
 starvation under shortest-job-first, and replicas behind a gateway with an autoscaler watching them.
-The same simulator as course/examples.py; lesson 7's tail runs on its recorded step model, lessons 8 and 9
-on the step model they are given (the learner's own, on the lesson page).
+The same simulator as course/examples.py; lessons 7, 8 and 9 run on the step model they are given (the learner's own, on the lesson page).
 """
 from __future__ import annotations
 
@@ -22,16 +21,36 @@ TAIL_LONG = WorkloadSpec(num_requests=10, rate=0.05, prompt_kind="uniform", prom
                          output_kind="uniform", output_lo=8, output_hi=24, seed=8)
 SHORTER_PROMPT_HI = 64    # the optimization: the short prompts' longest, shortened
 TAIL_SLOTS = 16
+TAIL_LOAD = 0.58           # arrivals (both kinds together) this share of what the engine serves of the mix with
+                           # every slot busy; the specs' rates give the two kinds' shares of the arrivals
 LONG_PROMPT = 512          # a prompt longer than this is "long" in the split
 
 
-@functools.lru_cache(maxsize=2)
-def tail_run(short_prompt_hi: int = TAIL_SHORT.prompt_hi) -> list[dict]:
-    """The mixed workload's request rows; `short_prompt_hi` shrinks the short prompts (a speed-up for them only)."""
-    short = WorkloadSpec(**{**TAIL_SHORT.to_dict(), "prompt_hi": short_prompt_hi,
+@functools.lru_cache(maxsize=4)
+def tail_capacity(cost: StepModel = COURSE_MODEL) -> float:
+    """Requests a second the engine finishes of the mix (TAIL_SHORT and TAIL_LONG) sent all at once, counted
+    while every slot is busy (as course.examples.capacity counts one workload's)."""
+    requests = mixed(WorkloadSpec(**{**TAIL_SHORT.to_dict(), "rate": 0}),
+                     WorkloadSpec(**{**TAIL_LONG.to_dict(), "rate": 0}))
+    rows, moments = run(SchedulerPolicy(max_num_seqs=TAIL_SLOTS), None, cost=cost, requests=requests)
+    full_until = next(m.t_end_s for m in moments if not m.waiting)
+    return sum(1 for r in rows if r["finish_s"] <= full_until) / full_until
+
+
+def tail_rate(cost: StepModel = COURSE_MODEL) -> float:
+    """Lesson 7's arrivals a second, both kinds together, on the machine `cost` models."""
+    return TAIL_LOAD * tail_capacity(cost)
+
+
+@functools.lru_cache(maxsize=8)
+def tail_run(short_prompt_hi: int = TAIL_SHORT.prompt_hi, cost: StepModel = COURSE_MODEL) -> list[dict]:
+    """The mixed workload's request rows at TAIL_LOAD on `cost`; `short_prompt_hi` shrinks the short prompts (a
+    speed-up for them only)."""
+    scale = tail_rate(cost) / (TAIL_SHORT.rate + TAIL_LONG.rate)
+    short = WorkloadSpec(**{**TAIL_SHORT.to_dict(), "prompt_hi": short_prompt_hi, "rate": scale * TAIL_SHORT.rate,
                             "prompt_lo": min(TAIL_SHORT.prompt_lo, short_prompt_hi)})
-    rows, _ = run(SchedulerPolicy(max_num_seqs=TAIL_SLOTS), None, cost=COURSE_MODEL,
-                  requests=mixed(short, TAIL_LONG))
+    long = WorkloadSpec(**{**TAIL_LONG.to_dict(), "rate": scale * TAIL_LONG.rate})
+    rows, _ = run(SchedulerPolicy(max_num_seqs=TAIL_SLOTS), None, cost=cost, requests=mixed(short, long))
     return rows
 
 

@@ -9,13 +9,15 @@ import functools
 import math
 import threading
 
-from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GOODPUT_SPEC, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
-                             KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS,
-                             QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG, SHORT_LONG_SLOTS, SLO_TPOT_S, SLO_TTFT_S, SMOLLM2,
-                             at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep, lifecycle_run,
-                             percentile, ridge, slot_grid, slot_steps, static_vs_continuous_runs, token_times)
-from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LONG,
-                                     TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait, tail_run, tail_stats)
+from course.examples import (COURSE_MODEL, GOODPUT_SLOTS, GRID_SLOTS, KNEE_GPU, KNEE_GPU_VALUES, KNEE_SPEC,
+                             KNEE_TPOT_SLO_MS, KNEE_TTFT_SLO_S, LOADS, QUEUE_SLOTS, QUEUE_SPEC, SHORT_LONG,
+                             SHORT_LONG_LOAD, SHORT_LONG_SLOTS, SHORT_LONG_WAIT_STEPS, SLO_TPOT_LONE, SLO_TTFT_LONE,
+                             SMOLLM2, at_load, capacity, goodput_run, load_example, grid_lengths, knee_sweep,
+                             lifecycle_run, percentile, ridge, short_long_setup, slot_grid, slot_steps,
+                             static_vs_continuous_runs, token_times)
+from course.examples_serving import (ALARM_FOR_S, RAMP_AT_S, REPLICAS, SHORTER_PROMPT_HI, STARVE_LOAD, TAIL_LOAD,
+                                     TAIL_LONG, TAIL_SHORT, TAIL_SLOTS, WAITING_ALARM, gateway_run, oldest_wait,
+                                     tail_rate, tail_run, tail_stats)
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.step_model import StepModel
 from engine.core.validation import kv_bytes_per_token
@@ -42,14 +44,14 @@ def _r(x: float, digits: int = 0):
 def setting(name: str):
     """A worked-example number that is one of the course's settings, the same on every machine, without
     running anything (the glossary quotes these). KeyError for any other name."""
-    return {"slo_ttft_s": SLO_TTFT_S, "slo_tpot_ms": _r(1000 * SLO_TPOT_S)}[name]
+    return {"slo_ttft_lone": SLO_TTFT_LONE, "slo_tpot_lone": SLO_TPOT_LONE}[name]
 
 
 _computing = threading.Lock()
 
 
 def numbers(step_model: StepModel = COURSE_MODEL) -> dict:
-    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 5, 8 and 9's
+    """Every worked-example number a lesson quotes, rounded as the text writes it; lessons 2, 4, 5, 7, 8 and 9's
     from runs on `step_model` (on the lesson page, the learner's own), the rest from the recorded CPU
     model, named GPUs' rooflines, supposed machines or settings. Seconds of simulation: computed once per
     process and step model, a second caller waiting for the first; do not change the dict."""
@@ -73,23 +75,9 @@ def _numbers() -> dict:
              ex1_peak=EX1_PEAK_GFLOPS, ex1_floor_fp32_ms=_r(floor_ms["fp32"], 1),
              ex1_floor_bf16_ms=_r(floor_ms["bf16"], 1), ex1_tok_s_bf16=_r(1000 / floor_ms["bf16"]),
              ex1_balance=_r(EX1_PEAK_GFLOPS / EX1_BANDWIDTH_GBS))
-    # lesson 2
-    runs = static_vs_continuous_runs()
-    for mode, (rs, ms) in runs.items():
-        end = max(r["finish_s"] for r in rs)
-        long = max(rs, key=lambda r: r["output_tokens"])
-        n[f"{mode}_end_s"] = _r(end, 1)
-        n[f"{mode}_tok_s"] = _r(sum(r["output_tokens"] for r in rs) / end, 1)
-        n[f"{mode}_ttft_p95_s"] = _r(percentile([r["ttft_s"] for r in rs], 95), 2)
-        n[f"{mode}_long_e2e_s"] = _r(long["e2e_s"], 1)
-        n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
-    rs, ms = runs["static"]
-    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
-    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
-    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
-             sl_max_wait_ms=round(SchedulerPolicy().max_wait_ms))
+    # lesson 2 (its run on the learner's step model: on_step_model)
     n.update(sl_requests=SHORT_LONG.num_requests, sl_long=SHORT_LONG.output_hi, sl_short_lo=SHORT_LONG.output_lo,
-             sl_short_hi=SHORT_SPAN * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS, sl_rate=_r(SHORT_LONG.rate))
+             sl_short_hi=SHORT_SPAN * SHORT_LONG.output_lo, sl_slots=SHORT_LONG_SLOTS)
     lengths = grid_lengths()
     grids = {mode: slot_grid(lengths, GRID_SLOTS, mode) for mode in ("static", "continuous")}
     n.update(grid_n=len(lengths), grid_slots=GRID_SLOTS, grid_lengths=", ".join(map(str, lengths[:-1])) + " and "
@@ -114,11 +102,6 @@ def _numbers() -> dict:
     n.update(lc_queue_s=_r(row["queue_s"], 2), lc_ttft_s=_r(row["ttft_s"], 2), lc_e2e_s=_r(row["e2e_s"], 2),
              lc_tokens=row["output_tokens"], lc_tpot_ms=_r(1000 * row["tpot_s"]), lc_gap_ms=_r(1000 * max(gaps)),
              lc_other_gap_ms=_r(1000 * sum(rest) / len(rest)), lc_prefill_s=_r(row["ttft_s"] - row["queue_s"], 2))
-    gp = goodput_run()
-    n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_r(gp["duration_s"]),
-             gp_tok_s=_r(gp["tokens"] / gp["duration_s"], 1), gp_req_s=_r(gp["requests"] / gp["duration_s"], 2),
-             gp_ttft_ok=gp["ttft_ok"], gp_both_ok=gp["both_ok"], gp_goodput=_r(gp["both_ok"] / gp["duration_s"], 2),
-             slo_ttft_s=SLO_TTFT_S, slo_tpot_ms=_r(1000 * SLO_TPOT_S), gp_rate=GOODPUT_SPEC.rate, gp_slots=GOODPUT_SLOTS)
     # lesson 6: the GPU's sweep (the learner's own sweep is drawn on the page: ui/calculators.knee_example)
     from engine.sim.roofline import roofline_profile
     sweep = knee_sweep()
@@ -143,22 +126,17 @@ def _numbers() -> dict:
              kn_gpu_weights_gb=_r(roofline_profile(KNEE_GPU).weight_bytes / 1e9))
     n["kv_tokens_each"] = f"{KV_TOKENS_EACH:,}"
     n["kv_64_seqs_gb"] = _r(64 * KV_TOKENS_EACH * n["kv_bytes_bf16"] / 1e9, 1)
-    # lesson 7
-    a, b = tail_stats(tail_run()), tail_stats(tail_run(SHORTER_PROMPT_HI))
+    # lesson 7 (its run on the learner's step model: on_step_model)
     n.update(tl_long_lo=TAIL_LONG.prompt_lo, tl_long_hi=f"{TAIL_LONG.prompt_hi:,}", tl_short_lo=TAIL_SHORT.prompt_lo,
-             tl_short_hi=TAIL_SHORT.prompt_hi, tl2_short_hi=SHORTER_PROMPT_HI)
-    n.update(tl_slots=TAIL_SLOTS, tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
-             tl_p50=_r(a["p50"], 2), tl_p99=_r(a["p99"], 2), tl_mean=_r(a["mean"], 2),
-             tl_short_p50=_r(a["short_p50"], 2), tl_short_p99=_r(a["short_p99"], 2), tl_long_p50=_r(a["long_p50"], 2),
-             tl2_p50=_r(b["p50"], 2), tl2_p99=_r(b["p99"], 2), tl2_mean=_r(b["mean"], 2),
-             tl2_long_p50=_r(b["long_p50"], 2), tl2_short_p99=_r(b["short_p99"], 2))
+             tl_short_hi=TAIL_SHORT.prompt_hi, tl2_short_hi=SHORTER_PROMPT_HI, tl_slots=TAIL_SLOTS,
+             tl_load_pct=_r(100 * TAIL_LOAD))
     n["kv_pool_mb_fp32"] = _r(EngineConfig().kv_pool_tokens * kv_bytes_per_token(30, 3, 64, 4) / 1e6)
     return n
 
 
 @functools.lru_cache(maxsize=4)
 def on_step_model(step_model: StepModel) -> dict:
-    """The numbers of the worked examples that run on the step model they are given: lessons 5, 8 and 9,
+    """The numbers of the worked examples that run on the step model they are given: lessons 2, 4, 5, 7, 8 and 9,
     whose workloads are set as shares of what that machine serves, so that the same story (a queue that
     grows near capacity, an order that starves, replicas that fall behind) plays out on any machine."""
     n = {}
@@ -190,6 +168,42 @@ def on_step_model(step_model: StepModel) -> dict:
              l_long_tokens=f"{round(running * (1000 + QUEUE_SPEC.output_hi)):,}",
              l_pool_pct=_r(100 * running * tokens / pool),
              l_long_pool_pct=_r(100 * running * (1000 + QUEUE_SPEC.output_hi) / pool))
+    # lesson 2: its traffic and static batching's max_wait_ms set relative to the machine
+    spec, wait_ms = short_long_setup(step_model)
+    runs = static_vs_continuous_runs(step_model)
+    for mode, (rs, ms) in runs.items():
+        end = max(r["finish_s"] for r in rs)
+        long = max(rs, key=lambda r: r["output_tokens"])
+        n[f"{mode}_end_s"] = _figures(end)
+        n[f"{mode}_tok_s"] = _figures(sum(r["output_tokens"] for r in rs) / end)
+        n[f"{mode}_ttft_p95_s"] = _figures(percentile([r["ttft_s"] for r in rs], 95))
+        n[f"{mode}_long_e2e_s"] = _figures(long["e2e_s"])
+        n[f"{mode}_share"] = _r(100 * slot_steps(rs, ms, SHORT_LONG_SLOTS)["share"])
+    rs, ms = runs["static"]
+    long_id = max(rs, key=lambda r: r["output_tokens"])["id"]
+    with_long = [m for m in ms if any(rid == long_id for rid, _, _ in m.members)]
+    n.update(sl_first_batch=len(with_long[0].members), sl_queue_max=max(len(m.waiting) for m in with_long),
+             sl_max_wait_ms=_figures(wait_ms), sl_wait_steps=SHORT_LONG_WAIT_STEPS,
+             sl_load_pct=_r(100 * SHORT_LONG_LOAD), sl_rate=_figures(spec.rate))
+    n["sl_long_verdict"] = long_request_words(n["static_long_e2e_s"], n["continuous_long_e2e_s"],
+                                              n["sl_max_wait_ms"])
+    # lesson 4: its SLO set from this machine's lone request, its traffic at what this machine serves
+    gp = goodput_run(step_model)
+    n.update(gp_requests=gp["requests"], gp_tokens=f"{gp['tokens']:,}", gp_duration_s=_figures(gp["duration_s"]),
+             gp_tok_s=_figures(gp["tokens"] / gp["duration_s"]), gp_req_s=_figures(gp["requests"] / gp["duration_s"]),
+             gp_goodput=_figures(gp["both_ok"] / gp["duration_s"]), gp_rate=_figures(gp["rate"]),
+             gp_share=_r(100 * gp["both_ok"] / gp["requests"]), gp_slots=GOODPUT_SLOTS,
+             slo_ttft_s=_figures(gp["slo_ttft_s"]), slo_tpot_ms=_figures(1000 * gp["slo_tpot_s"]),
+             slo_ttft_lone=SLO_TTFT_LONE, slo_tpot_lone=SLO_TPOT_LONE)
+    n["gp_verdict"] = goodput_words(gp)
+    # lesson 7: the tail at TAIL_LOAD of what this machine serves of the mix
+    a, b = tail_stats(tail_run(TAIL_SHORT.prompt_hi, step_model)), tail_stats(tail_run(SHORTER_PROMPT_HI, step_model))
+    n.update(tl_n=a["n"], tl_long=a["n_long"], tl_long_share=_r(100 * a["n_long"] / a["n"]),
+             tl_rate=_figures(tail_rate(step_model)))
+    for key in ("p50", "p99", "mean", "short_p50", "short_p99", "long_p50"):
+        n[f"tl_{key}"] = _figures(a[key])
+    for key in ("p50", "p99", "mean", "long_p50", "short_p99"):
+        n[f"tl2_{key}"] = _figures(b[key])
     # lesson 8
     n["sv_load_pct"] = _r(100 * STARVE_LOAD)
     for order in ("fcfs", "sjf"):
@@ -210,6 +224,34 @@ def on_step_model(step_model: StepModel) -> dict:
     return n
 
 
+def _figures(x: float):
+    """`x` to three significant figures, as a number the text can quote on a CPU or a GPU alike."""
+    v = float(f"{x:.3g}")
+    return int(v) if v == int(v) else v
+
+
+def long_request_words(static_s: float, continuous_s: float, wait_ms: float) -> str:
+    """Lesson 2's long request under continuous batching against static, worded for each way it comes out."""
+    if continuous_s > static_s:
+        return f"longer than the {static_s} s it took under static batching"
+    return (f"shorter all the same than the {static_s} s it took under static batching, where it first waited "
+            f"{wait_ms} ms for its batch to form: on this machine the newcomers' share of its steps cost it less "
+            "than that wait")
+
+
+def goodput_words(gp: dict) -> str:
+    """Lesson 4's goodput run (course.examples.goodput_run) against its SLO, worded for each way it comes out."""
+    n, ttft, both = gp["requests"], gp["ttft_ok"], gp["both_ok"]
+    target_ttft, target_tpot = _figures(gp["slo_ttft_s"]), _figures(1000 * gp["slo_tpot_s"])
+    start = (f"all {n} requests start within {target_ttft} s" if ttft == n
+             else f"{ttft} of the {n} requests start within {target_ttft} s")
+    if both == ttft:
+        return f"{start}, and every one of those also streams within {target_tpot} ms a token"
+    return (f"{start}, but only {both} of those also stream within {target_tpot} ms a token: each newcomer's "
+            "prompt is prefilled in a step that the running streams share, and such a step lasts as long as "
+            "several decode steps, so their mean gap ends up above the target")
+
+
 def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
     """When lesson 9's autoscaler asked for a replica, worded for each way the run can come out."""
     if alarm_s is None:
@@ -223,12 +265,12 @@ def autoscaler_words(alarm_s: float | None, end_s: float) -> str:
 # the number (lessons/markers.tag_machines). A number nobody has placed on a machine is None, and
 # tests/test_lesson_examples.py fails on it.
 _ANY = {  # settings of the examples, counts the scheduler decides alone, and the model's own shape
-    "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_rate", "sl_max_wait_ms",
+    "sl_requests", "sl_long", "sl_short_lo", "sl_short_hi", "sl_slots", "sl_wait_steps", "sl_load_pct",
     "grid_n", "grid_slots", "grid_lengths", "grid_static_steps",
-    "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_rate", "gp_slots", "gp_requests",
-    "slo_ttft_s", "slo_tpot_ms", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
+    "grid_cont_steps", "grid_used", "grid_static_held", "grid_cont_held", "gp_slots", "gp_requests",
+    "slo_ttft_lone", "slo_tpot_lone", "q_slots", "q_requests", "q_tokens", "kv_pool", "mm1_l_70", "mm1_l_95", "mm1_l_98",
     "tl_long_lo", "tl_long_hi", "tl_short_lo", "tl_short_hi", "tl2_short_hi", "tl_slots", "tl_n", "tl_long",
-    "tl_long_share", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
+    "tl_long_share", "tl_load_pct", "gw_threshold", "gw_hold_s", "gw_replicas", "gw_ramp_s", "sv_load_pct",
     "sv_fcfs_longest_prompt", "sv_sjf_longest_prompt", "gflop_token", "gflop_token_no_head", "kv_bytes_bf16",
     "params_m", "weights_mb_fp32", "weights_gb_bf16", "kv_64_seqs_gb", "kv_pool_mb_fp32", "kn_requests",
     "kn_slo_ms", "kn_ttft_target", "kn_gpu_weights_gb", "kv_tokens_each", "kn_prompt_lo", "kn_prompt_hi", "kn_out_lo", "kn_out_hi", "kn_out_per_prompt",
@@ -254,6 +296,7 @@ def machine_of(name: str) -> str | None:
 
 
 # The numbers that come out of runs on the learner's step model (on_step_model), by name
-_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_")
+_ON_STEP_MODEL = ("mu", "w_", "lam_", "sim_", "l_", "sv_", "gw_", "gp_", "slo_ttft_s", "slo_tpot_ms", "static_",
+                  "continuous_", "sl_first_batch", "sl_queue_max", "sl_rate", "sl_max_wait_ms", "sl_long_verdict", "tl_", "tl2_")
 # The numbers that come out of runs on the course's recorded CPU step model (COURSE_MODEL), by name
-_RECORDED = ("static_", "continuous_", "sl_first_batch", "sl_queue_max", "lc_", "gp_", "tl_", "tl2_")
+_RECORDED = ("lc_",)

@@ -134,9 +134,9 @@ def knee_curve() -> Picture:
                              "more slots buy little throughput and cost every stream time.")
 
 
-def tail_split() -> Picture:
-    """One TTFT distribution, then the same requests split by prompt length."""
-    rows = course_serving.tail_run()
+def tail_split(step_model: StepModel = course.COURSE_MODEL) -> Picture:
+    """One TTFT distribution, then the same requests split by prompt length, with step times from `step_model`."""
+    rows = course_serving.tail_run(course_serving.TAIL_SHORT.prompt_hi, step_model)
     s = course_serving.tail_stats(rows)
     groups = [("all requests", rows, "#333"),
               (f"prompts ≤ {course_serving.LONG_PROMPT} tokens", [r for r in rows if r["prompt_tokens"] <= course_serving.LONG_PROMPT],
@@ -154,7 +154,7 @@ def tail_split() -> Picture:
                       title=dict(text="TTFT: share of requests at or under each time"),
                       xaxis=dict(title=dict(text="TTFT (s)")), yaxis=dict(title=dict(text="share of requests"),
                                                                           range=[0, 1.02]))
-    alt = (f"Cumulative TTFT of {s['n']} requests on the course's recorded step model, {s['n_long']} of them with "
+    alt = (f"Cumulative TTFT of {s['n']} requests on the step model {step_model.label!r}, {s['n_long']} of them with "
            f"prompts over {course_serving.LONG_PROMPT} tokens. Over all of them p50 is {s['p50']:.2f} s and p99 "
            f"{s['p99']:.2f} s. Split by prompt length, the long prompts' median alone is {s['long_p50']:.2f} s, "
            f"while the short prompts' median is {s['short_p50']:.2f} s and their p99 {s['short_p99']:.2f} s: "
@@ -274,7 +274,7 @@ def _on(step_model: StepModel) -> str:
 
 # The pictures drawn on the step model they are given (the learner's own, on the lesson page); the others
 # are the same for everyone
-ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers")
+ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers", "tail_split")
 PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, **BUDGET_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
             "knee_curve": knee_curve, "tail_split": tail_split, "starvation": starvation,
             "two_schedulers": two_schedulers}
