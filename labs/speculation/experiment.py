@@ -132,13 +132,15 @@ def lab_runs(model, k: int = K, big: int = BIG, repeats: int = REPEATS, progress
 def estimate_s(model, k: int = K, big: int = BIG, repeats: int = REPEATS) -> tuple[float, MachineSpeed]:
     """(seconds, the step model that says so) the lab's runs take here, by the step model (which drafts nothing, so the runs
     with speculation count as long as those without: an upper bound where drafts are accepted)."""
-    jobs = []
-    for w, b, _, m in settings(big, repeats):
-        length = (PASSAGE[0] + PASSAGE[1]) // 2 + 30 if w == "copy" else FREE_PROMPT
-        spec = WorkloadSpec(num_requests=requests_in(w, b), rate=0, prompt_kind="fixed", prompt_lo=length,
-                            prompt_hi=length, output_kind="fixed", output_lo=MAX_NEW, output_hi=MAX_NEW)
-        jobs.append((policy_for("off", b, k), [Part(spec)]))
+    jobs = [(policy_for("off", b, k), [Part(case_spec(w, b))]) for w, b, _, m in settings(big, repeats)]
     return estimate(model, jobs)
+
+
+def case_spec(workload: str, batch: int) -> WorkloadSpec:
+    """A case's requests as a workload: every one submitted at the start (rate 0), at its mean lengths."""
+    length = (PASSAGE[0] + PASSAGE[1]) // 2 + 30 if workload == "copy" else FREE_PROMPT
+    return WorkloadSpec(num_requests=requests_in(workload, batch), rate=0, prompt_kind="fixed", prompt_lo=length,
+                        prompt_hi=length, output_kind="fixed", output_lo=MAX_NEW, output_hi=MAX_NEW)
 
 
 # ----------------------------------------------------------------------------- the simulator

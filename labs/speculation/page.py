@@ -4,7 +4,7 @@ and an H100 roofline's prediction beside. The simulator answers at once; the rea
 import pandas as pd
 import streamlit as st
 
-from analysis import machines
+from course import machines
 from course.examples import ridge, ridge_sentence
 from analysis.speculation import drafts_by_step
 from engine.sim.roofline import DEVICES
@@ -36,6 +36,8 @@ st.title("Guessing ahead: speculative decoding")
 st.caption("A decode step makes one token per request. With n-gram speculation the engine guesses the next few "
            "tokens by finding the request's last words earlier in its own text, and checks every guess in the same "
            "forward pass. When does that pay?")
+load_line.show(("batch 1, served one at a time", lab.case_spec("copy", 1)),
+               ("the large batch", lab.case_spec("copy", lab.BIG)))
 
 with st.sidebar:
     widgets.choice(st.selectbox, "Drafted tokens per step (num_speculative_tokens)", lab.K_CHOICES, lab.K,
