@@ -196,12 +196,15 @@ def speculation_by_batch(step_model: StepModel = course.COURSE_MODEL) -> Picture
         fig.add_trace(go.Scatter(name=short, x=list(SPEC_BATCHES), y=ys, mode="lines+markers",
                                  line=dict(color=color, width=3), hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
     fig.add_hline(y=1, line_dash="dot", line_color="#555", annotation_text="no change")
-    fig.add_vline(x=ridge, line_dash="dash", line_color=COLORS["points"],
-                  annotation_text=f"H100 ridge ≈ {ridge:.0f}", annotation_position="top left")
+    # on a log axis a shape takes data positions and an annotation log10 ones
+    fig.add_vline(x=ridge, line_dash="dash", line_color=COLORS["points"])
+    fig.add_annotation(x=math.log10(ridge), y=1, yref="paper", text=f"H100 ridge ≈ {ridge:.0f}", showarrow=False,
+                       xanchor="right", yanchor="bottom")
     fig.update_layout(height=400, margin=dict(l=60, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.25),
                       title=dict(text=f"Decode tokens/s with {SPEC_K} guesses a step ÷ without<br>"
                                       f"(each guess kept {SPEC_CHANCE:.0%} of the time, simulated)"),
-                      xaxis=dict(title=dict(text="requests in the batch"), type="log"),
+                      xaxis=dict(title=dict(text="requests in the batch"), type="log",
+                                 range=[-0.1, math.log10(SPEC_BATCHES[-1]) + 0.1]),
                       yaxis=dict(title=dict(text="speed-up (×)"), rangemode="tozero"))
 
     def where(ys) -> str:
