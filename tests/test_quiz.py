@@ -72,14 +72,12 @@ def test_choice_order_is_stable_per_learner_and_differs_between_learners():
     assert min(firsts.values()) > 60, firsts   # each choice comes first about a quarter of the time
 
 
-# Lessons whose quizzes have fixed answers only, until the measured questions' new form exists.
-FIXED_ONLY = {"kv-capacity"}
+# Lessons whose quizzes have fixed answers only (none today: a lesson with a lab asks about its measurement).
+FIXED_ONLY: set[str] = set()
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.id)
 def test_each_lesson_asks_about_the_learners_own_measurement(lesson):
-    if lesson.order > 10:
-        pytest.skip("lessons 11 on ask with fixed answers while the measured-question syntax is being replaced")
     measured = [q for q in lesson.quiz if q.measured_with]
     assert measured or lesson.id in FIXED_ONLY, f"{lesson.path.name}: no question uses the learner's lab measurement"
     for q in measured:
