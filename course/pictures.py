@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.style import COLORS, REQUEST_COLORS, ink_on
-from course.examples import Moment, lifecycle_run, run, token_times
+from course.examples import COURSE_MODEL, Moment, lifecycle_run, run, token_times
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.runs.workload import WorkloadSpec
 
@@ -28,6 +28,12 @@ class Picture:
     figure: go.Figure
     alt: str          # the picture in words, for a screen reader or a text-only reader
     caption: str
+
+
+def step_model_words(step_model) -> str:
+    """A step model in words, for a caption: the course's recorded one, or the one the page was given."""
+    return ("the course's recorded step model (this engine in fp32 on a two-core CPU)" if step_model == COURSE_MODEL
+            else f"this machine's step model ({step_model.label})")
 
 
 def run_recorded(policy: SchedulerPolicy, spec: WorkloadSpec = PICTURE_SPEC,

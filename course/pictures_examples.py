@@ -10,9 +10,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from course import examples as course, examples_serving as course_serving
-from course.pictures import PICTURES as RUN_PICTURES, Picture
+from course.pictures import PICTURES as RUN_PICTURES, Picture, step_model_words as _on
 from course.pictures_budget import PICTURES as BUDGET_PICTURES
 from course.pictures_cluster import PICTURES as CLUSTER_PICTURES
+from course.pictures_operator import ON_STEP_MODEL as OPERATOR_ON_STEP_MODEL, PICTURES as OPERATOR_PICTURES
 from analysis.style import COLORS, REQUEST_COLORS
 from engine.core.step_model import StepModel
 from engine.sim.roofline import roofline_profile
@@ -266,15 +267,9 @@ def two_schedulers(step_model: StepModel = course.COURSE_MODEL) -> Picture:
                              "queue is what tells the autoscaler to add one.")
 
 
-def _on(step_model: StepModel) -> str:
-    """A step model in words, for a caption: the course's recorded one, or the one the page was given."""
-    return ("the course's recorded step model (this engine in fp32 on a two-core CPU)" if step_model == course.COURSE_MODEL
-            else f"this machine's step model ({step_model.label})")
-
-
 # The pictures drawn on the step model they are given (the learner's own, on the lesson page); the others
 # are the same for everyone
-ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers", "tail_split")
-PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, **BUDGET_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
+ON_STEP_MODEL = ("queue_growth", "starvation", "two_schedulers", "tail_split", *OPERATOR_ON_STEP_MODEL)
+PICTURES = {**RUN_PICTURES, **CLUSTER_PICTURES, **BUDGET_PICTURES, **OPERATOR_PICTURES, "weights_per_step": weights_per_step, "queue_growth": queue_growth,
             "knee_curve": knee_curve, "tail_split": tail_split, "starvation": starvation,
             "two_schedulers": two_schedulers}

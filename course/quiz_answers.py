@@ -133,3 +133,33 @@ def prefill_saved(v: Values) -> Numbers | None:
         return None
     return {"saved": 10 * (affinity - round_robin), "found_by_affinity": 10 * affinity,
             "round_robin_computes": 10 * (100 - round_robin), "affinity_computes": 10 * (100 - affinity)}
+
+
+@lesson("kv-capacity")
+def pool_not_slots(v: Values) -> Numbers | None:
+    """A pool that holds fewer requests than max_num_seqs: raising max_num_seqs leaves the batch where the pool
+    put it."""
+    running = v["kv_capacity.running"]
+    if not 2 <= running <= 12 or round(2 * running) == 16:
+        return None    # the pool was no limit (near the lab's 16 slots), or two choices would read alike
+    return {"running": running, "twice": 2 * running}
+
+
+@lesson("benchmarking")
+def closed_loop_e2e(v: Values) -> Numbers | None:
+    """Little's law in a closed loop: X = C / E2E, so E2E = C / X."""
+    clients, rate = v["benchmarking.clients"], v["benchmarking.throughput"]
+    if not (clients >= 2 and rate > 0) or f"{clients / rate:.2f}" == f"{rate / clients:.2f}":
+        return None    # C / X and 1 / X, or C / X and X / C, would be the same choice
+    return {"clients": clients, "rate": rate, "e2e": clients / rate, "inverse": rate / clients,
+            "one_over_rate": 1 / rate, "product": clients * rate}
+
+
+@lesson("speculative-decoding")
+def acceptance_length_at_batch_1(v: Values) -> Numbers | None:
+    """At batch 1 a step with four guesses costs about one plain step, so the speed-up is about the tokens a check
+    makes: vLLM's mean acceptance length."""
+    s = v["speculation.speedup_batch_1"]
+    if not 1.3 <= s <= 4.5:
+        return None    # too close to 1 (or past what four guesses can give) to tell the choices apart
+    return {"speedup": s, "kept": s - 1, "per_row": s / 5}

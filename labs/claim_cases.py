@@ -24,6 +24,7 @@ from labs.runs import frames
 from labs.scheduler_orders import experiment as orders
 from labs.slo_goodput import experiment as slo
 from labs.speculation import experiment as spec
+from labs.speculation import break_even as spec_break_even
 from labs.static_vs_continuous import experiment as svc
 from labs.tail import experiment as tail
 from labs.token_budget import experiment as token_budget
@@ -148,7 +149,9 @@ def spec_big_batch(kind: str) -> int:
     """The speculation lab's large batch on a step model: its own on a CPU; on the H100, a batch past the
     roofline's ridge (its batch of 64 is still bound by reading the weights, where speculation pays)."""
     from engine.sim.roofline import DEVICES
-    return spec.BIG if kind == "cpu" else spec.past_ridge(DEVICES["h100-sxm"])
+    return spec.BIG if kind == "cpu" else spec_break_even.past_ridge(DEVICES["h100-sxm"])
+
+
 def budget_verdict(step_model, workload: str):
     """The token budget's sweep of its own workload, or of the short prompts alone (the counter-case),
     at the mixed workload's arrival rate."""

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from engine.core.step_model import StepModel
-from labs.speculation import experiment as lab
+from labs.speculation import break_even, experiment as lab
 
 
 def model(fixed_ms: float, row_ms: float) -> StepModel:
@@ -16,9 +16,9 @@ def model(fixed_ms: float, row_ms: float) -> StepModel:
 
 def test_extra_rows_are_free_when_the_step_is_its_weight_read_and_cost_k_plus_1_when_it_is_arithmetic():
     k = 4
-    assert lab.step_cost_ratio(model(20.0, 0.0), 64, k, 100) == pytest.approx(1.0)      # all fixed: rows free
-    assert lab.step_cost_ratio(model(0.0, 1.0), 64, k, 100) == pytest.approx(k + 1)    # all per row
-    between = lab.step_cost_ratio(model(20.0, 1.0), 1, k, 100), lab.step_cost_ratio(model(20.0, 1.0), 64, k, 100)
+    assert break_even.step_cost_ratio(model(20.0, 0.0), 64, k, 100) == pytest.approx(1.0)      # all fixed: rows free
+    assert break_even.step_cost_ratio(model(0.0, 1.0), 64, k, 100) == pytest.approx(k + 1)    # all per row
+    between = break_even.step_cost_ratio(model(20.0, 1.0), 1, k, 100), break_even.step_cost_ratio(model(20.0, 1.0), 64, k, 100)
     assert 1 < between[0] < between[1] < k + 1, "a bigger batch is nearer the arithmetic bound"
 
 
@@ -60,5 +60,5 @@ def test_first_difference_reads_stored_and_listed_tokens():
 
 
 def test_the_big_batch_question_is_answered_by_the_ratio():
-    assert lab.direction(0.61) == "slower" and lab.direction(2.4) == "faster"
-    assert lab.direction(1.03) == "about the same (within 5%)"
+    assert break_even.direction(0.61) == "slower" and break_even.direction(2.4) == "faster"
+    assert break_even.direction(1.03) == "about the same (within 5%)"

@@ -60,7 +60,7 @@ else:
 c, o = lab.run_numbers(closed, clients), lab.run_numbers(opened, clients)
 ratio = o["ttft_p95"] / c["ttft_p95"] if c["ttft_p95"] > 0 else float("inf")
 if measured:
-    predict.record("benchmarking", {"clients": clients}, throughput=f"{x:.2f} requests/s")
+    predict.record("benchmarking", {"clients": clients}, clients=str(clients), throughput=f"{x:.2f} requests/s")
 predict.reveal(question, guess, ratio, f"p95 TTFT {widgets.seconds(c['ttft_p95'])} in the closed loop, "
                f"{widgets.seconds(o['ttft_p95'])} under open load, both at {x:.2f} requests/s ({source}).",
                measured_text=f"×{ratio:.1f}", source=source)

@@ -21,9 +21,7 @@ import statistics
 from dataclasses import asdict
 
 import pandas as pd
-import plotly.graph_objects as go
 
-from analysis.style import COLORS, empty_figure, layout
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.request import Request
 from engine.runs import results
@@ -132,13 +130,15 @@ def lab_runs(model, k: int = K, big: int = BIG, repeats: int = REPEATS, progress
 def estimate_s(model, k: int = K, big: int = BIG, repeats: int = REPEATS) -> tuple[float, MachineSpeed]:
     """(seconds, the step model that says so) the lab's runs take here, by the step model (which drafts nothing, so the runs
     with speculation count as long as those without: an upper bound where drafts are accepted)."""
-    jobs = []
-    for w, b, _, m in settings(big, repeats):
-        length = (PASSAGE[0] + PASSAGE[1]) // 2 + 30 if w == "copy" else FREE_PROMPT
-        spec = WorkloadSpec(num_requests=requests_in(w, b), rate=0, prompt_kind="fixed", prompt_lo=length,
-                            prompt_hi=length, output_kind="fixed", output_lo=MAX_NEW, output_hi=MAX_NEW)
-        jobs.append((policy_for("off", b, k), [Part(spec)]))
+    jobs = [(policy_for("off", b, k), [Part(case_spec(w, b))]) for w, b, _, m in settings(big, repeats)]
     return estimate(model, jobs)
+
+
+def case_spec(workload: str, batch: int) -> WorkloadSpec:
+    """A case's requests as a workload: every one submitted at the start (rate 0), at its mean lengths."""
+    length = (PASSAGE[0] + PASSAGE[1]) // 2 + 30 if workload == "copy" else FREE_PROMPT
+    return WorkloadSpec(num_requests=requests_in(workload, batch), rate=0, prompt_kind="fixed", prompt_lo=length,
+                        prompt_hi=length, output_kind="fixed", output_lo=MAX_NEW, output_hi=MAX_NEW)
 
 
 # ----------------------------------------------------------------------------- the simulator
@@ -356,101 +356,9 @@ def big_batch_verdict(table: pd.DataFrame, batch: int) -> claims.Verdict:
                                    "a small cost (the pairs' spread says how much)."))
 
 
-# ----------------------------------------------------------------------------- figures
-
-
-def speedup_chart(table: pd.DataFrame, gpu: pd.DataFrame | None = None, source: str = "measured",
-                  gpu_name: str = "") -> go.Figure:
-    """ngram ÷ off for each case, as bars: output tok/s at batch 1, decode tok/s at the large batch (the
-    part speculation changes there), with the GPU profile's prediction beside; a line at 1 (no change)."""
-    title = "Speculation on ÷ off, case by case"
-    what = "Above the line at 1 speculation made tokens faster; below it, slower. Good: above 1 where it is used."
-    if table.empty:
-        return go.Figure(empty_figure(title, what, "case", "ngram ÷ off"))
-
-    def bars(t, name, color):
-        labels = [case_label(r.workload, r.batch) for r in t.itertuples()]
-        values = [r.speedup if r.batch == 1 else r.decode_speedup for r in t.itertuples()]
-        return go.Bar(name=name, x=labels, y=values, marker_color=color, text=[f"{v:.2f}×" for v in values],
-                      textposition="outside", hovertemplate="%{x}: %{y:.2f}×<extra>" + name + "</extra>")
-    traces = [bars(table, "this machine's engine" if source == "measured" else "this machine's step model, simulated",
-                   COLORS["running"])]
-    if gpu is not None and not gpu.empty:
-        traces.append(bars(gpu, gpu_name or "GPU roofline, simulated", COLORS["points"]))
-    return go.Figure(data=traces, layout=layout(title, what, "case", "ngram ÷ off", barmode="group",
-                                                shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
-                                                             line=dict(color="#555", dash="dot"))],
-                                                yaxis=dict(rangemode="tozero")))
+# ----------------------------------------------------------------------------- labels
 
 
 def case_label(workload: str, batch: int) -> str:
     what = "copies" if workload == "copy" else "free text"
     return f"{what}, batch {batch}" + (" (output tok/s)" if batch == 1 else " (decode tok/s)")
-
-
-def acceptance_chart(table: pd.DataFrame, source: str = "measured") -> go.Figure:
-    """The share of drafted tokens accepted, by case."""
-    title = "How many guesses the model accepted, by workload"
-    what = "Accepted ÷ drafted tokens. Good: high. Copying a passage repeats the prompt; free writing rarely does."
-    t = table[table.drafted > 0] if not table.empty else table
-    if t.empty:
-        return go.Figure(empty_figure(title, what, "case", "accepted share"))
-    labels = [case_label(r.workload, r.batch).split(" (")[0] for r in t.itertuples()]
-    fig = go.Bar(x=labels, y=t.acceptance, marker_color=COLORS["running"],
-                 text=[f"{a:.0%} of {d:,}" for a, d in zip(t.acceptance, t.drafted)], textposition="outside",
-                 hovertemplate="%{x}: %{y:.0%}<extra></extra>", name=source)
-    return go.Figure(data=[fig], layout=layout(title, what, "case", "accepted share",
-                                               yaxis=dict(range=[0, 1.1], tickformat=".0%")))
-
-
-# ----------------------------------------------------------------------------- words and the break-even
-
-
-def direction(ratio: float, within: float = 0.05) -> str:
-    """The spec_big question's choice a decode ratio ngram ÷ off answers."""
-    return "faster" if ratio > 1 + within else "slower" if ratio < 1 - within else "about the same (within 5%)"
-
-
-def change_words(ratio: float) -> str:
-    return {"faster": "faster", "slower": "slower"}.get(direction(ratio), "about as fast")
-
-
-def past_ridge(device) -> int:
-    """A batch past a device's ridge: the power of two at or above twice its ridge batch (course.examples.ridge)."""
-    from course.examples import ridge
-    b = 1
-    while b < 2 * ridge(device)["batch"]:
-        b *= 2
-    return b
-
-
-def context_of(workload: str) -> int:
-    """A request's context midway through its output, in the simulator's lengths."""
-    return len(sim_requests(workload, 1)[0].prompt_token_ids) + MAX_NEW // 2
-
-
-def step_cost_ratio(step_model, batch: int, k: int, context: int) -> float:
-    """How many times longer a decode step of `batch` requests takes when each also checks k guesses (k + 1
-    rows, each sampled, attending as a chunk does) than with one row each, by `step_model`."""
-    from engine.core.step_model import StepShape, causal_pairs
-    rows = batch * (k + 1)
-    verify = StepShape(rows, rows, 0, batch * causal_pairs(context, k + 1))
-    return step_model.predict(verify) / step_model.decode_ms(batch, context)
-
-
-def break_even_rows(cpu_model, gpu_model, k: int, big: int, past: int, table: pd.DataFrame,
-                    gpu: pd.DataFrame) -> list[dict]:
-    """For each machine and batch: how many times longer a step takes when every request checks k guesses
-    (the break-even: a request must make this many tokens a step on average), the tokens a request made per
-    decode step with speculation on (from `table` / `gpu`), and the ratio those two predict."""
-    out = []
-    for name, model, t, batches in (("this machine's step model", cpu_model, table, (1, big)),
-                                    (f"{GPU} roofline", gpu_model, gpu, (1, big, past))):
-        for b in batches:
-            ratio = step_cost_ratio(model, b, k, context_of("copy"))
-            r = row(t, "copy", b)
-            made = r.tokens_per_step if r is not None else math.nan
-            out.append({"machine": name, "batch": b, "step with guesses ÷ without (break-even)": ratio,
-                        "tokens per request-step, copies": made,
-                        "full-batch estimate (tokens ÷ break-even)": made / ratio})
-    return out

@@ -4,11 +4,11 @@ and an H100 roofline's prediction beside. The simulator answers at once; the rea
 import pandas as pd
 import streamlit as st
 
-from analysis import machines
+from course import machines
 from course.examples import ridge, ridge_sentence
 from analysis.speculation import drafts_by_step
 from engine.sim.roofline import DEVICES
-from labs.speculation import experiment as lab
+from labs.speculation import break_even, experiment as lab, figures
 from ui import load_line, machine_speed, predict, session, widgets
 
 GPU_DEVICE = DEVICES[lab.GPU.partition(":")[0]]
@@ -25,7 +25,7 @@ def on_gpu(k: int, big: int, chances: tuple):
     """The lab's cases on the GPU roofline, and the copies at a batch past its ridge (read-only)."""
     profile = lab.gpu_profile()
     runs = lab.simulated_runs(profile, k, big, dict(chances))
-    past = lab.past_ridge(GPU_DEVICE)
+    past = break_even.past_ridge(GPU_DEVICE)
     runs += [(("copy", past, 0, m), lab.simulated_run(profile, "copy", past, m, k, dict(chances).get(("copy", big))),
               False)
              for m in lab.METHODS]
@@ -36,6 +36,8 @@ st.title("Guessing ahead: speculative decoding")
 st.caption("A decode step makes one token per request. With n-gram speculation the engine guesses the next few "
            "tokens by finding the request's last words earlier in its own text, and checks every guess in the same "
            "forward pass. When does that pay?")
+load_line.show(("batch 1, served one at a time", lab.case_spec("copy", 1)),
+               ("the large batch", lab.case_spec("copy", lab.BIG)))
 
 with st.sidebar:
     widgets.choice(st.selectbox, "Drafted tokens per step (num_speculative_tokens)", lab.K_CHOICES, lab.K,
@@ -96,7 +98,7 @@ if measured:
     predict.record("speculation", named, speedup_batch_1=f"{one.speedup:.2f}×", decode_speedup_big=f"{many.decode_speedup:.2f}×")
 predict.reveal(q_one, guess_one, one.speedup, f"Output tok/s at batch 1 on copies: {one.ngram_tok_s:.1f} with speculation, "
                f"{one.off_tok_s:.1f} without.", measured_text=f"×{one.speedup:.2f}", source=source)
-predict.reveal(q_big, guess_big, lab.direction(many.decode_speedup),
+predict.reveal(q_big, guess_big, break_even.direction(many.decode_speedup),
                f"At batch {big} the steps that ran no prompt made {many.ngram_decode_tok_s:.0f} tokens/s with "
                f"speculation and {many.off_decode_tok_s:.0f} without: {many.decode_speedup:.2f}×.", source=source)
 predict.show_verdict(lab.batch1_verdict(table), source)
@@ -119,27 +121,27 @@ if measured:
     st.markdown(("**Greedy outputs identical**: " if same else "**Greedy outputs differ**: ") + words)
 
 gpu_name = machines.words(lab.GPU)
-widgets.plot(lab.speedup_chart(table, gpu, source, gpu_name))
+widgets.plot(figures.speedup_chart(table, gpu, source, gpu_name))
 r = ridge(GPU_DEVICE)
-past = lab.past_ridge(GPU_DEVICE)
+past = break_even.past_ridge(GPU_DEVICE)
 g_big, g_past = lab.row(gpu, "copy", big), lab.row(gpu, "copy", past)
 st.markdown(f"**Where the ridge is.** {ridge_sentence(GPU_DEVICE, 'An ' + GPU_DEVICE.name)} (its roofline, "
             f"{machines.words(lab.GPU)}). So at batch {big} its step is still bound by reading the weights, and "
-            f"the roofline predicts {lab.change_words(g_big.decode_speedup)} decode tokens with speculation "
+            f"the roofline predicts {break_even.change_words(g_big.decode_speedup)} decode tokens with speculation "
             f"({g_big.decode_speedup:.2f}×); at batch {past}, past its ridge, "
-            f"{lab.change_words(g_past.decode_speedup)} ({g_past.decode_speedup:.2f}×). This machine reaches its "
+            f"{break_even.change_words(g_past.decode_speedup)} ({g_past.decode_speedup:.2f}×). This machine reaches its "
             "ridge at a far smaller batch: the table below says what the extra rows cost on each.")
 st.markdown("**When guessing pays.** A step that checks k guesses per request carries k + 1 rows per request. It "
             "pays when the tokens a request makes per decode step, on average, outnumber how many times longer the "
             "step takes (the break-even, from each machine's step model). The estimate is for a full batch: the runs' "
             "own ratios also hold their last steps, where requests that finished early leave the batch thinner and "
             "each step still reads every weight.")
-widgets.table(pd.DataFrame(lab.break_even_rows(step_model, lab.gpu_profile().step_model, k, big, past, table, gpu)),
+widgets.table(pd.DataFrame(break_even.break_even_rows(step_model, lab.gpu_profile().step_model, k, big, past, table, gpu)),
               csv="speculation_break_even")
 
 left, right = st.columns(2)
 with left:
-    widgets.plot(lab.acceptance_chart(table, source))
+    widgets.plot(figures.acceptance_chart(table, source))
 with right:
     runs = got if measured else sim_runs
     shown = {f"{lab.case_label(w, b).split(' (')[0]}" + (f", pair {p + 1}" if measured and pairs > 1 else ""):
