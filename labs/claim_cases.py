@@ -215,6 +215,8 @@ CASES = {
                              lambda n, m: spec.batch1_verdict(spec_table(m, spec.BIG), "free"), NOT_SHOWN),
     "spec_costs_compute_bound": (lambda n, m: spec.big_batch_verdict(spec_table(m, spec_big_batch(n)), spec_big_batch(n)),
                                  lambda n, m: spec.big_batch_verdict(spec_table(m, spec.BIG), 1), NOT_SHOWN),
+    "budget_trades_ttft_for_itl": (lambda n, m: budget_verdict(m, token_budget.CLAIM_WORKLOAD),
+                                   lambda n, m: budget_verdict(m, "short only"), NOT_SHOWN),
 }
 
 
@@ -232,6 +234,4 @@ CLUSTER_CASES = {
                                      lambda p: cluster.autoscaler_claim_runs(p, max_num_seqs=1), NOT_SHOWN),
     "startup_delay_costs_slo": (cluster.CLAIM_RUNS["startup_delay_costs_slo"],
                                 lambda p: cluster.startup_claim_runs(p, cluster.GENTLE), NOT_SHOWN),
-    "budget_trades_ttft_for_itl": (lambda n, m: budget_verdict(m, token_budget.CLAIM_WORKLOAD),
-                                   lambda n, m: budget_verdict(m, "short only"), NOT_SHOWN),
 }

@@ -258,7 +258,7 @@ def line_rows(t0: float, c: float) -> list[dict]:
 
 
 def test_lesson_1_reading_has_words_for_each_outcome():
-    from course.examples import step_example_reading
+    from course.readings import step_example_reading
     fixed = step_example_reading(line_rows(5.0, 1.0), "M")             # the weight read dominates: 8 pays
     assert "sharing the step pays" in fixed and "the knee is 32, at 93% of the best" in fixed
     assert "half of it at $B = t_0/c \\approx$ 5," in fixed

@@ -19,7 +19,7 @@ import math
 
 import streamlit as st
 
-from course import examples as course
+from course import examples as course, readings
 from analysis.knee import KNEE_SHARE, knee
 from analysis.queueing import (littles_law_in_system, mm1_p99_chart, mm1_time_in_system,
                                mm1_time_in_system_quantile)
@@ -161,7 +161,7 @@ def step_example() -> None:
                 (left, model, machines.badge(machines.SIMULATOR, here_name), here_name),
                 (right, gpu, machines.badge(course.KNEE_GPU), course.knee_gpu_name())):
             rows = course.step_table(cost)
-            col.markdown(badge + "\n\n" + _step_rows(rows) + "\n\n" + course.step_example_reading(rows, name))
+            col.markdown(badge + "\n\n" + _step_rows(rows) + "\n\n" + readings.step_example_reading(rows, name))
         st.caption(f"Left: {model.label}. Right: {gpu.label} (spec-sheet figures, a model, not a measurement).")
 
 
@@ -284,9 +284,9 @@ def knee_example() -> None:
                                      "this machine's simulator, on a guessed step model") + "\n\n" + _sweep_table(here))
         right.markdown(machines.badge(course.KNEE_GPU) + "\n\n" + _sweep_table(gpu))
         cpu = this_cpu()
-        st.markdown(course.knee_reading(here, here_name) + " " + course.knee_reading(gpu, course.knee_gpu_name()))
-        st.markdown("Where each turns: " + course.ridge_sentence(cpu, "This machine's CPU (its peaks measured just now; a busy machine moves them)") + ". "
-                    + course.ridge_sentence(gpu_model.device, f"An {gpu_model.device.name}") + ". Past its ridge "
+        st.markdown(readings.knee_reading(here, here_name) + " " + readings.knee_reading(gpu, course.knee_gpu_name()))
+        st.markdown("Where each turns: " + readings.ridge_sentence(cpu, "This machine's CPU (its peaks measured just now; a busy machine moves them)") + ". "
+                    + readings.ridge_sentence(gpu_model.device, f"An {gpu_model.device.name}") + ". Past its ridge "
                     "every added sequence costs its own arithmetic; how soon that flattens throughput also depends "
                     "on what every step pays whatever its batch, which is why the knee is read off each sweep.")
         st.caption(f"Left: {model.label}. Right: {gpu_model.label} (spec-sheet figures, a model, not a measurement).")

@@ -5,7 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from course import machines
-from course.examples import ridge, ridge_sentence
+from course.examples import ridge
+from course.readings import ridge_sentence
 from analysis.speculation import drafts_by_step
 from engine.sim.roofline import DEVICES
 from labs.speculation import break_even, experiment as lab, figures

@@ -4,7 +4,7 @@ on the real engine after its button; the same sweep on an H100's roofline beside
 and a batch goal would set the budget."""
 import streamlit as st
 
-from analysis import machines
+from course import machines
 from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from engine.sim.simulate import resolve_profile
