@@ -2,7 +2,7 @@
 states an outcome its run did not have. No Streamlit."""
 from __future__ import annotations
 
-from course.examples import ridge
+from course.examples import line_through, ridge
 
 
 def step_example_reading(rows: list[dict], machine: str) -> str:
