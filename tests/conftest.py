@@ -55,6 +55,20 @@ def commit_predictions(at):
     return at
 
 
+def send_any_engine_load(at, requests: int, output_lo: int, output_hi: int, timeout: float, rerun: bool = False):
+    """On an AppTest of the Any engine page, already connected: send `requests` requests and wait until all
+    came back (rerunning the page meanwhile if `rerun`, as a live page would). Returns the load generator."""
+    at.number_input(key="ext_num_requests").set_value(requests)
+    at.number_input(key="ext_output_lo").set_value(output_lo)
+    at.number_input(key="ext_output_hi").set_value(output_hi)
+    at.button(key="ext_start").click().run()
+    gen = at.session_state["ext_generator"]
+    wait_until(lambda: (at.run() if rerun else None) or (len(gen.records) >= requests and not gen.in_flight),
+               timeout=timeout, what=f"{requests} answers", interval=0.5 if rerun else 0.2)
+    at.run()
+    return gen
+
+
 BROWSER_PREFIX = "test_browser"      # test_browser*.py: the tests that drive a real Chromium
 
 

@@ -3,7 +3,6 @@ one poll per refresh for every viewer, and the page: a student cannot change the
 the instructor can."""
 import base64
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from engine.core.config import SchedulerPolicy
 from engine.model.model import load_model
 from remote.load import LoadGenerator
 from test_server import TOKEN, serving
+from conftest import send_any_engine_load
 
 PAGE = str(Path(__file__).resolve().parent.parent / "classroom" / "page.py")
 
@@ -203,15 +203,7 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     assert not at.error and "model **tiny**" in at.caption[0].value
     assert not at.exception                      # every chart drawn empty before the first request
     assert "this project's Batching Lab server" in at.caption[0].value.replace("\\", "")     # the kind of engine, named
-    at.number_input(key="ext_num_requests").set_value(3)
-    at.number_input(key="ext_output_lo").set_value(4)
-    at.number_input(key="ext_output_hi").set_value(6)
-    at.button(key="ext_start").click().run()
-    gen = at.session_state["ext_generator"]
-    deadline = time.monotonic() + 60
-    while (len(gen.records) < 3 or gen.in_flight) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    at.run()
+    gen = send_any_engine_load(at, 3, 4, 6, timeout=60)
     table = gen.table()
     assert list(table["status"]) == ["finished"] * 3 and (table["ttft_s"] > 0).all()
     assert table["output_tokens"].between(4, 6).all()
@@ -221,7 +213,8 @@ def test_any_engine_page_drives_our_server_as_an_openai_compatible_one(server, m
     assert not at.exception
     # TTFT, TPOT and ITL charted per request over time from the streams, on an axis that ends with
     # the load (not 0-120 s), with short labels in place of the server's request ids
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    charts = [json.loads(args["figure_json"]) for args in (json.loads(c.proto.json_args) for c in at.get("component_instance"))
+              if "figure_json" in args]           # live charts (ui/live_chart.py), redrawn in place
     titles = [c["layout"]["title"]["text"] for c in charts]
     assert titles == ["Request timeline", "Running and waiting", "TTFT over time", "TPOT over time",
                       "ITL over time"]

@@ -17,6 +17,7 @@ from remote.load import LoadGenerator
 from tools import llama_cpp
 
 from test_classroom import EXTERNAL
+from conftest import send_any_engine_load
 
 SLOTS = 2
 
@@ -76,16 +77,7 @@ def test_any_engine_page_names_llama_cpp_and_charts_its_gauges(llama, monkeypatc
     at.button[0].click().run()
     caption = at.caption[0].value.replace("\\", "")
     assert not at.error and "a llama.cpp server (llama-server)" in caption
-    at.number_input(key="ext_num_requests").set_value(4)
-    at.number_input(key="ext_output_lo").set_value(16)
-    at.number_input(key="ext_output_hi").set_value(16)
-    at.button(key="ext_start").click().run()
-    gen = at.session_state["ext_generator"]
-    deadline = time.monotonic() + 120
-    while (len(gen.records) < 4 or gen.in_flight) and time.monotonic() < deadline:
-        at.run()
-        time.sleep(0.5)
-    at.run()
+    gen = send_any_engine_load(at, 4, 16, 16, timeout=120, rerun=True)
     assert list(gen.table()["status"]) == ["finished"] * 4
     readings = at.session_state["ext_gauges"]
     assert readings and {r["engine"] for r in readings} == {"llamacpp"}

@@ -23,6 +23,7 @@ import time
 from course import claims
 from engine.sim.simulate import resolve_profile
 from labs import runs
+from tools.measure_all import progress_printer
 from labs.costs import experiment as costs
 from labs.dynamic_batching import experiment as dynamic
 from labs.knee import experiment as knee
@@ -42,17 +43,6 @@ SLO_H100 = (0.3, 0.02)
 QUEUE_REAL = [0.5, 0.9, 1.2]  # the real engine's utilizations: the claim's pair and one past capacity
 
 
-def _progress(name):
-    last = [0.0]
-
-    def cb(f, text):
-        now = time.perf_counter()
-        if now - last[0] > 10 or f >= 1:
-            last[0] = now
-            print(f"  [{name}] {f:4.0%} {text}", file=sys.stderr, flush=True)
-    return cb
-
-
 class Source:
     """One column: the real engine (`model`) or the simulator (`step_model`); `machine` is the step model
     the labs size their workloads with (this machine's, for the real engine too)."""
@@ -68,7 +58,7 @@ class Source:
 
 def verdicts_for(lab: str, src: Source) -> list[claims.Verdict]:
     """The lab's claims, judged on one run of its default settings from `src`."""
-    m, sm, p = src.model, src.step_model, _progress(f"{lab} {src.name}")
+    m, sm, p = src.model, src.step_model, progress_printer(f"{lab} {src.name}", every_s=10)
     if lab == "why_batch":
         rows = why_batch.batch_scaling(m, progress=p)[0] if src.real else why_batch.predicted_scaling(sm)
         return [why_batch.amortization_verdict(why_batch.scaling_table(rows), src.machine if src.real else None)]

@@ -32,12 +32,13 @@ LABS = ["why_batch", "static_vs_continuous", "dynamic_batching", "costs", "slo_g
         "scheduler_orders"]
 
 
-def _progress(name):
+def progress_printer(name: str, every_s: float = 5.0):
+    """A run's progress callback that prints to stderr at most every `every_s` seconds, and at the end."""
     last = [0.0]
 
     def cb(f, text):
         now = time.perf_counter()
-        if now - last[0] > 5 or f >= 1:
+        if now - last[0] > every_s or f >= 1:
             last[0] = now
             print(f"  [{name}] {f:4.0%} {text}", file=sys.stderr, flush=True)
     return cb
@@ -175,7 +176,7 @@ def _r(x, d=3):
 
 
 def why_batch(model, refresh):
-    rows, hit = why_batch_lab.batch_scaling(model, progress=_progress("why_batch"), refresh=refresh)
+    rows, hit = why_batch_lab.batch_scaling(model, progress=progress_printer("why_batch"), refresh=refresh)
     table = why_batch_lab.scaling_table(rows)
     fit = why_batch_lab.linear_fit(rows)
     return {
@@ -191,7 +192,7 @@ def why_batch(model, refresh):
 def static_vs_continuous(model, refresh):
     out = {}
     for key in svc_lab.WORKLOADS:
-        both = svc_lab.both_modes(model, key, progress=_progress(f"svc {key}"), refresh=refresh)
+        both = svc_lab.both_modes(model, key, progress=progress_printer(f"svc {key}"), refresh=refresh)
         s = {m: svc_lab.mode_summary(res, svc_lab.SLOTS) for m, (res, _) in both.items()}
         out[key] = {
             "static": {k: _r(v) for k, v in s["static"].items()},
@@ -204,7 +205,7 @@ def static_vs_continuous(model, refresh):
 
 def dynamic_batching(model, refresh):
     rate = dynamic_lab.rate_for(_machine())
-    table = dynamic_lab.wait_table(dynamic_lab.wait_runs(model, rate, progress=_progress("dynamic"), refresh=refresh))
+    table = dynamic_lab.wait_table(dynamic_lab.wait_runs(model, rate, progress=progress_printer("dynamic"), refresh=refresh))
     return {"outcome": dynamic_lab.outcome(table),
             "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
 
@@ -212,19 +213,19 @@ def dynamic_batching(model, refresh):
 def costs(model, refresh):
     out = {}
     for priority in STEP_PRIORITIES:   # the default step priority keeps the key "chunked_prefill"
-        stall = costs_lab.stall_runs(model, costs_lab.long_arrivals(_machine()), step_priority=priority, progress=_progress(f"costs stall {priority}"),
+        stall = costs_lab.stall_runs(model, costs_lab.long_arrivals(_machine()), step_priority=priority, progress=progress_printer(f"costs stall {priority}"),
                                      refresh=refresh)
         key = "chunked_prefill" if priority == costs_lab.STEP_PRIORITY else f"chunked_prefill_{priority}"
         out[key] = {k: {m: _r(v) for m, v in costs_lab.stall_summary(res).items()} for k, (res, _) in stall.items()}
     kv = {}
     for cap in (costs_lab.KV_DEFAULT, 1024, 512):
-        res, _ = costs_lab.kv_run(model, cap, progress=_progress(f"costs kv {cap}"), refresh=refresh)
+        res, _ = costs_lab.kv_run(model, cap, progress=progress_printer(f"costs kv {cap}"), refresh=refresh)
         kv[cap] = {m: _r(v) for m, v in costs_lab.kv_summary(res).items()}
     return {**out, "kv_capacity": kv}
 
 
 def slo_goodput(model, refresh):
-    rate_runs = slo_lab.rate_runs(model, slo_lab.rates_for(_machine()), progress=_progress("slo"), refresh=refresh)
+    rate_runs = slo_lab.rate_runs(model, slo_lab.rates_for(_machine()), progress=progress_printer("slo"), refresh=refresh)
     out = {}
     for ttft, tpot in ((0.8, 0.06), (2.0, 0.1)):
         out[f"ttft<={ttft}s,tpot<={tpot * 1000:g}ms"] = {
@@ -234,14 +235,14 @@ def slo_goodput(model, refresh):
 
 
 def queueing(model, refresh):
-    mu, rho_runs = queueing_lab.capacity_and_runs(model, progress=_progress("queueing"), refresh=refresh)
+    mu, rho_runs = queueing_lab.capacity_and_runs(model, progress=progress_printer("queueing"), refresh=refresh)
     return {"mu_req_s": _r(mu),
             "points": [{k: _r(v) for k, v in queueing_lab.queue_point(rho, res, mu).items()}
                        for rho, res, _ in rho_runs]}
 
 
 def knee(model, refresh):
-    sweep = knee_lab.max_num_seqs_runs(model, progress=_progress("knee"), refresh=refresh)
+    sweep = knee_lab.max_num_seqs_runs(model, progress=progress_printer("knee"), refresh=refresh)
     table = knee_lab.knee_table(sweep, None, 0.06)
     return {"knee_max_num_seqs": knee_lab.find_knee(table),
             "rows": [{k: _r(v) for k, v in r.items()} for r in table.to_dict("records")]}
@@ -251,7 +252,7 @@ def tail(model, refresh):
     out = {}
     for share in (0.0, 0.1):
         res, _ = tail_lab.tail_run(model, tail_lab.rate_for(_machine(), share), share,
-                                   progress=_progress(f"tail {share:.0%}"), refresh=refresh)
+                                   progress=progress_printer(f"tail {share:.0%}"), refresh=refresh)
         reqs, _ = runs.frames(res)
         out[f"long share {share:.0%}"] = {
             "ttft_by_prompt": tail_lab.percentile_table(reqs, "ttft_s", tail_lab.prompt_bucket(reqs["prompt_tokens"]))
@@ -262,7 +263,7 @@ def tail(model, refresh):
 
 
 def scheduler_orders(model, refresh):
-    by_order = orders_lab.order_runs(model, orders_lab.rate_for(_machine()), progress=_progress("orders"),
+    by_order = orders_lab.order_runs(model, orders_lab.rate_for(_machine()), progress=progress_printer("orders"),
                                      refresh=refresh)
     table = orders_lab.tenant_table(by_order)
     return {"table": table.round(3).to_dict("records"), "sentences": orders_lab.winners(table)}

@@ -347,6 +347,11 @@ def plural(n, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
+def change(col, label: str, before: str, after: str, help: str) -> None:
+    """A metric that shows one figure going from the first setting of a sweep to its last: "0.64 → 2.81 s"."""
+    col.metric(label, f"{before} → {after}", help=help)
+
+
 def plot(fig, key: str | None = None) -> None:
     """A lab chart, with a "download as PNG" button in its corner. Two charts that can be drawn
     alike on one page (both modes of one equal-lengths batch) need a `key` each."""
