@@ -13,6 +13,7 @@ from ..core.clock import VirtualClock, WallClock
 from ..core.config import EngineConfig, SchedulerPolicy
 from ..core.engine import Engine
 from ..core.executor import CostModelExecutor
+from ..core.knobs import knobs_of
 from ..core.kv_cache import BlockPool
 from ..core.validation import SMOLLM2_KV_BYTES_PER_TOKEN, available_memory_bytes, check_kv_fits
 
@@ -27,7 +28,9 @@ def size_kv_pool(config: EngineConfig, policy: SchedulerPolicy) -> EngineConfig:
 
 
 def check_kv_memory(config: EngineConfig, policy: SchedulerPolicy, model=None) -> None:
-    """Refuse a KV pool this machine cannot hold, naming the knob that asked for it and how much fits."""
+    """Refuse a KV pool this machine cannot hold, naming the knob that asked for it and how much fits.
+    The knob's own range is said first: a value outside it is refused as such, not as too much memory."""
+    knobs_of(SchedulerPolicy)["kv_capacity_tokens"].check(policy.kv_capacity_tokens)
     field = "kv_capacity_tokens" if policy.kv_capacity_tokens >= config.kv_pool_tokens else "kv_pool_tokens"
     tokens = size_kv_pool(config, policy).kv_pool_tokens
     if model is None:
