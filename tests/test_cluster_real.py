@@ -35,7 +35,9 @@ def test_real_replicas_serve_every_request_where_the_router_sent_it(tiny):  # no
                 assert row["output_tokens"] == wanted[row["id"]] and row["ttft_s"] > 0 and row["tpot_s"] > 0
                 assert row["e2e_s"] == pytest.approx(row["ttft_s"] + row["tpot_s"] * (row["output_tokens"] - 1))
                 assert row["first_token_s"] == pytest.approx(row["arrival_s"] + row["ttft_s"])
-            assert all(life.busy_s > 0 for life in res.replicas), "each replica's steps were read from /lab/steps"
+            # each replica that was sent requests had its steps read from /lab/steps (prefix affinity may
+            # send every request to one replica)
+            assert all(life.busy_s > 0 for life, n in zip(res.replicas, routed) if n), (routed, res.replicas)
         # the servers' own pools counted what /metrics said, over both runs
         hits = sum(service.engine.pool.prefix_hits for _, service in servers)
         assert hits > 0
