@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Union
 
 from course.predictions import ASKS
 
-FOLDER = Path(__file__).parent
+LABS = Path(__file__).parent.parent / "labs"      # where a {{number:lab.LAB...}} marker's lab lives
 NUMBER = re.compile(r"\{\{number:(example|lab)\.([\w.]+?)(?::(percent|gain))?\}\}")
 PLACE = re.compile(r"\{\{place:(picture|calculator|predict):([\w-]+)\}\}")
 BLOCK = re.compile(r"^\{\{place:(picture|calculator):([\w-]+)\}\}[ \t]*$", re.MULTILINE)
@@ -87,7 +87,7 @@ def lab_value(number: Number):
     import importlib
     from collections.abc import Mapping as AnyMapping
     from dataclasses import is_dataclass
-    labs = FOLDER.parent / "labs"
+    labs = LABS
     value = importlib.import_module(f"labs.{number.lab}.experiment" if (labs / number.lab).is_dir()
                                     else f"labs.{number.lab}" if (labs / f"{number.lab}.py").exists()
                                     else f"course.{number.lab}")      # the claims table: course/claims.py

@@ -31,8 +31,6 @@ RUN_KEY = "lab_run"
 TOKEN_KEY = "lab_run_token"
 HEARTBEAT_TIMEOUT_S = 300     # a run whose page has not refreshed for this long stops by itself
 TAKEOVER_WAIT_S = 1.5         # after a reload, how long the old session may take to disconnect
-MAX_ENGINES_ENV = settings.MAX_ENGINES
-max_engines = settings.max_engines
 
 
 def run() -> PlaygroundRun | None:
@@ -71,10 +69,10 @@ def new_run(setup: Setup, engine_choice: str = engines.REAL,
     (playground.engines). Refused, with a ValueError the page shows, when the server already
     holds its most runs."""
     reset_run()
-    active, most = engine_threads(), max_engines()
+    active, most = engine_threads(), settings.max_engines()
     if active >= most and engine_choice != engines.SERVER:    # a shared server's run holds no engine here
         raise ValueError(f"{active} runs are active on this server (at most {most}, set by "
-                         f"{MAX_ENGINES_ENV}); stop one or wait.")
+                         f"{settings.MAX_ENGINES}); stop one or wait.")
     key = RUNS.new_token()
     # On the shared server this session's requests carry a tenant of their own; `token`: the
     # instructor token typed in the sidebar

@@ -347,9 +347,11 @@ def plural(n, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
-def change(col, label: str, before: str, after: str, help: str) -> None:
-    """A metric that shows one figure going from the first setting of a sweep to its last: "0.64 → 2.81 s"."""
-    col.metric(label, f"{before} → {after}", help=help)
+def changes(cols, rows) -> None:
+    """Metrics that show figures going from the first setting of a sweep to its last ("0.64 → 2.81 s"), one
+    per column: rows of (label, before, after, help)."""
+    for col, (label, before, after, help_text) in zip(cols, rows):
+        col.metric(label, f"{before} → {after}", help=help_text)
 
 
 def plot(fig, key: str | None = None) -> None:

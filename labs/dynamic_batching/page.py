@@ -70,7 +70,7 @@ predict.reveal(question, guess, lab.outcome(table),
 predict.show_verdict(lab.waiting_verdict(table, slots), source)
 
 cols = st.columns(4)
-for col, (label, a, b, help_text) in zip(cols, [
+widgets.changes(cols, [
         ("p50 TTFT", f"{first.ttft_p50_s:.2f}", f"{last.ttft_p50_s:.2f} s",
          f"At max_wait_ms {first.max_wait_ms:g} → {last.max_wait_ms:g}."),
         ("Mean batch", f"{first.mean_batch:.1f}", f"{last.mean_batch:.1f}",
@@ -78,8 +78,7 @@ for col, (label, a, b, help_text) in zip(cols, [
         ("Tok/s of engine work", f"{first.busy_tok_s:.0f}", f"{last.busy_tok_s:.0f}",
          "Output tokens / seconds the engine spent in steps: how much each second of work makes."),
         ("Tok/s delivered", f"{first.output_tok_s:.0f}", f"{last.output_tok_s:.0f}",
-         "Output tokens / the whole run's duration: what the users received per second.")]):
-    widgets.change(col, label, a, b, help_text)
+         "Output tokens / the whole run's duration: what the users received per second.")])
 widgets.plot(lab.ttft_and_throughput(table if measured else None, sim, sim_name))
 if not measured:
     st.caption("The table is the simulation's.")

@@ -90,7 +90,7 @@ else:
 st.markdown(machines.badge(machines.ENGINE if measured else machines.SIMULATOR, machines.source_label(source, profiled))
             + " the numbers, charts and table below")
 cols = [*st.columns(2), *st.columns(2)]     # two by two: "5.07 → 17.40 s" is cut short in a quarter of the page
-for col, (label, a, b, help_text) in zip(cols, [
+widgets.changes(cols, [
         ("p95 TTFT", f"{first.ttft_p95_s:.2f}", f"{last.ttft_p95_s:.2f} s",
          f"At a budget of {int(first.budget):,} → {int(last.budget):,} tokens."),
         ("Longest gap in a stream (p95)", f"{first.stall_p95_ms:,.0f}", f"{last.stall_p95_ms:,.0f} ms",
@@ -98,8 +98,7 @@ for col, (label, a, b, help_text) in zip(cols, [
         ("ITL p95 (all gaps)", f"{first.itl_p95_ms:,.0f}", f"{last.itl_p95_ms:,.0f} ms",
          "Every gap of every stream pooled: a rare long step can stay above it."),
         ("Largest step", f"{int(first.max_step_tokens):,}", f"{int(last.max_step_tokens):,} tokens",
-         "The most tokens any step of the run carried: below the budget, the budget never bound.")]):
-    widgets.change(col, label, a, b, help_text)
+         "The most tokens any step of the run carried: below the budget, the budget never bound.")])
 shown = table if measured else None
 left, right = st.columns(2)
 with left:
