@@ -63,8 +63,12 @@ def send_any_engine_load(at, requests: int, output_lo: int, output_hi: int, time
     at.number_input(key="ext_output_hi").set_value(output_hi)
     at.button(key="ext_start").click().run()
     gen = at.session_state["ext_generator"]
-    wait_until(lambda: (at.run() if rerun else None) or (len(gen.records) >= requests and not gen.in_flight),
-               timeout=timeout, what=f"{requests} answers", interval=0.5 if rerun else 0.2)
+
+    def answered() -> bool:
+        if rerun:
+            at.run()
+        return len(gen.records) >= requests and not gen.in_flight
+    wait_until(answered, timeout=timeout, what=f"{requests} answers", interval=0.5 if rerun else 0.2)
     at.run()
     return gen
 
