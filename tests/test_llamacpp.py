@@ -2,6 +2,7 @@
 read through its metrics page and its streams. Runs when BATCHING_LAB_LLAMA_SERVER names a
 llama-server (with llama-quantize beside it: `python -m tools.llama_cpp` builds both); skipped
 otherwise."""
+import argparse
 import os
 import subprocess
 import time
@@ -84,3 +85,27 @@ def test_any_engine_page_names_llama_cpp_and_charts_its_gauges(llama, monkeypatc
     assert not at.warning and not at.exception
     assert any("KV cache use: this engine's metrics page does not publish it" in c.value for c in at.caption)
     assert any("busy slots" in i.value for i in at.info)
+
+
+def test_the_llama_cpp_bench_gives_both_servers_the_same_prompt_caching():
+    """Neither server keeps earlier prompts' keys and values by default (llama-server's prompt cache
+    is on unless told otherwise, and the bench repeats its prompts), and both do with --prompt-cache."""
+    from tools import bench_llamacpp
+    for cached in (False, True):
+        args = argparse.Namespace(slots=16, batch_tokens=2048, num_requests=64, prompt_len=[16, 256],
+                                  output_len=[8, 128], lone_tokens=128, prompt_cache=cached)
+        ours, theirs = bench_llamacpp.server_commands("llama-server", "m.gguf", 8080, "bf16", args, 10_000)
+        assert ("--enable-prefix-caching" in ours) == cached
+        assert ("--no-cache-prompt" in theirs) == (not cached)
+        assert ours[ours.index("--max-num-seqs") + 1] == theirs[theirs.index("-np") + 1] == "16"
+        assert ours[ours.index("--max-num-batched-tokens") + 1] == theirs[theirs.index("-b") + 1] == "2048"
+
+
+def test_the_lone_streams_figures_are_their_medians():
+    from tools import bench_llamacpp
+    # TTFT 0.1, 0.2 and 0.6 s (the mean would be 0.3); TPOT 10, 12 and 30 ms over 50 gaps
+    served = [{"send": 1.0, "first": 1.0 + ttft, "end": 1.0 + ttft + 0.05 * tpot, "tokens": 51}
+              for ttft, tpot in ((0.1, 10), (0.6, 12), (0.2, 30))]
+    figures = bench_llamacpp.lone_figures(served)
+    assert figures["batch-1 TTFT (ms)"] == pytest.approx(200.0)
+    assert figures["batch-1 TPOT (ms)"] == pytest.approx(12.0)

@@ -3,14 +3,18 @@
 Both serve SmolLM2 in the same dtype: `engine serve --dtype D`, and `llama-server` on the bundled
 GGUF converted to D by llama-quantize (tools/llama_cpp.py finds or builds llama-server). Both get
 the same knobs: slots = max_num_seqs, the step's token budget = max_num_batched_tokens (-b),
-continuous batching (llama-server's default). One client (tools/bench_serve.one_stream) sends the
-bench workload (`engine bench`'s: all requests at t=0, greedy, each forced to its output length with
+continuous batching (llama-server's default), and no reuse of earlier prompts' keys and values
+(the engine's prefix caching is off by default; llama-server gets --no-cache-prompt), or with
+--prompt-cache reuse in both. One client
+(tools/bench_serve.one_stream) sends the bench workload (`engine bench`'s: all requests at t=0, greedy, each forced to its output length with
 ignore_eos) to each in turn, after a warm-up, in alternating rounds (ours, llama.cpp, ours, ...).
 
 Reported per server and dtype, the median over rounds with the spread [lowest-highest]:
 - output tokens per second over the burst;
 - TTFT p50 and TPOT p50 over its requests (client-side, from the moment a request's body was sent);
-- batch-1 TPOT: one stream alone on the idle server (decode speed with nothing to batch).
+- batch-1 TTFT and TPOT: one stream alone on the idle server, on the workload's longest prompt:
+  its prompt processed in one step (prefill speed, as llama.cpp's prompt processing), then decode
+  speed with nothing to batch.
 
     .venv/bin/python -m tools.bench_llamacpp                      # fp32 and bf16, 3 rounds
     .venv/bin/python -m tools.bench_llamacpp --dtype bf16 --rounds 5
@@ -27,10 +31,12 @@ import subprocess
 import sys
 
 from engine.cli.launch import free_port, launched, stop_process
+from engine.model import kernel_paths
 from engine.model.model import load_model
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
 from engine.server.service import ENGINE_NICE
+from engine.sim.profile import machine_name
 from tools import llama_cpp
 from tools.bench_serve import http_client, one_stream, serve_flags
 
@@ -47,6 +53,9 @@ def parse_args():
     p.add_argument("--lone", type=int, default=3, help="batch-1 streams per server and round")
     p.add_argument("--lone-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt-cache", action="store_true",
+                   help="both servers keep earlier prompts' keys and values (the engine's prefix caching, "
+                        "llama-server's prompt cache); by default neither does")
     return p.parse_args()
 
 
@@ -60,20 +69,32 @@ def burst_figures(served: list[dict]) -> dict:
             "TPOT p50 (ms)": statistics.median(tpots) * 1000}
 
 
-def lone_tpot_ms(served: list[dict]) -> float:
-    return statistics.median((s["end"] - s["first"]) / (s["tokens"] - 1) for s in served) * 1000
+def lone_figures(served: list[dict]) -> dict:
+    """The median TTFT and TPOT of streams sent one at a time to an idle server."""
+    return {"batch-1 TTFT (ms)": statistics.median(s["first"] - s["send"] for s in served) * 1000,
+            "batch-1 TPOT (ms)": statistics.median((s["end"] - s["first"]) / (s["tokens"] - 1) for s in served) * 1000}
 
 
 def spread(values: list[float], digits: int) -> str:
     return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
-@contextlib.contextmanager
-def llama_serving(server, gguf, args):
-    """llama-server on a free port, up; its URL. Stopped and reaped on the way out."""
-    port = free_port()
+def server_commands(server, gguf, port: int, dtype: str, args, kv_tokens: int) -> tuple[list[str], list[str]]:
+    """(engine serve's flags, llama-server's command) with the same knobs. The bench repeats its
+    prompts (warm-up, rounds, the lone stream) and they share the chat template's system prompt, so
+    a server that keeps earlier prompts' keys and values skips work: both keep them (--prompt-cache)
+    or neither does."""
+    ours_args = argparse.Namespace(model="smollm2", device="cpu", dtype=dtype, max_num_seqs=args.slots,
+                                   max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
+    ours = serve_flags(ours_args, kv_tokens) + (["--enable-prefix-caching"] if args.prompt_cache else [])
     ctx = args.prompt_len[1] + max(args.output_len[1], args.lone_tokens) + 64
-    cmd = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
+    theirs = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
+    return ours, theirs + ([] if args.prompt_cache else ["--no-cache-prompt"])
+
+
+@contextlib.contextmanager
+def llama_serving(cmd: list[str], port: int):
+    """llama-server on `port`, up; its URL. Stopped and reaped on the way out."""
     print("  " + " ".join(cmd))
     # at the priority engine serve gives its engine thread (nice +ENGINE_NICE), so on a busy machine
     # neither server gets more of the CPU than the other
@@ -91,22 +112,23 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
                         **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
                         **LengthDist("uniform", *args.output_len).as_fields("output"))
     requests = build_requests(spec, PromptMaker(tokenizer))
-    lone_prompt = requests[0].prompt_token_ids
+    lone_prompt = max(requests, key=lambda r: r.prompt_tokens).prompt_token_ids   # the longest: a prefill worth timing
     kv_tokens = sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024
     gguf = llama_cpp.gguf_for(dtype, server)
-    ours_args = argparse.Namespace(model="smollm2", device="cpu", dtype=dtype, max_num_seqs=args.slots,
-                                   max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
+    port = free_port()
+    ours_flags, llama_cmd = server_commands(server, gguf, port, dtype, args, kv_tokens)
     print(f"\n{dtype}: {len(requests)} requests, {sum(r.max_new_tokens for r in requests)} output tokens, "
-          f"{args.slots} slots, a step's budget {args.batch_tokens} tokens; llama.cpp serves {gguf.name}")
+          f"{args.slots} slots, a step's budget {args.batch_tokens} tokens, earlier prompts' keys and values "
+          f"{'kept' if args.prompt_cache else 'not kept'}; alone: a {len(lone_prompt)}-token prompt, "
+          f"{args.lone_tokens} tokens out; llama.cpp serves {gguf.name}")
     token = {"BATCHING_LAB_INSTRUCTOR_TOKEN": "bench"}
-    with launched(serve_flags(ours_args, kv_tokens), env=token, timeout_s=180) as ours, \
-            llama_serving(server, gguf, args) as llama_url:
+    with launched(ours_flags, env=token, timeout_s=180) as ours, llama_serving(llama_cmd, port) as llama_url:
         return _rounds({"ours": ours.url, "llama.cpp": llama_url}, requests, lone_prompt, args)
 
 
 def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
-    results = {name: {"tok/s": [], "TTFT p50 (s)": [], "TPOT p50 (ms)": [], "batch-1 TPOT (ms)": []}
-               for name in urls}
+    results = {name: {"tok/s": [], "TTFT p50 (s)": [], "TPOT p50 (ms)": [], "batch-1 TTFT (ms)": [],
+                      "batch-1 TPOT (ms)": []} for name in urls}
 
     async def session():
         # a new client for every burst and stream: both servers close a connection kept idle for 5 s
@@ -125,7 +147,7 @@ def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
             order = list(urls) if i % 2 == 0 else list(reversed(urls))
             for name in order:
                 figures = burst_figures(await burst(urls[name]))
-                figures["batch-1 TPOT (ms)"] = lone_tpot_ms([await alone(urls[name]) for _ in range(args.lone)])
+                figures.update(lone_figures([await alone(urls[name]) for _ in range(args.lone)]))
                 for key, value in figures.items():
                     results[name][key].append(value)
                 print(f"  round {i + 1}, {name:9}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
@@ -136,20 +158,23 @@ def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
 
 def report(dtype: str, results: dict) -> None:
     ours, theirs = results["ours"], results["llama.cpp"]
-    digits = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TPOT (ms)": 1}
+    digits = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TTFT (ms)": 1, "batch-1 TPOT (ms)": 1}
     print(f"\n{dtype}, median over {len(ours['tok/s'])} rounds [lowest-highest]:")
     print(f"  {'':20}{'engine serve':>24}{'llama-server':>24}")
     for key, d in digits.items():
         print(f"  {key:20}{spread(ours[key], d):>24}{spread(theirs[key], d):>24}")
     ratios = [a / b for a, b in zip(ours["tok/s"], theirs["tok/s"])]
     print(f"  output tok/s, ours / llama-server, round by round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+    faster = [b / a for a, b in zip(ours["batch-1 TTFT (ms)"], theirs["batch-1 TTFT (ms)"])]
+    print(f"  batch-1 TTFT (the lone prompt's prefill), llama-server / ours, round by round: "
+          f"{', '.join(f'{r:.2f}x' for r in faster)}")
 
 
 def main() -> int:
     args = parse_args()
     server = llama_cpp.find_or_build()
     tokenizer = load_model("smollm2", "cpu", "fp32").tokenizer
-    print(f"llama-server: {server}; this machine: {os.cpu_count()} logical CPUs")
+    print(f"llama-server: {server}\nthis machine: {machine_name('cpu')}; this engine's C kernels: {kernel_paths.in_words()}")
     every = {dtype: bench_dtype(dtype, server, tokenizer, args) for dtype in args.dtype}
     for dtype, results in every.items():
         report(dtype, results)
