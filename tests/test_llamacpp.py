@@ -94,11 +94,12 @@ def test_the_llama_cpp_bench_gives_both_servers_the_same_prompt_caching():
     for cached in (False, True):
         args = argparse.Namespace(slots=16, batch_tokens=2048, num_requests=64, prompt_len=[16, 256],
                                   output_len=[8, 128], lone_tokens=128, prompt_cache=cached)
-        ours, theirs = bench_llamacpp.server_commands("llama-server", "m.gguf", 8080, "bf16", args, 10_000)
+        ours, theirs = bench_llamacpp.server_commands("llama-server", "m.gguf", 8080, "bf16", args, 10_000, 2048)
         assert ("--enable-prefix-caching" in ours) == cached
         assert ("--no-cache-prompt" in theirs) == (not cached)
         assert ours[ours.index("--max-num-seqs") + 1] == theirs[theirs.index("-np") + 1] == "16"
         assert ours[ours.index("--max-num-batched-tokens") + 1] == theirs[theirs.index("-b") + 1] == "2048"
+        assert theirs[theirs.index("-c") + 1] == str(16 * (2048 + 128 + 64))   # each slot fits the longest prompt
 
 
 def test_the_lone_streams_figures_are_their_medians():

@@ -12,12 +12,13 @@ ignore_eos) to each in turn, after a warm-up, in alternating rounds (ours, llama
 Reported per server and dtype, the median over rounds with the spread [lowest-highest]:
 - output tokens per second over the burst;
 - TTFT p50 and TPOT p50 over its requests (client-side, from the moment a request's body was sent);
-- batch-1 TTFT and TPOT: one stream alone on the idle server, on the workload's longest prompt:
-  its prompt processed in one step (prefill speed, as llama.cpp's prompt processing), then decode
-  speed with nothing to batch.
+- batch-1 TTFT and TPOT: one stream alone on the idle server, on the workload's longest prompt
+  (or --lone-prompt-len tokens): its prompt's prefill (as llama.cpp's prompt processing), then
+  decode speed with nothing to batch.
 
     .venv/bin/python -m tools.bench_llamacpp                      # fp32 and bf16, 3 rounds
     .venv/bin/python -m tools.bench_llamacpp --dtype bf16 --rounds 5
+    .venv/bin/python -m tools.bench_llamacpp --lone-prompt-len 1920  # a long prompt's prefill alone
 """
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import statistics
 import subprocess
 import sys
 
 from engine.cli.launch import free_port, launched, stop_process
 from engine.model import kernel_paths
+from engine.core.config import EngineConfig
 from engine.model.model import load_model
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
@@ -52,11 +55,19 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--lone", type=int, default=3, help="batch-1 streams per server and round")
     p.add_argument("--lone-tokens", type=int, default=128)
+    p.add_argument("--lone-prompt-len", type=int, default=0,
+                   help="the lone stream's prompt in tokens (1920: a long prompt's prefill, with the lone "
+                        "stream's tokens out the engine's whole context); 0: the workload's longest prompt")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt-cache", action="store_true",
                    help="both servers keep earlier prompts' keys and values (the engine's prefix caching, "
                         "llama-server's prompt cache); by default neither does")
-    return p.parse_args()
+    args = p.parse_args()
+    context = EngineConfig().max_model_len                # engine serve's context: prompt and output
+    if args.lone_prompt_len and not 1 <= args.lone_prompt_len <= context - args.lone_tokens:
+        p.error(f"--lone-prompt-len {args.lone_prompt_len}: allowed 1 to {context - args.lone_tokens} (the prompt "
+                f"and its --lone-tokens {args.lone_tokens} fit engine serve's {context}-token context)")
+    return args
 
 
 def burst_figures(served: list[dict]) -> dict:
@@ -79,7 +90,8 @@ def spread(values: list[float], digits: int) -> str:
     return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
-def server_commands(server, gguf, port: int, dtype: str, args, kv_tokens: int) -> tuple[list[str], list[str]]:
+def server_commands(server, gguf, port: int, dtype: str, args, kv_tokens: int,
+                    longest_prompt: int) -> tuple[list[str], list[str]]:
     """(engine serve's flags, llama-server's command) with the same knobs. The bench repeats its
     prompts (warm-up, rounds, the lone stream) and they share the chat template's system prompt, so
     a server that keeps earlier prompts' keys and values skips work: both keep them (--prompt-cache)
@@ -87,7 +99,7 @@ def server_commands(server, gguf, port: int, dtype: str, args, kv_tokens: int) -
     ours_args = argparse.Namespace(model="smollm2", device="cpu", dtype=dtype, max_num_seqs=args.slots,
                                    max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
     ours = serve_flags(ours_args, kv_tokens) + (["--enable-prefix-caching"] if args.prompt_cache else [])
-    ctx = args.prompt_len[1] + max(args.output_len[1], args.lone_tokens) + 64
+    ctx = longest_prompt + max(args.output_len[1], args.lone_tokens) + 64      # a slot's context
     theirs = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
     return ours, theirs + ([] if args.prompt_cache else ["--no-cache-prompt"])
 
@@ -112,11 +124,15 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
                         **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
                         **LengthDist("uniform", *args.output_len).as_fields("output"))
     requests = build_requests(spec, PromptMaker(tokenizer))
-    lone_prompt = max(requests, key=lambda r: r.prompt_tokens).prompt_token_ids   # the longest: a prefill worth timing
-    kv_tokens = sum(r.prompt_tokens + r.max_new_tokens for r in requests) + 1024
+    if args.lone_prompt_len:
+        lone_prompt = PromptMaker(tokenizer).make(args.lone_prompt_len, random.Random(args.seed))
+    else:                                                # the workload's longest: a prefill worth timing
+        lone_prompt = max(requests, key=lambda r: r.prompt_tokens).prompt_token_ids
+    longest = max(len(lone_prompt), args.prompt_len[1])
+    kv_tokens = max(sum(r.prompt_tokens + r.max_new_tokens for r in requests), longest + args.lone_tokens) + 1024
     gguf = llama_cpp.gguf_for(dtype, server)
     port = free_port()
-    ours_flags, llama_cmd = server_commands(server, gguf, port, dtype, args, kv_tokens)
+    ours_flags, llama_cmd = server_commands(server, gguf, port, dtype, args, kv_tokens, longest)
     print(f"\n{dtype}: {len(requests)} requests, {sum(r.max_new_tokens for r in requests)} output tokens, "
           f"{args.slots} slots, a step's budget {args.batch_tokens} tokens, earlier prompts' keys and values "
           f"{'kept' if args.prompt_cache else 'not kept'}; alone: a {len(lone_prompt)}-token prompt, "
