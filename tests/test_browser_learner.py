@@ -78,10 +78,14 @@ def locked_guesses(page) -> list[str]:
 
 
 def wait_locked(page, what: str) -> list[str]:
+    """Both guesses, once both lines read locked. A rerun draws a committed guess first as open
+    (its icon "psychology") and then, in the same run, locked: the browser can show one line of
+    each, beside captions left from the run before, so the lines' own icons are waited for too."""
     def both():
         lines = locked_guesses(page)
         locks = page.get_by_text("Locked: a result has been shown beside it", exact=False).count()
-        return lines if len(lines) == 2 and locks == 2 and any(f"×{GUESS}" in x for x in lines) else None
+        return (lines if len(lines) == 2 and locks == 2 and all(x.startswith("lock") for x in lines)
+                and any(f"×{GUESS}" in x for x in lines) else None)
     return wait_until(both, timeout=120, what=what,
                       explain=lambda: (locked_guesses(page), page.locator("[data-testid=stException]").all_inner_texts()))
 
