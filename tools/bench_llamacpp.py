@@ -5,9 +5,9 @@ GGUF converted to D by llama-quantize (tools/llama_cpp.py finds or builds llama-
 the same knobs: slots = max_num_seqs, the step's token budget = max_num_batched_tokens (-b),
 continuous batching (llama-server's default), and no reuse of earlier prompts' keys and values
 (the engine's prefix caching is off by default; llama-server gets --no-cache-prompt), or with
---prompt-cache reuse in both. One client
-(tools/bench_serve.one_stream) sends the bench workload (`engine bench`'s: all requests at t=0, greedy, each forced to its output length with
-ignore_eos) to each in turn, after a warm-up, in alternating rounds (ours, llama.cpp, ours, ...).
+--prompt-cache reuse in both. One client (tools/bench_serve.one_stream) sends the bench workload
+(`engine bench`'s: all requests at t=0, greedy, each forced to its output length with ignore_eos)
+to each in turn, after a warm-up, in alternating rounds (ours, llama.cpp, ours, ...).
 
 Reported per server and dtype, the median over rounds with the spread [lowest-highest]:
 - output tokens per second over the burst;
@@ -33,8 +33,8 @@ import subprocess
 import sys
 
 from engine.cli.launch import free_port, launched, stop_process
-from engine.model import kernel_paths
 from engine.core.config import EngineConfig
+from engine.model import kernel_paths
 from engine.model.model import load_model
 from engine.runs.arrivals import build_requests
 from engine.runs.workload import LengthDist, PromptMaker, WorkloadSpec
@@ -70,6 +70,10 @@ def parse_args():
     return args
 
 
+# Each figure a round reports (burst_figures, lone_figures) and the digits it is printed with
+DIGITS = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TTFT (ms)": 1, "batch-1 TPOT (ms)": 1}
+
+
 def burst_figures(served: list[dict]) -> dict:
     """Output tok/s over the burst, and the p50 of TTFT and TPOT over its requests."""
     t0 = min(s["send"] for s in served)
@@ -100,8 +104,9 @@ def server_commands(server, gguf, port: int, dtype: str, args, kv_tokens: int,
                                    max_num_batched_tokens=args.batch_tokens, concurrency=args.num_requests)
     ours = serve_flags(ours_args, kv_tokens) + (["--enable-prefix-caching"] if args.prompt_cache else [])
     ctx = longest_prompt + max(args.output_len[1], args.lone_tokens) + 64      # a slot's context
-    theirs = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens)
-    return ours, theirs + ([] if args.prompt_cache else ["--no-cache-prompt"])
+    theirs = llama_cpp.server_command(server, gguf, port, args.slots, ctx, args.batch_tokens,
+                                      prompt_cache=args.prompt_cache)
+    return ours, theirs
 
 
 @contextlib.contextmanager
@@ -123,9 +128,10 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
     spec = WorkloadSpec(num_requests=args.num_requests, rate=0, seed=args.seed,
                         **LengthDist("uniform", *args.prompt_len).as_fields("prompt"),
                         **LengthDist("uniform", *args.output_len).as_fields("output"))
-    requests = build_requests(spec, PromptMaker(tokenizer))
+    prompts = PromptMaker(tokenizer)
+    requests = build_requests(spec, prompts)
     if args.lone_prompt_len:
-        lone_prompt = PromptMaker(tokenizer).make(args.lone_prompt_len, random.Random(args.seed))
+        lone_prompt = prompts.make(args.lone_prompt_len, random.Random(args.seed))
     else:                                                # the workload's longest: a prefill worth timing
         lone_prompt = max(requests, key=lambda r: r.prompt_tokens).prompt_token_ids
     longest = max(len(lone_prompt), args.prompt_len[1])
@@ -143,8 +149,7 @@ def bench_dtype(dtype: str, server, tokenizer, args) -> dict:
 
 
 def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
-    results = {name: {"tok/s": [], "TTFT p50 (s)": [], "TPOT p50 (ms)": [], "batch-1 TTFT (ms)": [],
-                      "batch-1 TPOT (ms)": []} for name in urls}
+    results = {name: {key: [] for key in DIGITS} for name in urls}
 
     async def session():
         # a new client for every burst and stream: both servers close a connection kept idle for 5 s
@@ -174,16 +179,16 @@ def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
 
 def report(dtype: str, results: dict) -> None:
     ours, theirs = results["ours"], results["llama.cpp"]
-    digits = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TTFT (ms)": 1, "batch-1 TPOT (ms)": 1}
     print(f"\n{dtype}, median over {len(ours['tok/s'])} rounds [lowest-highest]:")
     print(f"  {'':20}{'engine serve':>24}{'llama-server':>24}")
-    for key, d in digits.items():
+    for key, d in DIGITS.items():
         print(f"  {key:20}{spread(ours[key], d):>24}{spread(theirs[key], d):>24}")
-    ratios = [a / b for a, b in zip(ours["tok/s"], theirs["tok/s"])]
-    print(f"  output tok/s, ours / llama-server, round by round: {', '.join(f'{r:.2f}x' for r in ratios)}")
-    faster = [b / a for a, b in zip(ours["batch-1 TTFT (ms)"], theirs["batch-1 TTFT (ms)"])]
+
+    def by_round(tops, bottoms) -> str:
+        return ", ".join(f"{a / b:.2f}x" for a, b in zip(tops, bottoms))
+    print(f"  output tok/s, ours / llama-server, round by round: {by_round(ours['tok/s'], theirs['tok/s'])}")
     print(f"  batch-1 TTFT (the lone prompt's prefill), llama-server / ours, round by round: "
-          f"{', '.join(f'{r:.2f}x' for r in faster)}")
+          f"{by_round(theirs['batch-1 TTFT (ms)'], ours['batch-1 TTFT (ms)'])}")
 
 
 def main() -> int:

@@ -118,14 +118,15 @@ def gguf_for(dtype: str, server: Path) -> Path:
 
 
 def server_command(server: Path, model: Path, port: int, slots: int, ctx_per_slot: int,
-                   batch_tokens: int, threads: int | None = None) -> list[str]:
+                   batch_tokens: int, threads: int | None = None, prompt_cache: bool = True) -> list[str]:
     """llama-server with the course's knobs: -np slots (max_num_seqs), -c the whole KV pool
-    (slots x context), -b the token budget of one step (max_num_batched_tokens); --metrics for
-    running and waiting. Continuous batching is llama-server's default."""
+    (slots x context), -b the token budget of one step (max_num_batched_tokens), its prompt cache
+    (enable_prefix_caching; on unless `prompt_cache` is False); --metrics for running and waiting.
+    Continuous batching is llama-server's default."""
     cmd = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
            "-np", str(slots), "-c", str(slots * ctx_per_slot), "-b", str(batch_tokens),
            "-ub", str(min(batch_tokens, 512)), "--no-webui", "--alias", "smollm2"]
-    return cmd + (["-t", str(threads)] if threads else [])
+    return cmd + (["-t", str(threads)] if threads else []) + ([] if prompt_cache else ["--no-cache-prompt"])
 
 
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
