@@ -110,3 +110,20 @@ def test_the_lone_streams_figures_are_their_medians():
     figures = bench_llamacpp.lone_figures(served)
     assert figures["batch-1 TTFT (ms)"] == pytest.approx(200.0)
     assert figures["batch-1 TPOT (ms)"] == pytest.approx(12.0)
+
+
+def test_the_llama_cpp_bench_table_keeps_its_columns_apart_whatever_the_figures(capsys):
+    """A long prompt's batch-1 TTFT on a slow CPU (9118.4 [9101.7-9135.0] ms) is wider than the
+    usual column: every row must still read as three cells, the figure's name and one per server."""
+    from tools import bench_llamacpp
+    rounds = {"ours": [1.0, 2.0], "llama.cpp": [3.0, 4.0]}
+    results = {name: {key: list(values) for key in bench_llamacpp.DIGITS} for name, values in rounds.items()}
+    results["ours"]["batch-1 TTFT (ms)"] = [9101.7, 9135.0]
+    results["llama.cpp"]["batch-1 TTFT (ms)"] = [15318.3, 15549.6]
+    bench_llamacpp.report("bf16", results)
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.strip().startswith(tuple(bench_llamacpp.DIGITS))]
+    assert len(rows) == len(bench_llamacpp.DIGITS)
+    for row in rows:
+        cells = [cell for cell in row.strip().split("  ") if cell.strip()]
+        assert len(cells) == 3, row

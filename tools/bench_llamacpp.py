@@ -180,9 +180,11 @@ def _rounds(urls: dict, requests, lone_prompt, args) -> dict:
 def report(dtype: str, results: dict) -> None:
     ours, theirs = results["ours"], results["llama.cpp"]
     print(f"\n{dtype}, median over {len(ours['tok/s'])} rounds [lowest-highest]:")
-    print(f"  {'':20}{'engine serve':>24}{'llama-server':>24}")
-    for key, d in DIGITS.items():
-        print(f"  {key:20}{spread(ours[key], d):>24}{spread(theirs[key], d):>24}")
+    cells = {key: (spread(ours[key], d), spread(theirs[key], d)) for key, d in DIGITS.items()}
+    width = 2 + max(24, *(len(cell) for pair in cells.values() for cell in pair))   # a gap, whatever the figures
+    print(f"  {'':20}{'engine serve':>{width}}{'llama-server':>{width}}")
+    for key, (a, b) in cells.items():
+        print(f"  {key:20}{a:>{width}}{b:>{width}}")
 
     def by_round(tops, bottoms) -> str:
         return ", ".join(f"{a / b:.2f}x" for a, b in zip(tops, bottoms))
