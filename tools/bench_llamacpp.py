@@ -74,20 +74,29 @@ def parse_args():
 DIGITS = {"tok/s": 1, "TTFT p50 (s)": 2, "TPOT p50 (ms)": 1, "batch-1 TTFT (ms)": 1, "batch-1 TPOT (ms)": 1}
 
 
+def ttft_s(stream: dict) -> float:
+    """One stream's TTFT, from the moment its request's body was sent (bench_serve.one_stream)."""
+    return stream["first"] - stream["send"]
+
+
+def tpot_s(stream: dict) -> float:
+    """One stream's mean time between its output tokens, after the first."""
+    return (stream["end"] - stream["first"]) / (stream["tokens"] - 1)
+
+
 def burst_figures(served: list[dict]) -> dict:
     """Output tok/s over the burst, and the p50 of TTFT and TPOT over its requests."""
     t0 = min(s["send"] for s in served)
     span = max(s["end"] for s in served) - t0
-    tpots = [(s["end"] - s["first"]) / (s["tokens"] - 1) for s in served if s["tokens"] > 1]
     return {"tok/s": sum(s["tokens"] for s in served) / span,
-            "TTFT p50 (s)": statistics.median(s["first"] - s["send"] for s in served),
-            "TPOT p50 (ms)": statistics.median(tpots) * 1000}
+            "TTFT p50 (s)": statistics.median(ttft_s(s) for s in served),
+            "TPOT p50 (ms)": statistics.median(tpot_s(s) for s in served if s["tokens"] > 1) * 1000}
 
 
 def lone_figures(served: list[dict]) -> dict:
     """The median TTFT and TPOT of streams sent one at a time to an idle server."""
-    return {"batch-1 TTFT (ms)": statistics.median(s["first"] - s["send"] for s in served) * 1000,
-            "batch-1 TPOT (ms)": statistics.median((s["end"] - s["first"]) / (s["tokens"] - 1) for s in served) * 1000}
+    return {"batch-1 TTFT (ms)": statistics.median(ttft_s(s) for s in served) * 1000,
+            "batch-1 TPOT (ms)": statistics.median(tpot_s(s) for s in served) * 1000}
 
 
 def spread(values: list[float], digits: int) -> str:
