@@ -485,16 +485,17 @@ def test_silu_mul_matches_pytorch(kernels, dtype, rows):
 @pytest.mark.parametrize("gated", [False, True])
 def test_a_row_of_a_packed_product_is_the_same_whatever_rows_share_its_call(kernels, dtype, gated):
     """The tiles a product's rows are split into (as many rows to a tile as the fewest tiles
-    need: 25 rows as 9, 8 and 8) change nothing in any row: every row count from 1 to 2 tiles and
-    more gives each row the bits it gets alone, so a request's tokens do not depend on the batch."""
+    need: 25 rows as 9, 8 and 8), and the chunks of rows the threads take (65 rows as 33 and 32),
+    change nothing in any row: every row count from 1 to 2 tiles and more, and to 3 chunks, gives
+    each row the bits it gets alone, so a request's tokens do not depend on the batch."""
     g = torch.Generator().manual_seed(7 + gated)
-    x = torch.randn(70, 576, generator=g).to(dtype)
+    x = torch.randn(150, 576, generator=g).to(dtype)
     w = (torch.randn(960, 576, generator=g) * 0.05).to(dtype)
     packed = kernels.pack_weight(w, gated=gated)
     product = (lambda rows: kernels.gated_linear(rows, packed, 960)) if gated else \
         (lambda rows: kernels.packed_linear(rows, packed, 960))
     alone = torch.cat([product(x[i:i + 1]) for i in range(len(x))])
-    for rows in [*range(1, 26), 33, 45, 64, 70]:
+    for rows in [*range(1, 26), 33, 45, 64, 65, 70, 129, 150]:     # 65 and more: chunks of rows shared evenly
         assert torch.equal(product(x[:rows]), alone[:rows]), f"{rows} rows"
 
 

@@ -272,7 +272,7 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
  * block of y in MR x 2 vector registers and for each k loads the panel's two vectors once and
  * each input row's x[m, k] once (broadcast), for 2 * MR multiply-adds. The panel (K x NR floats,
  * 72 KB at K = 576) stays in the L1/L2 cache while every block of MR input rows goes over it;
- * rows go MC at a time so that the input rows a panel meets stay in the cache too.
+ * rows go at most MC at a time so that the input rows a panel meets stay in the cache too.
  * Packed weights are float32 (bf16 weights widened once, exactly; the inputs are widened and the
  * outputs rounded, as a CPU without bf16 products multiplies them), except where the CPU has
  * bf16 dot products (AVX512-BF16): there a bf16 panel holds pairs (w[n][k], w[n][k+1]) in each
@@ -285,7 +285,7 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
 #else
 #define MR 6                        /* 12 accumulators of 16 registers, with 3 left for loads */
 #endif
-#define MC 64                       /* input rows a thread takes over every panel before the next rows */
+#define MC 64                       /* most input rows a thread takes over every panel before the next rows */
 /* AVX512-BF16: one instruction (vdpbf16ps) multiplies 32 bf16 values by 32 others and adds
  * each lane's two products into that lane's float32 sum, twice an fp32 multiply-add's work,
  * from panels of half the bytes. A bf16 model's products and its prefill attention use it; without it bf16 is widened to
@@ -514,6 +514,9 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
         xin = wide;
         yout = malloc(sizeof(float) * (size_t)M * cols);
     }
+    /* The rows in the fewest chunks of at most MC, shared evenly (65 rows: 33 and 32, not 64 and 1).
+     * The threads split the (chunk, panel) pairs in equal runs, so equal chunks are equal work;
+     * with a short last chunk one thread got most of the rows (65 rows took twice 64's time). */
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
     int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
     int streamed = chunks == 1;                  /* each panel met once, from memory (decode steps) */
@@ -523,7 +526,7 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
         #pragma omp for collapse(2) schedule(static)
         for (int c = 0; c < chunks; c++)
             for (int p = 0; p < P; p++) {
-                int end = (c + 1) * MC < M ? (c + 1) * MC : M;
+                int start = (int)((int64_t)c * M / chunks), end = (int)((int64_t)(c + 1) * M / chunks);
                 int ncols = cols - p * width < width ? cols - p * width : width;
                 const char *here = (const char *)(packed + p * panel_size);
                 const char *next = streamed && p + 1 < P ? here + panel_size * 4 : NULL;
@@ -532,7 +535,7 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
                  * Asked for all at once, it arrives in the time memory takes to stream it. */
                 if (streamed && p != asked)
                     for (int64_t b = 0; b < panel_size * 4; b += 64) __builtin_prefetch(here + b, 0, 3);
-                panel_rows(xin, (const uint32_t *)here, yout, c * MC, end, p * width, ncols, N, K, bf16, pairs,
+                panel_rows(xin, (const uint32_t *)here, yout, start, end, p * width, ncols, N, K, bf16, pairs,
                            next, panel_size * 4, gated);
                 asked = p + 1;
             }
