@@ -516,7 +516,7 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
     }
     /* The rows in the fewest chunks of at most MC, shared evenly (65 rows: 33 and 32, not 64 and 1).
      * The threads split the (chunk, panel) pairs in equal runs, so equal chunks are equal work;
-     * with a short last chunk one thread got most of the rows (65 rows took twice 64's time). */
+     * with a short last chunk one thread would multiply most of the rows alone. */
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
     int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
     int streamed = chunks == 1;                  /* each panel met once, from memory (decode steps) */
