@@ -740,9 +740,18 @@ static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
              t < (L) && t < t0_ + (block_size); t++, slot++)
 
 #define MAX_GROUP 4     /* the fast path keeps a group's accumulators in vector registers */
-#define MAX_HEADS 4     /* KV heads a decode row's job takes at once (attend_row's value sums) */
+#define MAX_HEADS 4     /* KV heads a decode row's job takes at once (attend_row) */
 #define PREFETCH 16     /* slots ahead: 6-12 KB of key and value rows, the time memory takes to answer */
 #define STRIP 32        /* floats of a value row accumulated per pass: 4 AVX2 or 2 AVX-512 registers */
+/* KV heads whose value sums one pass of attend_row keeps, STRIP floats for each query head of
+ * their groups: AVX-512's 32 registers hold all of a row's (SmolLM2: 3 heads x 3 x 2 = 18), while
+ * AVX2's 16 hold one head's (3 x 4 = 12). Three heads' 36 would be kept in memory, each
+ * multiply-add a load and a store, slower than walking the row's values once a head. */
+#if VW == 16
+#define VALUE_HEADS MAX_HEADS
+#else
+#define VALUE_HEADS 1
+#endif
 
 /* One query row (a decode token) against KV heads h0 .. h0 + heads - 1 (at most MAX_HEADS), for
  * head_dim a multiple of STRIP and a group of at most MAX_GROUP query heads per KV head (SmolLM2:
@@ -750,9 +759,9 @@ static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
  * kv_heads * d values side by side, so with all heads the row walks its blocks front to back,
  * one contiguous stretch a block, which memory streams (a head at a time read every third 256
  * bytes, and streamed far worse). Scores: each key row is dotted with every query head of its
- * group. Values: the row is added into the outputs STRIP floats at a time, so a group's sums
- * stay in registers (a whole 64-float row for 4 heads would need 32 AVX2 registers, twice what
- * there are). The queries stay in the L1 cache. */
+ * group. Values: the rows are added into the outputs STRIP floats of VALUE_HEADS heads at a time,
+ * so a pass's sums stay in registers (a whole 64-float row for 4 heads would need 32 AVX2
+ * registers, twice what there are). The queries stay in the L1 cache. */
 static inline __attribute__((always_inline))
 void attend_row(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table, int64_t L,
                 int kv_heads, int h0, int heads, const int group, int d, int block_size, float scale,
@@ -782,19 +791,22 @@ void attend_row(const float *qf, const void *k_cache, const void *v_cache, const
     }
     float sums[MAX_HEADS * MAX_GROUP];                        /* divided out at the end */
     for (int i = 0; i < heads * group; i++) sums[i] = value_weights(scores + i * L, L, bf16);
-    for (int c0 = 0; c0 < d; c0 += STRIP) {                   /* pass 2: weighted values */
-        vf acc[MAX_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};  /* a fixed size: sized by `heads`, slower */
-        FOR_EACH_SLOT(table, L, block_size, t, slot)
-            for (int h = 0; h < heads; h++)
-                for (int c = 0; c < STRIP / VW; c++) {
-                    vf v = loadv(v_cache, slot * width + (h0 + h) * d + c0 + c * VW, bf16);
-                    for (int g = 0; g < group; g++) acc[h][g][c] += scores[(h * group + g) * L + t] * v;
+    for (int h1 = 0; h1 < heads; h1 += VALUE_HEADS) {         /* pass 2: weighted values */
+        int nh = heads - h1 < VALUE_HEADS ? heads - h1 : VALUE_HEADS;      /* heads h1 .. h1 + nh - 1 */
+        for (int c0 = 0; c0 < d; c0 += STRIP) {
+            vf acc[VALUE_HEADS][MAX_GROUP][STRIP / VW] = {{{0}}};   /* a fixed size: sized by `nh`, slower */
+            FOR_EACH_SLOT(table, L, block_size, t, slot)
+                for (int h = h1; h < h1 + nh; h++)
+                    for (int c = 0; c < STRIP / VW; c++) {
+                        vf v = loadv(v_cache, slot * width + (h0 + h) * d + c0 + c * VW, bf16);
+                        for (int g = 0; g < group; g++) acc[h - h1][g][c] += scores[(h * group + g) * L + t] * v;
+                    }
+            for (int h = h1; h < h1 + nh; h++)
+                for (int g = 0; g < group; g++) {
+                    for (int c = 0; c < STRIP / VW; c++) acc[h - h1][g][c] /= sums[h * group + g];
+                    memcpy(outf + (h * group + g) * d + c0, acc[h - h1][g], sizeof acc[h - h1][g]);
                 }
-        for (int h = 0; h < heads; h++)
-            for (int g = 0; g < group; g++) {
-                for (int c = 0; c < STRIP / VW; c++) acc[h][g][c] /= sums[h * group + g];
-                memcpy(outf + (h * group + g) * d + c0, acc[h][g], sizeof acc[h][g]);
-            }
+        }
     }
 }
 
