@@ -102,3 +102,15 @@ def test_a_preset_lists_only_the_knobs_it_changes(pid):
 
 def test_range_sliders_cover_both_of_their_knobs():
     assert {name for pair in RANGES.values() for name in pair} == set(IN_RANGE) <= set(KNOBS)
+
+
+def test_switching_the_engine_keeps_the_learners_rate():
+    """The H100 simulation's rate slider ends further out; Streamlit takes a slider whose end
+    moved for a new one and would start it at 0, turning continuous traffic into one burst."""
+    at = playground({"rate": "3.5"})
+    assert at.slider(key="pg_rate").value == 3.5
+    at.selectbox(key="pg_engine").set_value("sim_h100").run()
+    assert at.slider(key="pg_rate").max > KNOBS["rate"].hi
+    assert at.slider(key="pg_rate").value == 3.5 and float(at.query_params["rate"]) == 3.5
+    at.selectbox(key="pg_engine").set_value("real").run()
+    assert at.slider(key="pg_rate").value == 3.5 and float(at.query_params["rate"]) == 3.5
