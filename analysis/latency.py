@@ -17,9 +17,11 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
                      limit: int = 200, presenter: bool = False, x_range=None) -> dict:
     """Gantt chart, one row per request: queued -> prefill -> decode.
 
-    Shows the `limit` most recent arrivals up to now_s (default: the latest time in the
-    table). Phases still open at now_s are drawn up to now_s, so this works live and while
-    scrubbing a replay. Rejected and failed requests get a red x at their arrival.
+    Shows the requests being served at now_s (default: the latest time in the table) and the
+    most recent arrivals, `limit` rows in all, in order of arrival: past capacity the newest
+    arrivals are all still waiting, and the ones in the batch would otherwise drop out of view.
+    Phases still open at now_s are drawn up to now_s, so this works live and while scrubbing a
+    replay. Rejected and failed requests get a red x at their arrival.
     x_range: (lo, hi) seconds to hold the x-axis still (style.live_x_range).
     """
     texts = ("Request timeline",
@@ -36,7 +38,13 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     df = requests[arrival_all <= now_s]
     if len(df) == 0:
         return empty_figure(*texts, presenter)
-    df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")[-limit:]]
+    df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")]
+    if len(df) > limit:
+        serving = (num(df, "first_scheduled_s") <= now_s) & ~(num(df, "finish_s") <= now_s)
+        kept = np.flatnonzero(serving)[-limit:]
+        room = limit - len(kept)
+        recent = np.flatnonzero(~serving)[-room:] if room else kept[:0]
+        df = df.iloc[np.sort(np.concatenate([kept, recent]))]
 
     ids = df["id"].astype(str).to_numpy()
     arrival = num(df, "arrival_s")

@@ -289,6 +289,22 @@ def test_request_timeline_scrub_and_limit():
     assert list(fig.data[0].y) == ["r5", "r6", "r7"]
 
 
+def test_request_timeline_keeps_the_requests_in_the_batch_past_capacity():
+    """Past capacity the newest arrivals all wait; the requests being served stay on the chart."""
+    n, now = 300, 50.0
+    arrival = np.linspace(0, 40, n)
+    serving = np.arange(n) < 4                            # the four oldest: in the batch at `now`
+    req = pd.DataFrame({"id": [f"r{i}" for i in range(n)], "arrival_s": arrival,
+                        "first_scheduled_s": np.where(serving, arrival + 1, np.nan),
+                        "first_token_s": np.where(serving, arrival + 2, np.nan),
+                        "finish_s": np.nan, "status": "running"})
+    ids = list(drawn(latency.request_timeline(req, now_s=now, limit=20)).data[0].y)
+    assert ids == [f"r{i}" for i in range(4)] + [f"r{i}" for i in range(n - 16, n)]
+    finished = req.assign(finish_s=np.where(serving, now - 1, np.nan))   # done: the newest 20 only
+    assert list(drawn(latency.request_timeline(finished, now_s=now, limit=20)).data[0].y) == \
+        [f"r{i}" for i in range(n - 20, n)]
+
+
 def test_latency_over_time():
     req = make_requests()
     marks = pd.DataFrame({"step": [3], "t_s": [2.2], "label": ["max_num_seqs 8→2"]})
