@@ -17,8 +17,9 @@ st.header("Where to start")
 st.markdown(
     "1. **New to batching?** Read the lessons in order: each one is short, ends with a quiz, "
     "and points at the lab that shows its idea.\n"
-    "2. **Want to see it move?** Open the **Playground**, choose a preset such as *Interactive "
-    "chat*, press **Start**, and drag `max_num_seqs` while it runs.\n"
+    "2. **Want to see it move?** Open the **Playground**: it starts on the *Interactive chat* "
+    "preset, sized to this machine. Press **Start**, drag `max_num_seqs` while it runs, then try "
+    "another preset.\n"
     "3. **Measuring?** A Playground run downloads as the same `requests.csv` and `steps.csv` "
     "the command line writes (`python -m engine run`), and the Playground's page address "
     "reproduces its setup.")

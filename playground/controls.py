@@ -6,7 +6,8 @@ dropdown for a choice. A new knob on WorkloadSpec or SchedulerPolicy appears her
 itself. Only the special cases are named below.
 
 Widget values live in st.session_state under "pg_<knob>"; on a session's first run they are
-filled from the page's query parameters, and after every run the query parameters are
+filled from the page's query parameters (an address without a setup starts on the Interactive
+chat preset, sized to the engine chosen), and after every run the query parameters are
 rewritten from them, so the address bar always holds a link that reproduces the setup.
 """
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _key(name: str) -> str:
 RATE_HI = PREFIX + "rate_hi"            # where the arrival-rate slider ends for the engine chosen
 SIZED_FOR = PREFIX + "sized_for"        # the engine choice the sidebar was last sized for
 PRESET_INTACT = PREFIX + "preset_intact"  # a preset is chosen and not moved since
+FIRST_PRESET = "interactive_chat"       # what a visit without a setup in its link starts on
 
 
 def knobs() -> dict:
@@ -138,7 +140,10 @@ def init_from_link(step_model) -> list[str]:
             st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed
         return []
     params = st.query_params.to_dict()
-    setup, problems = Setup.from_query(params, knobs())
+    if params.keys() & KNOBS.keys():
+        setup, problems = Setup.from_query(params, knobs())
+    else:           # a plain visit: a preset sized to the engine, not a rate it may not serve
+        setup, problems = PRESETS[FIRST_PRESET].setup_for(step_model), []
     load_setup(setup, step_model)
     choice, speed, engine_problems = engines.from_query(params)
     st.session_state[_key("engine")], st.session_state[_key("speed")] = choice, speed

@@ -137,6 +137,22 @@ def test_playground_renders_idle(app):
     assert lab_of(at) is None
 
 
+def test_a_plain_visit_starts_on_a_preset_sized_to_this_machine(app):
+    """Without a setup in its address the Playground opens on Interactive chat at its share of
+    this machine's capacity, not at a fixed rate a slow machine cannot serve; a link keeps its own."""
+    from playground.capacity import capacity
+    at = app(PLAYGROUND)
+    no_exception(at)
+    step_model = at.session_state["pg_sizing"][1]
+    want = PRESETS["interactive_chat"].setup_for(step_model)
+    assert at.selectbox(key="pg_preset").value == "interactive_chat"
+    assert at.slider(key="pg_rate").value == want.rate < capacity(step_model, want).rate
+    assert at.toggle(key="pg_continuous").value is True
+    assert float(at.query_params["rate"]) == want.rate
+    linked = app(PLAYGROUND, {"rate": "3"})
+    assert linked.selectbox(key="pg_preset").value == "custom" and linked.slider(key="pg_rate").value == 3
+
+
 def test_start_steps_snapshot_pause_scrub_reset(app):
     at = app(PLAYGROUND, {"rate": "0", "num_requests": "12", "output_lo": "8", "output_hi": "24"})
     at.button(key="start").click().run()
