@@ -1,8 +1,9 @@
 """Screens a class can trust, in a real browser at a laptop's 1280x720 (and a phone's 390x844):
 the classroom's queue chart stops at a pause between bursts and its per-student tables show
 every column; the Playground has a chart above the fold after Start and names its batching mode;
-the Static vs continuous lab's grids are solid. Screenshots go to test-output/ (SCREENS_OUT
-overrides it), one per screen.
+the Static vs continuous lab's grids are solid; on a phone no lesson's formula and no link's label
+is cut off at the screen's edge. Screenshots go to test-output/ (SCREENS_OUT overrides it), one
+per screen.
 """
 import os
 from pathlib import Path
@@ -171,3 +172,37 @@ def test_the_cluster_lab_labels_its_simulated_answers(app, browser):
     shot(page, "cluster-1280x720.png")
     assert page.locator("[data-testid=stMetricLabel]", has_text="Measured").count() == 0
     context.close()
+
+
+def cut_off_on_a_phone(page) -> list[str]:
+    """Formulas that run past the screen's right edge in a paragraph that does not scroll, and
+    link labels wider than their box (the end of either is cut off)."""
+    return page.evaluate("""() => [
+        ...[...document.querySelectorAll('.katex')].filter(k => {
+            const box = k.closest('p, li'), style = box && getComputedStyle(box).overflowX;
+            return k.getBoundingClientRect().right > innerWidth + 1 && !['auto', 'scroll'].includes(style);
+        }).map(k => 'formula: ' + k.innerText.replace(/\\s+/g, ' ').slice(0, 60)),
+        ...[...document.querySelectorAll('[data-testid=stPageLink] p')]
+            .filter(p => p.clientWidth > 0 && p.scrollWidth > p.clientWidth + 1)
+            .map(p => 'link: ' + p.innerText.slice(0, 60))]""")
+
+
+def test_no_formula_or_link_is_cut_off_on_a_phone(app, browser):
+    """Every lesson and Home at 390 px: a wide formula scrolls in its own box, a long link wraps."""
+    from lessons.catalog import load_lessons
+    from lessons.views import lesson_url_path
+    url, _ = app
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    cut = {}
+    page.goto(url)
+    page.locator("[data-testid=stPageLink]", has_text="14.").first.wait_for()
+    cut["home"] = cut_off_on_a_phone(page)
+    for lesson in load_lessons()[0]:
+        page.goto(f"{url}/{lesson_url_path(lesson.id)}")
+        page.get_by_role("button", name="Mark as read").first.wait_for()
+        page.wait_for_timeout(500)
+        cut[lesson.id] = cut_off_on_a_phone(page)
+    context.close()
+    assert not {where: what for where, what in cut.items() if what}, cut

@@ -250,8 +250,10 @@ def amortization(table: pd.DataFrame, knee_batch: int | None = None, fit: dict |
     # stays in data units: a label placed at x = 32 stood at 10^32 and stretched the axis to it.
     marks = []
     if knee_batch is not None:
-        line, label = vline(knee_batch, f"knee: batch {knee_batch} gives ≥ {knee_rule.KNEE_SHARE:.0%} of the best")
-        side = "right" if knee_batch >= b.max() else "left"      # the label stays inside the plot
+        line, label = vline(knee_batch, f"knee: batch {knee_batch}<br>≥ {knee_rule.KNEE_SHARE:.0%} of the best")
+        # the label stays inside the plot, on a phone too: two short lines, on the side with more room
+        right_half = math.log(knee_batch / b.min()) > 0.5 * math.log(b.max() / b.min())
+        side = "right" if right_half else "left"
         marks = [(line, {**label, "x": math.log10(knee_batch), "xanchor": side})]
     pad = 0.08 * max(math.log10(b.max() / b.min()), 1.0)
     # room above both axes' points for the knee's label along the top: the best tokens/s is often at
