@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 SHOWN, NOT_SHOWN, UNDECIDED = "shown", "not shown", "undecided"
 OUTCOME_WORDS = {SHOWN: "this run shows it", NOT_SHOWN: "this run does not show it",
-                 UNDECIDED: "not shown by this run"}
+                 UNDECIDED: "this run cannot tell"}
 
 
 @dataclass(frozen=True, slots=True)

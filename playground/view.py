@@ -288,7 +288,7 @@ def generated_texts(df: pd.DataFrame, simulated: bool = False) -> None:
             if i < len(rows):
                 r = rows[i]
                 tail = r["text"][-300:].replace("\n", " ")
-                st.caption(f"**{widgets.plain(r['request'])}** · {r['status']} · {r['tokens']} tokens")
+                st.caption(f"**{widgets.plain(r['request'])}** · {r['status']} · {widgets.plural(int(r['tokens']), 'token')}")
                 st.text(("…" if len(r["text"]) > 300 else "") + tail)
             else:
                 st.caption(" ")

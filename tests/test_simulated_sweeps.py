@@ -86,7 +86,7 @@ def test_the_figures_draw_the_simulated_line_under_the_measured_points():
     hand_set = simulated_name(StepModel(1.0, (), (1.0,), 0, 0, 0, "uncalibrated: a guess (run `calibrate`)"))
     assert hand_set == "simulated (step model: uncalibrated: a guess)", "the label without its advice"
     refit = StepModel(1.0, (), (1.0,), 0, 0, 0, "quick estimate, smollm2 in bfloat16 on AMD EPYC, 2 cores, refit on "
-                      "47,680 of this app's real steps as 0.0 ms + 1.04 × the profile, current error 9% (median over "
+                      "47,680 of this app's real steps (each profiled time × 1.04 + 0.0 ms), current error 9% (median over "
                       "the steps before the app last stopped)", error=0.091)
     assert simulated_name(refit) == "simulated (step model: quick estimate, current error 9%)", \
         "what it is and its error: the whole label ran past the chart's edge"
@@ -146,7 +146,7 @@ def test_the_waiting_chart_names_its_step_model_once_in_its_subtitle():
     from labs.dynamic_batching import experiment as dynamic
     model = StepModel(9.0, (2, 8, 32, 128), (2.0, 0.5, 1.0, 0.8, 0.75), 0.4, 1.5, 0.7,
                       "quick estimate, smollm2 in bfloat16 on a CPU, 2 cores, refit on 100 of this app's real steps "
-                      "as 0.0 ms + 1.04 × the profile, current error 9% (median over 100)", error=0.09)
+                      "(each profiled time × 1.04 + 0.0 ms), current error 9% (median over 100)", error=0.09)
     sim = dynamic.wait_table(dynamic.simulated_wait_runs(model, dynamic.rate_for(model, dynamic.LOAD)))
     fig = dynamic.ttft_and_throughput(None, sim, simulated_name(model))
     assert all(len(t.name) <= 45 and t.name.endswith("simulated") for t in fig.data), [t.name for t in fig.data]

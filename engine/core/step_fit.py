@@ -114,8 +114,8 @@ class StepFit:
             return f"{self.base.label}; not yet checked against this app's own steps"
         over = (f"the last {self.checked:,} steps" if self.checked else "the steps before the app last stopped")
         shown = "" if err is None else f", current error {100 * err:.0f}% (median over {over})"
-        return (f"{self.base.label}, refit on {self.steps:,} of this app's real steps as "
-                f"{self.offset_ms:.1f} ms + {self.scale:.2f} × the profile{shown}")
+        return (f"{self.base.label}, refit on {self.steps:,} of this app's real steps (each "
+                f"profiled time × {self.scale:.2f} + {self.offset_ms:.1f} ms){shown}")
 
     def _build(self) -> StepModel:
         scaled = self.base.scaled(self.scale, "")
