@@ -172,6 +172,9 @@ def test_lab_figures_build_on_empty_and_real_shaped_input():
     assert fig.layout.annotations[0].x == pytest.approx(math.log10(2)), "its label too (in log10 units)"
     assert fig.layout.yaxis.range[1] >= 1.2 * max(fig.data[0].y) and fig.layout.yaxis2.range[1] >= \
         1.2 * max(fig.data[1].y), "the knee's label along the top covers no point"
+    wide = why_batch.scaling_table(scaling_rows({b: 10 + b for b in (1, 2, 4, 8, 16, 32, 64)}))
+    sides = {k: why_batch.amortization(wide, k).layout.annotations[0].xanchor for k in (2, 16, 64)}
+    assert sides == {2: "left", 16: "right", 64: "right"}, "the knee's label runs into the side with more room"
     pts = pd.DataFrame({"rho": [0.5, 0.9], "W_s": [1.0, 2.0], "queue_mean_s": [0.1, 0.5]})
     fig = queueing.time_in_system(pts, 2.0)
     assert any("model" in t.name for t in fig.data) and any("measured" in t.name for t in fig.data)
