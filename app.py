@@ -14,7 +14,7 @@ import streamlit as st  # noqa: E402
 
 from lessons import pages as lesson_pages  # noqa: E402
 from lessons import views as lesson_views  # noqa: E402
-from ui import learner, widgets  # noqa: E402
+from ui import learner, page_style  # noqa: E402
 from course.registry import LESSON_LABS, PLAYGROUND  # noqa: E402
 
 # The tab icon is a file of the project's: a Material icon or an emoji would be fetched from the web,
@@ -27,7 +27,7 @@ def lab_page(lab) -> st.Page:
     return st.Page(lab.path, title=lab.title, icon=lab.icon, url_path=lab.url_path)
 
 
-widgets.app_style()
+page_style.apply()       # every page's shared style (ui/page_style.py)
 learner.begin()        # this browser's learner and what they did before (records/, ui/learner.py), before any page reads it
 
 # A bar across the top: the Playground is its first entry, one click from any page and never

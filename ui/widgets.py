@@ -29,17 +29,6 @@ EXPORT_CONFIG = {"displayModeBar": "hover", "displaylogo": False, "modeBarButton
     "toImageButtonOptions": {"format": "png", "scale": 2}}
 log = logging.getLogger("batching_lab")
 
-# Every page, on a phone's narrow screen: a display formula wider than the text scrolls sideways
-# in its own box, and a link's label wraps onto a second line; both were cut off at the edge.
-APP_STYLE = """<style>
-[data-testid='stMarkdownContainer'] p:has(.katex) { overflow-x: auto; overflow-y: hidden; }
-[data-testid='stPageLink'] p { white-space: normal; }
-</style>"""
-
-
-def app_style() -> None:
-    st.html(APP_STYLE)
-
 
 # ----------------------------------------------------------------------------- safe text
 
