@@ -39,6 +39,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     if len(df) == 0:
         return empty_figure(*texts, presenter)
     df = df.iloc[np.argsort(num(df, "arrival_s"), kind="stable")]
+    limit = max(1, limit)
     if len(df) > limit:
         serving = (num(df, "first_scheduled_s") <= now_s) & ~(num(df, "finish_s") <= now_s)
         kept = np.flatnonzero(serving)[-limit:]

@@ -243,14 +243,14 @@ def long_request_words(static_s: float, continuous_s: float, wait_ms: float) -> 
 def long_prompts_words(before_s: float, after_s: float, median_before_s: float, median_after_s: float) -> str:
     """Lesson 7: what shortening the short prompts did for the long prompts' median, worded for each way
     it comes out (within 5%: no change), beside what it did for the median of all requests."""
+    if not (before_s > 0 and median_before_s > 0 and math.isfinite(after_s) and math.isfinite(median_after_s)):
+        return "the run had too few requests to compare the two"
     change = after_s / before_s - 1
     median = f"{100 * (1 - median_after_s / median_before_s):.0f}%"
     if abs(change) < 0.05:
-        return "the people with long documents saw no change at all"
-    if change < 0:
-        return (f"the people with long documents waited {100 * -change:.0f}% less, where the median of all "
-                f"requests fell {median}")
-    return f"the people with long documents waited {100 * change:.0f}% longer, while the median of all fell {median}"
+        return "the people with long documents saw almost no change"
+    way = f"{100 * -change:.0f}% less" if change < 0 else f"{100 * change:.0f}% longer"
+    return f"the people with long documents waited {way}, while the median of all requests fell {median}"
 
 
 def goodput_words(gp: dict) -> str:

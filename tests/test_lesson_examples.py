@@ -159,11 +159,12 @@ def test_the_long_request_words_each_way():
 def test_the_long_prompts_words_each_way():
     """tl_long_verdict says what lesson 7's shorter short prompts did to the long prompts' median, either way."""
     from course.numbers import long_prompts_words
-    assert long_prompts_words(7.39, 7.2, 2.0, 0.9) == "the people with long documents saw no change at all"
+    assert long_prompts_words(7.39, 7.2, 2.0, 0.9) == "the people with long documents saw almost no change"
     assert long_prompts_words(7.39, 6.7, 2.0, 0.9) == (
-        "the people with long documents waited 9% less, where the median of all requests fell 55%")
+        "the people with long documents waited 9% less, while the median of all requests fell 55%")
     assert long_prompts_words(7.39, 8.2, 2.0, 0.9) == (
-        "the people with long documents waited 11% longer, while the median of all fell 55%")
+        "the people with long documents waited 11% longer, while the median of all requests fell 55%")
+    assert long_prompts_words(float("nan"), 8.2, 2.0, 0.9) == "the run had too few requests to compare the two"
 
 
 def test_the_goodput_words_each_way():
