@@ -72,11 +72,12 @@ def size_for(choice: str, step_model) -> None:
     again, since its rate and targets come from the engine's step times."""
     s = st.session_state
     hi_before, s[RATE_HI] = s.get(RATE_HI), rate_slider_hi(step_model)
-    for key in (_key("rate"), STRIP_PREFIX + "rate"):
-        # A slider whose end moves is a new widget to Streamlit, which starts it at its minimum
-        # unless its value is set again before it is drawn: the learner's rate carries over.
-        if key in s and (hi_before != s[RATE_HI] or s[key] > s[RATE_HI]):
-            s[key] = min(s[key], s[RATE_HI])
+    # A slider whose end moves is a new widget to Streamlit, which starts it at its minimum unless
+    # its value is set again before it is drawn: the learner's rate carries over. (The presenter
+    # strip's copy is set from this one each time it is drawn.)
+    rate = _key("rate")
+    if rate in s and (hi_before != s[RATE_HI] or s[rate] > s[RATE_HI]):
+        s[rate] = min(s[rate], s[RATE_HI])
     before, s[SIZED_FOR] = s.get(SIZED_FOR), choice
     if before is not None and before != choice and s.get(PRESET_INTACT):
         _apply_preset(step_model)
