@@ -33,12 +33,16 @@ else:
 presenter = toggle.toggle("Presenter mode", key="pg_presenter",
                           help="For a class: larger chart text, the key numbers, four charts and "
                                "the knobs moved most, on the page.")
+# Every element above the live charts is drawn in every state, if only as an empty container:
+# Streamlit rebuilds a chart's iframe when an element above it comes or goes, and a rebuilt chart
+# is blank until its next draw (seconds on a small machine).
+intro = st.container()
 if not presenter and slot.run() is None and not st.session_state.get(STARTING):   # after Start the charts need the room
-    st.caption("A real SmolLM2 engine on this machine (or, chosen under Engine in the sidebar, a "
-               "simulation of one, faster than real time). Press Start, then move any slider while it "
-               "runs: once a slider rests, policy and SLO changes apply at the next engine step "
-               "and show as one dashed line on the time charts; workload changes apply to "
-               "requests arriving from then on.")
+    intro.caption("A real SmolLM2 engine on this machine (or, chosen under Engine in the sidebar, a "
+                  "simulation of one, faster than real time). Press Start, then move any slider while it "
+                  "runs: once a slider rests, policy and SLO changes apply at the next engine step "
+                  "and show as one dashed line on the time charts; workload changes apply to "
+                  "requests arriving from then on.")
 
 # The presets and the rate slider are sized to the chosen engine's step times (this machine's, or
 # a simulated one's), so the model loads before the setup is read.
@@ -148,10 +152,11 @@ with st.container(key="pg_instant"):        # hidden: says "starting" in the bro
 
 if presenter:
     controls.presenter_strip()
-if "pg_error" in st.session_state:
-    st.error(st.session_state.pop("pg_error"))
-for problem in link_problems:
-    st.warning(widgets.plain(problem))
+with st.container():            # one element, whether or not it holds a message
+    if "pg_error" in st.session_state:
+        st.error(st.session_state.pop("pg_error"))
+    for problem in link_problems:
+        st.warning(widgets.plain(problem))
 
 
 # ----- the live part
@@ -223,8 +228,9 @@ def _live_view():
     rejected = view.rejected_so_far(tables) if lab else None
     notices = [] if presenter else check(controls.current_setup(), lab.max_model_len if lab else max_model_len,
                                          rejected, controls.knobs()["rate"].hi)
-    if lab is None:               # before a run they lead; during one they follow the batch chart
-        _notices(notices)
+    # Before a run the notices lead; during one they follow the batch chart. Both places are
+    # always drawn, so a notice that comes or goes mid-run leaves the charts below in place.
+    _notices(notices if lab is None else [], st.container())
     chosen = None if presenter else view.review_bar(tables, reviewable=not running and lab is not None)
     if chosen is not None and chosen != int(tables.steps["step"].iloc[-1]):
         tables, now = tables_at(tables, chosen), step_end(tables, chosen)
@@ -233,8 +239,7 @@ def _live_view():
         numbers = comparison.headline(tables, in_effect)     # the headline strip's and the comparison's
         # The batch chart first, then the key numbers: at 1280x720 a chart is above the fold after Start.
         view.batch_chart(tables, in_effect, presenter)
-        if lab is not None:
-            _notices(notices)
+        _notices(notices if lab is not None else [], st.container())
         view.headline(numbers, presenter)
         if not presenter:
             view.step_detail(tables, chosen)
@@ -257,9 +262,9 @@ def _live_view():
         st.rerun()         # the run started, paused, finished or stopped, or the pace moved: redraw buttons and refresh rate
 
 
-def _notices(notices) -> None:
+def _notices(notices, place) -> None:
     for notice in notices:
-        (st.warning if notice.level == "warning" else st.info)(notice.text)
+        (place.warning if notice.level == "warning" else place.info)(notice.text)
 
 
 def _busy(lab) -> bool:

@@ -7,6 +7,7 @@ and the headline; the "c" key opens nothing and there is no Deploy button; the P
 click away from every page; two sessions run their own engines. Each test resets its run, so the
 server holds none afterwards (a page closed without Reset keeps its run for the reload grace).
 """
+import collections
 import contextlib
 import os
 import re
@@ -399,6 +400,16 @@ def test_two_sessions_run_their_own_engines(server, browser, left):
 DRAWN = "el => el.querySelectorAll('.hm image, .trace, .shapelayer path').length"
 PLOTS = "() => document.querySelectorAll('.js-plotly-plot, iframe').length"
 COUNT_DRAWS = "el => { el.__draws = 0; el.on('plotly_afterplot', () => el.__draws++); }"
+# The Playground's live-chart frames (ui/live_chart.py; same origin, so their documents are readable).
+CHART_FRAMES = "[...document.querySelectorAll('[data-testid=stMain] [class*=st-key-pg_] iframe[title*=live_chart]')]"
+# Marks the chart frames drawn now; a frame Streamlit builds anew later lacks the mark.
+MARK_CHART_FRAMES = f"() => {{ const fs = {CHART_FRAMES}; fs.forEach(f => f.__kept = true); return fs.length; }}"
+CHART_FRAMES_REBUILT = f"() => {CHART_FRAMES}.filter(f => !f.__kept).length"
+# The keys of the chart frames with nothing drawn in them right now (no plot yet).
+BLANK_CHART_FRAMES = f"""() => {CHART_FRAMES}.filter(f => {{
+    const plot = f.contentDocument && f.contentDocument.querySelector('.js-plotly-plot');
+    return !plot || !plot.querySelector('.main-svg'); }})
+    .map(f => [...f.closest('[class*=st-key-pg_]').classList].find(c => c.startsWith('st-key-')))"""
 
 
 def last_step_shown(page) -> int:
@@ -424,9 +435,13 @@ def refresh_interval_s(page) -> float:
 def test_live_charts_update_in_place_without_blank_frames(server, browser, left):
     url, _ = server
     context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = open_playground(context, url, max_num_seqs="16", **ENDLESS)
+    page = open_playground(context, url, max_num_seqs="2", **ENDLESS)
     left.append((page, context))
     page.wait_for_timeout(1500)                          # the idle page is fully drawn
+    # The charts drawn on the idle page are the ones that draw the run: Streamlit builds a chart's
+    # frame anew (blank until its next draw) when an element above it comes or goes.
+    idle_frames = wait_until(lambda: (n := page.evaluate(MARK_CHART_FRAMES)) >= 7 and n,
+                             what="the idle page's charts")
     # The page is ready once its instant feedback (ui/instant_feedback.py) listens for Start.
     wait_until(lambda: page.evaluate("() => !!(document.__instantFeedback || {}).start"),
                what="the instant feedback on Start")
@@ -449,26 +464,38 @@ def test_live_charts_update_in_place_without_blank_frames(server, browser, left)
     wait_until(lambda: chart_steps(page) >= 1, what="the first chart")
     first_chart_s = time.monotonic() - first_step
     wait_until(lambda: chart_steps(page) >= 3, what="a few steps")
+    rebuilt = page.evaluate(CHART_FRAMES_REBUILT)
+    assert rebuilt == 0, f"Start rebuilt {rebuilt} of {idle_frames} chart frames (blank until redrawn)"
 
     charts = ("pg_batch", "pg_queue")                     # both change with every engine step
     for key in charts:
         chart_plot(page, key).evaluate(COUNT_DRAWS)
     plots, blank, steps0, t0 = set(), 0, status(page)["steps"], time.monotonic()
     intervals = {refresh_interval_s(page)}
+    blank_frames = []
     for i in range(40):                                  # 40 samples over 20 s
         plots.add(page.evaluate(PLOTS))
         blank += chart_plot(page).evaluate(DRAWN) == 0
+        blank_frames += page.evaluate(BLANK_CHART_FRAMES)
+        if i == 10:                                      # a notice comes mid-run: the charts stay put
+            page.locator(".st-key-pg_max_num_seqs").get_by_role("slider").focus()
+            page.keyboard.press("ArrowLeft")             # 2 -> 1
         if i % 10 == 9:
             intervals.add(refresh_interval_s(page))
         page.wait_for_timeout(500)
     span = time.monotonic() - t0
+    notice = page.get_by_text("max_num_seqs = 1", exact=False)
+    assert notice.count() == 1, f"the max_num_seqs = 1 notice is shown {notice.count()} times, not once"
+    rebuilt = page.evaluate(CHART_FRAMES_REBUILT)
+    assert rebuilt == 0, f"a notice mid-run rebuilt {rebuilt} of {idle_frames} chart frames"
+    assert not blank_frames, f"blank chart frames over 40 samples: {collections.Counter(blank_frames)}"
     every = max(intervals | {refresh_interval_s(page)})  # the slowest pace the page kept meanwhile
     most_refreshes = span / min(intervals)               # at the fastest pace it kept
     step_rate = (status(page)["steps"] - steps0) / span
     draws = {key: chart_plot(page, key).evaluate("el => el.__draws") / span for key in charts}
     print(f"Start -> 'starting' {click_ms:.0f} ms; first chart {first_chart_s:.2f} s "
           f"after the first step; redraws/s {draws}; engine {step_rate:.2f} steps/s; refresh every {every} s; "
-          f"plots {plots}")
+          f"plots {plots}; chart frames {idle_frames}")
     assert blank == 0, f"{blank} of 40 samples showed an empty batch chart"
     assert len(plots) == 1, f"the number of plots changed: {plots}"
     # The first chart's time is printed, not asserted: on a shared two-core machine it swings
