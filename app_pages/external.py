@@ -50,6 +50,7 @@ with st.form("ext_target"):
                                      help="Its Prometheus page; empty means the address's /metrics.")
     connect = st.form_submit_button("Connect", type="primary")
 
+connect_error = st.container()      # drawn either way: the live charts below keep their frames
 if connect:
     try:
         base = attach.base_url(url)
@@ -59,7 +60,7 @@ if connect:
         name = model.strip() or served_model(base + "/v1")
         choice = attach.EngineChoice("openai", base, name, metrics_url.strip())
     except Exception as exc:        # a bad address or a server that does not answer: say which
-        st.error(widgets.plain(f"Could not connect to {url!r}: {exc}"))
+        connect_error.error(widgets.plain(f"Could not connect to {url!r}: {exc}"))
     else:
         old = st.session_state.get("ext_generator")
         if old is not None:
@@ -183,14 +184,17 @@ def live() -> None:
     table = gen.table()
     headline(table)
     readings = st.session_state.get("ext_gauges", [])
+    # One container, drawn with or without a line in it: Streamlit rebuilds a chart's frame (blank
+    # until its next draw) when an element above it comes or goes.
+    note = st.container()
     if kind == "ollama":
-        st.info(attach.KIND_HIDDEN["ollama"], icon=":material/visibility_off:")
+        note.info(attach.KIND_HIDDEN["ollama"], icon=":material/visibility_off:")
     elif st.session_state.get("ext_gauge_error"):
-        st.warning(widgets.plain(st.session_state["ext_gauge_error"]))
+        note.warning(widgets.plain(st.session_state["ext_gauge_error"]))
     elif readings and readings[-1]["kv"] is not None:
-        st.caption(f"KV cache in use: {readings[-1]['kv']:.0%} (from the metrics page)")
+        note.caption(f"KV cache in use: {readings[-1]['kv']:.0%} (from the metrics page)")
     elif readings:
-        st.caption("KV cache use: this engine's metrics page does not publish it.")
+        note.caption("KV cache use: this engine's metrics page does not publish it.")
     ours = on_run_axis(table)
     window = x_range(ours)
     left, right = st.columns(2)

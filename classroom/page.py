@@ -79,11 +79,12 @@ def who_are_you() -> str:
     st.session_state.setdefault("cr_name", learner.remembered_name())     # this learner's name, kept
     name = st.text_input("Your name (your requests carry it as their tenant)", key="cr_name", max_chars=64)
     me = ""
-    if name:
-        try:
-            me = check_name(name)
-        except ValueError as exc:
-            st.error(widgets.plain(exc))
+    with st.container():      # always drawn, so the charts below keep their frames (see draw_top)
+        if name:
+            try:
+                me = check_name(name)
+            except ValueError as exc:
+                st.error(widgets.plain(exc))
     if me:
         learner.keep_name(me)
         with st.container(border=True, key="cr_send"):
@@ -209,8 +210,9 @@ def own_requests() -> None:
 def draw_top() -> None:
     """The status line and the shared batch chart: the first thing on the page."""
     board = feed.board(session_id)
-    if feed.error:
-        st.warning(widgets.plain(feed.error))
+    with st.container():      # always drawn: a warning that comes or goes leaves the chart's frame in place
+        if feed.error:
+            st.warning(widgets.plain(feed.error))
     if board is None:
         st.info("Waiting for the engine's first answer…")
         return
