@@ -50,6 +50,7 @@ def _key(name: str) -> str:
 RATE_HI = PREFIX + "rate_hi"            # where the arrival-rate slider ends for the engine chosen
 SIZED_FOR = PREFIX + "sized_for"        # the engine choice the sidebar was last sized for
 PRESET_INTACT = PREFIX + "preset_intact"  # a preset is chosen and not moved since
+PRESET_SETUP = PREFIX + "preset_setup"    # the setup the chosen preset gave, as the sliders took it
 FIRST_PRESET = "interactive_chat"       # what a visit without a setup in its link starts on
 
 
@@ -94,7 +95,9 @@ def load_setup(setup: Setup, step_model) -> None:
             st.session_state[_key(name)] = value
     for rng, (lo, hi) in RANGES.items():
         st.session_state[_key(rng + "_len")] = (values[lo], values[hi])
-    st.session_state[_key("preset")] = matching_preset(setup, step_model) or CUSTOM
+    pid = matching_preset(setup, step_model)
+    st.session_state[_key("preset")] = pid or CUSTOM
+    st.session_state[PRESET_SETUP] = Setup(**values) if pid else None
 
 
 def current_setup() -> Setup:
@@ -293,7 +296,10 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
         pid = st.session_state.get(_key("preset"), CUSTOM)
         st.session_state[PRESET_INTACT] = False
         if pid in PRESETS:
-            modified = matching_preset(current_setup(), step_model) != pid
+            # Against the setup the preset gave when chosen, not against the preset sized anew: this
+            # machine's step model is refit after every run, and the learner moved nothing.
+            applied, now = st.session_state.get(PRESET_SETUP), current_setup()
+            modified = applied is None or applied.changed(seed=now.seed, continuous=now.continuous) != now
             st.session_state[PRESET_INTACT] = not modified
             st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "") + sized_from(step_model),
                        help=f"{PRESETS[pid].why} Its rate and targets are sized from {step_model.label}.")

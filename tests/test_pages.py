@@ -345,6 +345,33 @@ def test_a_preset_is_sized_again_for_the_engine_chosen(app, monkeypatch):
     assert at.slider(key="pg_rate").value == PRESETS["rush_hour"].setup_for(here).rate
 
 
+def test_a_preset_stays_intact_when_this_machines_step_model_is_refit(app, monkeypatch):
+    """This machine's step model is refit from every real step, so after a run the same preset sized
+    anew has another rate. A preset the learner did not touch is still that preset (not "modified
+    since"), and its sliders stay where it put them; one moved slider makes it modified."""
+    import dataclasses
+    from playground import engines
+    from engine.sim.machine_speed import CALIBRATED, MachineSpeed, machine_speed
+    from ui import session
+    measured = machine_speed(session._load("tiny"), measure_if_missing=True).step_model
+    now = {"model": dataclasses.replace(measured, fixed_ms=measured.fixed_ms + 10)}
+    monkeypatch.setattr(engines, "machine_speed", lambda model, **kw: MachineSpeed(now["model"], CALIBRATED))
+    at = app(PLAYGROUND)
+    at.selectbox(key="pg_preset").set_value("rush_hour").run()
+    no_exception(at)
+    rate = at.slider(key="pg_rate").value
+    assert rate == PRESETS["rush_hour"].setup_for(now["model"]).rate
+    now["model"] = dataclasses.replace(measured, fixed_ms=measured.fixed_ms + 20)    # a run refit it
+    assert PRESETS["rush_hour"].setup_for(now["model"]).rate != rate
+    at.run()
+    no_exception(at)
+    assert at.selectbox(key="pg_preset").value == "rush_hour"
+    assert at.slider(key="pg_rate").value == rate
+    assert not any("modified since" in c.value for c in at.caption)
+    at.slider(key="pg_max_num_seqs").set_value(at.slider(key="pg_max_num_seqs").value + 1).run()
+    assert any("modified since" in c.value for c in at.caption)
+
+
 def test_a_link_to_the_simulated_h100_keeps_its_rate(app):
     at = app(PLAYGROUND, {"engine": "sim_h100", "rate": "64"})
     no_exception(at)
