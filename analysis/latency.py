@@ -14,7 +14,8 @@ PREFILL_PATTERN = "/"   # prefill bars are hatched, so they differ from decode w
 
 
 def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
-                     limit: int = 200, presenter: bool = False, x_range=None) -> dict:
+                     limit: int = 200, presenter: bool = False, x_range=None,
+                     marks: pd.DataFrame | None = None) -> dict:
     """Gantt chart, one row per request: queued -> prefill -> decode.
 
     Shows the requests being served at now_s (default: the latest time in the table) and the
@@ -23,6 +24,7 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     Phases still open at now_s are drawn up to now_s, so this works live and while scrubbing a
     replay. Rejected and failed requests get a red x at their arrival.
     x_range: (lo, hi) seconds to hold the x-axis still (style.live_x_range).
+    marks: setting changes, drawn as dashed lines like on the other time charts.
     """
     texts = ("Request timeline",
              "Grey = queued, hatched dark = prefill, light = decode. "
@@ -80,14 +82,16 @@ def request_timeline(requests: pd.DataFrame, now_s: float | None = None,
     px = font_px(presenter)
     row_px = px + 4
     plot_px = min(780, max(200, row_px * len(df)))
+    shapes, notes = time_marks(marks, np.concatenate([arrival, finish]), x_range, presenter)
     out = layout(*texts, barmode="overlay", bargap=0.15, presenter=presenter, x_range=x_range,
+                 shapes=shapes, annotations=notes,
                  yaxis=dict(type="category", autorange="reversed",
                             showticklabels=plot_px / len(df) >= row_px))   # ids only where they fit
     out["height"] = plot_px + out["margin"]["t"] + out["margin"]["b"]
     return figure(
         data=[bar("queued", arrival, sched, COLORS["queued"]),
               bar("prefill", sched, first, COLORS["prefill"], PREFILL_PATTERN),
-              bar("decode", first, finish, COLORS["decode"]), rejected],
+              bar("decode", first, finish, COLORS["decode"]), rejected, *mark_legend(shapes)],
         layout=out,
     )
 

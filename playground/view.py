@@ -226,7 +226,7 @@ def time_figures(tables: Tables, setup: Setup, now_s: float | None = None, prese
              x_range=style.live_x_range(now_s, LIVE_SPAN_S) if now_s is not None else None)
     behind = dict(ghost=ghost, ghost_name=ghost_name)
     builders = {
-        "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT, **x),
+        "pg_timeline": lambda: latency.request_timeline(reqs, now_s=now_s, limit=TIMELINE_LIMIT, marks=marks, **x),
         "pg_ttft": lambda: latency.latency_over_time(reqs, "ttft_s", setup.ttft_slo_s, marks, **x, **behind),
         "pg_tpot": lambda: latency.latency_over_time(reqs, "tpot_s", setup.tpot_slo_s, marks, **x, **behind),
         "pg_queue": lambda: queue_charts.queue_over_time(steps, marks, **x, **behind),

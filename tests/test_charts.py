@@ -276,6 +276,12 @@ def test_request_timeline():
     assert list(rejected.y) == ["r6"] and list(rejected.x) == [5.0]
     assert fig.layout.yaxis.type == "category"
     fig.to_json()
+    # a setting change is the same dashed line here as on the other time charts
+    marks = pd.DataFrame({"step": [3], "t_s": [4.2], "label": ["max_num_seqs 8→2"]})
+    fig = drawn(latency.request_timeline(req, now_s=7.0, marks=marks))
+    assert [s.x0 for s in fig.layout.shapes if s.line.dash == "dash"] == [4.2]
+    assert "max_num_seqs 8→2" in [a.text for a in fig.layout.annotations]
+    assert fig.data[-1].name == style.MARK_NAME
 
 
 def test_request_timeline_scrub_and_limit():
