@@ -111,10 +111,23 @@ def test_why_batch_measures_then_shows_the_cached_result(lab_env):
     assert "Cached result from this machine" in texts(again)
     assert any(b.key == "why_batch__refresh" for b in again.button)
     assert len(again.get("plotly_chart")) == 2
-    # Re-measure is a new run: the guesses are set aside and asked for again before it shows anything
+    # Re-measure is a new run: the guesses are set aside and asked for again before it runs, so the
+    # learner guesses before the wait and the new result shows at once beside the new guesses.
+    [stored] = lab_env.glob("results/scaling-*.json")
+    before = stored.stat().st_mtime_ns
     again.button(key="why_batch__refresh").click().run()
     assert not again.exception, [e.message for e in again.exception]
     assert any(b.key.endswith("__commit") for b in again.button) and not again.get("plotly_chart")
+    assert "runs as soon as your new predictions are in" in texts(again)
+    assert stored.stat().st_mtime_ns == before, "it waits for the new guesses before it measures"
+    commit(again)
+    assert not again.exception, [e.message for e in again.exception]
+    assert stored.stat().st_mtime_ns > before, "the new guesses in, it measured again"
+    assert "Measured just now" in texts(again) and len(again.get("plotly_chart")) == 2
+    assert "You predicted" in [m.label for m in again.metric]
+    after = stored.stat().st_mtime_ns
+    again.run()
+    assert stored.stat().st_mtime_ns == after, "it measures once, not at every rerun"
 
 
 def test_knee_sweep_runs_and_marks_the_knee(lab_env):

@@ -12,7 +12,8 @@ shown under the question and beside the locked guess). A prediction belongs to t
 asked: its text, its choices and those settings (`Question.asked`). Change a setting and the
 question is a new one: a new prediction opens, and the guess made for the old settings stays with
 them, never scored against the new run. A guess is locked once a result has been shown beside it;
-Re-measure (`unlock`, which the measure button calls) sets the lab's guesses aside and asks again.
+Re-measure (`unlock`, which the measure button calls) sets the lab's guesses aside and asks again;
+the new run starts once the new guesses are in, so its result shows at once beside them.
 
 Predictions are kept in the session, in st.session_state[PREDICTIONS_KEY]:
 {"<question id>|<asked>": {"id", "question" (text), "settings", "lab", "guess", "measured",
@@ -42,6 +43,7 @@ from ui import learner
 PREDICTIONS_KEY = "lab_predictions"
 MEASUREMENTS_KEY = "lab_measurements"
 VERDICTS_KEY = "lab_verdicts"
+REMEASURE_KEY = "lab_remeasure"     # {lab id: (measurement name, settings)}: a re-measure waiting for new guesses
 CLOSE_FACTOR = 1.5      # a number guess within this factor of the measured value counts as close
 TIE_WITHIN = 0.02       # measured values this close (a share of the best) tie when a question asks for the best
 
@@ -162,11 +164,24 @@ def locked(q: Question) -> bool:
     return bool(entry and entry.get("locked"))
 
 
-def unlock(lab: str) -> None:
-    """A new run of `lab` is coming: its guesses are set aside, so the learner guesses again."""
+def unlock(lab: str, then: tuple | None = None) -> None:
+    """A new run of `lab` is coming: its guesses are set aside, so the learner guesses again.
+    `then` (a measurement's name and its settings' repr): that re-measure waits for the new guesses
+    and runs once they are in (remeasure_due), so its result shows at once beside them."""
     for key in [k for k, e in predictions().items() if e.get("lab", k) == lab]:
         predictions().pop(key)
     learner.save("set_aside", lab)
+    if then is not None:
+        st.session_state.setdefault(REMEASURE_KEY, {})[lab] = then
+
+
+def remeasure_due(lab: str, name: str, settings: str) -> bool:
+    """Whether the learner asked to re-measure `name` of `lab` with these settings, and its guesses are
+    in now; taken once, so it runs once. A re-measure asked for other settings is dropped."""
+    waiting = st.session_state.get(REMEASURE_KEY, {})
+    if waiting.get(lab, ("",))[0] != name:
+        return False
+    return waiting.pop(lab) == (name, settings)
 
 
 def record_verdict(v, source: str) -> None:
@@ -250,8 +265,12 @@ def ask(q: Question, holds_results: bool = True):
         st.button("Commit my prediction", key=f"{q.key}__commit", type="primary", on_click=_commit, args=(q,),
                   help="Your guess is kept; then the lab runs (or shows what it measured before).")
         why = "a guess made before you look is what makes the result surprising, and the surprise is what you remember."
-        st.caption(f"The lab shows nothing until you commit: {why}" if holds_results else
-                   f"Nothing here waits for your guess, so commit it before you watch: {why}")
+        if (q.lab_id or q.lab) in st.session_state.get(REMEASURE_KEY, {}):
+            st.caption("The re-measure you asked for runs as soon as your new predictions are in: "
+                       "a new run is scored against a new guess.")
+        else:
+            st.caption(f"The lab shows nothing until you commit: {why}" if holds_results else
+                       f"Nothing here waits for your guess, so commit it before you watch: {why}")
     return None
 
 

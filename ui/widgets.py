@@ -216,7 +216,9 @@ def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate
         cols[0].caption(":material/history: **Cached result from this machine**: measured earlier "
                         "with exactly these settings.")
     if cols[1].button("Re-measure", key=f"{name}__refresh",
-                      help="Run it again on the engine and replace the stored result."):
+                      help=f"Run it again on the real engine on this machine "
+                           f"({estimate() if callable(estimate) else estimate}) and replace the stored "
+                           "result. A new run asks for new predictions first."):
         return "refresh"
     return None
 
@@ -281,7 +283,8 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
     draws the page again (st.rerun does not return), which then finds the stored result. While
     nothing is stored the page ends here (st.stop), or with stop=False this returns None. A
     failure to look up or to measure is shown as an error line, never as a traceback. Re-measure
-    sets aside the guesses of `lab` (ui.predict.unlock): a new run asks for a new guess.
+    sets aside the guesses of `lab` (ui.predict.unlock) and runs once the new ones are committed,
+    so the learner guesses before the wait, and the new result shows at once beside the new guess.
     """
     try:
         got = run(session.model_name(), peek=True)   # the name is enough to look up stored results
@@ -289,6 +292,13 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
         st.error(error_message("Could not read the stored result", exc))
         got = None
     action = _measure_buttons(name, settings, got is not None, button, estimate)
+    if lab:
+        from ui import predict
+        if action == "refresh":       # the guesses first: the run starts once the new ones are in
+            predict.unlock(lab, then=(name, repr(settings)))
+            st.rerun()
+        if action is None and got is not None and predict.remeasure_due(lab, name, repr(settings)):
+            action = "refresh"
     if action is not None:
         try:
             with _progress_bar(text) as cb:
@@ -297,9 +307,6 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
             st.error(error_message("The measurement failed", exc))
         else:
             st.session_state[f"{name}__fresh"] = repr(settings)   # _measure_buttons: "measured just now"
-            if action == "refresh" and lab:
-                from ui import predict
-                predict.unlock(lab)
             st.rerun()
     if got is None and stop:
         st.stop()
