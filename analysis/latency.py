@@ -160,7 +160,10 @@ def latency_over_time(requests: pd.DataFrame, metric: str = "ttft_s", slo: float
                  line=dict(color=COLORS["p95"], width=2)),
             *legend,
         ],
+        # The y-axis fits the points and reaches the SLO line, which the subtitle asks the reader to
+        # compare p95 with: a target above every point so far is still drawn.
         layout=layout(title, good, xlabel, ylabel, shapes=shapes, annotations=notes,
+                      yaxis=None if slo is None else dict(autorangeoptions=dict(include=[0, slo * scale])),
                       presenter=presenter, x_range=x_range),
     )
 

@@ -322,6 +322,9 @@ def test_latency_over_time():
     assert list(p50.y) == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.7])
     assert len(fig.layout.shapes) == 2  # SLO line + one policy mark
     assert "max_num_seqs 8→2" in [a.text for a in fig.layout.annotations]
+    # a target above every point so far is still on the chart: the y-axis reaches it
+    high = drawn(latency.latency_over_time(req, "ttft_s", slo=50.0))
+    assert 50.0 in high.layout.yaxis.autorangeoptions.include and max(high.data[0].y) < 50
     fig = drawn(latency.latency_over_time(req, "tpot_s", slo=0.035))
     assert len(fig.data[0].x) == 4  # r2 has no TPOT
     assert max(fig.data[0].y) == pytest.approx(40)  # milliseconds
