@@ -132,7 +132,9 @@ controls.write_link(setup, slot.token(), *controls.current_engine())
 prediction.show(step_model, setup.policy(), setup.workload(), started=lab is not None or starting)
 state = "starting" if starting else lab.state if lab is not None else "idle"
 cols = st.columns(5)
-cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start), type="primary",
+# One primary button: the way on from here (Resume while paused, else Start).
+cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _start),
+               type="secondary" if state == "paused" else "primary",
                width="stretch", disabled=state in ("starting", "running"),
                help="Start a fresh run with the settings on the left (or go on, if you raised "
                     "the number of requests after it finished). The run before it stays on "
@@ -140,7 +142,7 @@ cols[0].button("Start", key="start", on_click=_reported, args=("Cannot start", _
 cols[1].button("Pause", key="pause", on_click=_reported, args=("Cannot pause", lambda: slot.run().pause()),
                width="stretch", disabled=state != "running", help="Stop the run between two steps: its clock stops too, so no arrivals pile up while you explain.")
 cols[2].button("Resume", key="resume", on_click=_reported, args=("Cannot resume", lambda: slot.run().resume()),
-               width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
+               type="primary" if state == "paused" else "secondary", width="stretch", disabled=state != "paused", help="Let a paused engine run on.")
 cols[3].button("Step once", key="step", on_click=_reported, args=("Cannot step", _step), width="stretch",
                disabled=state in ("starting", "running") or controls.current_engine()[0] == engines.SERVER,
                help="Run exactly one engine step, then pause: watch who joins and leaves. (A shared "

@@ -164,6 +164,8 @@ def test_start_steps_snapshot_pause_scrub_reset(app):
     no_exception(at)
     assert lab.state in ("paused", "finished")
     assert "steps: " in status(at)
+    if lab.state == "paused":                      # the way on is Resume: it is the one primary button
+        assert (at.button(key="resume").proto.type, at.button(key="start").proto.type) == ("primary", "secondary")
     snap, tables = lab.read()
     assert len(snap.steps) >= 5 and len(tables.steps) == len(snap.steps)
     assert list(tables.steps.columns) == STEP_COLUMNS
