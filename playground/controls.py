@@ -51,6 +51,7 @@ RATE_HI = PREFIX + "rate_hi"            # where the arrival-rate slider ends for
 SIZED_FOR = PREFIX + "sized_for"        # the engine choice the sidebar was last sized for
 PRESET_INTACT = PREFIX + "preset_intact"  # a preset is chosen and not moved since
 PRESET_SETUP = PREFIX + "preset_setup"    # the setup the chosen preset gave, as the sliders took it
+PRESET_SIZED = PREFIX + "preset_sized"    # sized_from's note on the step model that sized it
 FIRST_PRESET = "interactive_chat"       # what a visit without a setup in its link starts on
 
 
@@ -98,6 +99,7 @@ def load_setup(setup: Setup, step_model) -> None:
     pid = matching_preset(setup, step_model)
     st.session_state[_key("preset")] = pid or CUSTOM
     st.session_state[PRESET_SETUP] = Setup(**values) if pid else None
+    st.session_state[PRESET_SIZED] = sized_from(step_model) if pid else ""
 
 
 def current_setup() -> Setup:
@@ -167,9 +169,10 @@ def write_link(setup: Setup, run_token: str | None = None, engine: str = engines
 
 
 def sized_from(step_model) -> str:
-    """A short note of how far off the step model that sized a preset is now, when it says."""
-    found = re.search(r"current error \d+%", getattr(step_model, "label", ""))
-    return f" Sized from this machine's step model ({found.group(0)})." if found else ""
+    """A short note of how far off the step model that sized a preset was when it did, when it says
+    (the model is refit as the engine runs: the Playground's engine note gives its error now)."""
+    found = re.search(r"current error (\d+%)", getattr(step_model, "label", ""))
+    return f" Sized from this machine's step model when chosen (its error then: {found.group(1)})." if found else ""
 
 
 def _apply_preset(step_model) -> None:
@@ -301,8 +304,10 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
             applied, now = st.session_state.get(PRESET_SETUP), current_setup()
             modified = applied is None or applied.changed(seed=now.seed, continuous=now.continuous) != now
             st.session_state[PRESET_INTACT] = not modified
-            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "") + sized_from(step_model),
-                       help=f"{PRESETS[pid].why} Its rate and targets are sized from {step_model.label}.")
+            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "")
+                       + st.session_state.get(PRESET_SIZED, ""),
+                       help=f"{PRESETS[pid].why} Choosing it sizes its rate and targets from this machine's "
+                            f"step model as it is then; now that is {step_model.label}.")
 
         with st.expander("Workload", expanded=True):
             st.caption("Changes apply to requests arriving from now on.")
