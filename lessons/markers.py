@@ -135,25 +135,39 @@ BLOCK_BREAK = re.compile(r"\n[ \t]*\n")
 
 
 def tag_machines(text: str, badge_for: Callable[..., str]) -> str:
-    """Each paragraph or table that quotes worked-example numbers, followed by a badge naming the machine
-    they come from; where one block quotes numbers of several machines, each of those numbers gets its own
-    badge instead. `badge_for(name, short=False)`: the badge of the number `name`'s machine, "" for a
-    number of no machine (a setting, a model's shape); ui/machine_tags.badge_for names them (course/
-    machines.py). Run before render_numbers."""
-    def tag_block(block: str) -> str:
+    """Each paragraph or table that quotes worked-example numbers is followed by a badge naming the machine
+    they come from; consecutive blocks of one machine share one badge, after the last of them (a heading, a
+    picture, or a block of another machine ends the run). Where one block quotes numbers of several
+    machines, each of those numbers gets its own badge instead. `badge_for(name, short=False)`: the badge
+    of the number `name`'s machine, "" for a number of no machine (a setting, a model's shape);
+    ui/machine_tags.badge_for names them (course/machines.py). Run before render_numbers."""
+    out: list[str] = []
+    owed: tuple[str, int] | None = None     # (badge, index in out of the last block that quotes it)
+
+    def settle() -> None:
+        nonlocal owed
+        if owed is not None:
+            out.insert(owed[1] + 1, owed[0])
+            owed = None
+
+    def beside(m: re.Match) -> str:
+        if m.group(1) != "example" or not badge_for(m.group(2)):
+            return m.group(0)
+        return m.group(0) + " " + badge_for(m.group(2), short=True)
+
+    for block in BLOCK_BREAK.split(text):
         found = {badge_for(name) for name in find_example_numbers(block)} - {""}
-        if not found:
-            return block
-        if len(found) == 1:
-            return f"{block}\n\n{found.pop()}"
-
-        def beside(m: re.Match) -> str:
-            if m.group(1) != "example" or not badge_for(m.group(2)):
-                return m.group(0)
-            return m.group(0) + " " + badge_for(m.group(2), short=True)
-        return NUMBER.sub(beside, block)
-
-    return "\n\n".join(tag_block(p) for p in BLOCK_BREAK.split(text))
+        if block.lstrip().startswith("#") or BLOCK.search(block) or len(found) > 1 or \
+                (found and owed is not None and owed[0] not in found):
+            settle()
+        if len(found) > 1:
+            out.append(NUMBER.sub(beside, block))
+            continue
+        out.append(block)
+        if found:
+            owed = (found.pop(), len(out) - 1)
+    settle()
+    return "\n\n".join(out)
 
 
 def find_blocks(text: str, kind: str) -> list[str]:

@@ -242,3 +242,19 @@ def test_a_number_with_no_machine_is_caught():
     tagged = tag_machines("{{number:example.kn_tok_s_16}} here and {{number:example.lc_ttft_s}} there", badge_for)
     assert machines.badge("a100-80gb:llama-3.1-8b", "A100 roofline") in tagged
     assert machines.badge(machines.RECORD, "recorded CPU") in tagged, "two machines in one block: a badge each"
+
+
+def test_blocks_of_one_machine_in_a_row_share_one_badge():
+    """A badge after every paragraph of one worked example read as noise (four alike in lesson 1): a
+    run of blocks of one machine gets one badge after its last; a heading or another machine ends it."""
+    fake = {"a": "[A]", "b": "[B]", "n": ""}
+    badge = lambda name, short=False: fake[name[0]]      # noqa: E731
+    text = ("## S\n\nx {{number:example.a1}}\n\nno number\n\ny {{number:example.a2}}\n\nafter\n\n"
+            "z {{number:example.b1}}\n\n## T\n\nw {{number:example.a3}}")
+    assert BLOCK_BREAK.split(tag_machines(text, badge)) == [
+        "## S", "x {{number:example.a1}}", "no number", "y {{number:example.a2}}", "[A]", "after",
+        "z {{number:example.b1}}", "[B]", "## T", "w {{number:example.a3}}", "[A]"]
+    why_batch = next(l.body for l in LESSONS if l.id == "why-batch")
+    supposed = machines.badge(machines.SUPPOSED_1)
+    assert tag_machines(why_batch, badge_for).count(supposed) < \
+        sum(supposed in tag_machines(b, badge_for) for b in BLOCK_BREAK.split(why_batch))
