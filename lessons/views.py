@@ -349,9 +349,10 @@ def progress_sidebar() -> None:
     site = load_site()
     c = progress_counts(site.lessons)
     with st.sidebar:
-        st.progress(c["read"] / c["lessons"] if c["lessons"] else 0.0)
+        # The line first, then its bar: a bar above the line read as an unlabelled grey strip.
         st.caption(f"Lessons read {c['read']}/{c['lessons']}, checks {c['answered']}/{c['checks']} "
                    f"answered ({c['correct']} right on the first try)")
+        st.progress(c["read"] / c["lessons"] if c["lessons"] else 0.0)
         lessons, _ = _pages_for_links(site)
         with st.expander("Your lessons"):
             for l in site.lessons:
