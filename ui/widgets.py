@@ -243,10 +243,11 @@ class _progress_bar:
 
 def _step_model_source(step_model, profiled: bool) -> str:
     """Whose step times the simulator used: this machine's step model (a quick estimate or a
-    calibration, named by its label), or the hand-set guess when none was measured."""
-    return (f"this machine's step model ({plain(step_model.label)})" if profiled else
-            f"a guessed step model, since this machine has none yet ({plain(step_model.label)}; the "
-            "Playground makes a quick estimate on its first visit)")
+    calibration, named by its label), or the hand-set guess when none was measured. It ends a
+    sentence: the label has brackets of its own, so it follows a colon rather than sits in more."""
+    return (f"this machine's step model: {plain(step_model.label)}" if profiled else
+            "a guessed step model, since this machine has none yet (the Playground makes a quick estimate "
+            f"on its first visit): {plain(step_model.label)}")
 
 
 def simulated_caption(step_model, profiled: bool, button: str, measured: bool) -> None:
@@ -266,8 +267,8 @@ def simulated_first_caption(step_model, profiled: bool, button: str, measured: b
     source = _step_model_source(step_model, profiled)
     if measured:
         st.caption(f":material/science: {what[0].upper() + what[1:]} below is the real engine's measurement"
-                   f"{'; ' + kept if kept else ''}. The simulator (the same scheduler on a virtual clock, each "
-                   f"step's time from {source}) answered first.")
+                   f"{'; ' + kept if kept else ''}. Without one, this page shows the simulator's answer: the "
+                   f"same scheduler on a virtual clock, each step's time from {source}.")
     else:
         st.caption(f":material/science: **Simulated**: the same scheduler on a virtual clock, each step's time "
                    f"from {source}. It answers at once: {what} below is the simulation's. **Run it on the real "
