@@ -192,12 +192,13 @@ def write_link(keys) -> None:
 # ----------------------------------------------------------------------------- measuring
 
 
-def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate) -> str | None:
+def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate,
+                     asks_again: bool = False) -> str | None:
     """The lab's run button, or, once a result exists, where it came from and a re-measure button.
 
     Returns "run", "refresh" or None. `settings` identifies the current settings (any value
     with a repr); `estimate` says how long a measurement takes on this machine (text, or a
-    function that returns it, called only when the run button is drawn).
+    function that returns it); `asks_again`: Re-measure asks for new predictions before it runs.
     """
     fresh = st.session_state.get(f"{name}__fresh") == repr(settings)
     if not has_result:
@@ -218,7 +219,7 @@ def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate
     if cols[1].button("Re-measure", key=f"{name}__refresh",
                       help=f"Run it again on the real engine on this machine "
                            f"({estimate() if callable(estimate) else estimate}) and replace the stored "
-                           "result. A new run asks for new predictions first."):
+                           "result." + (" A new run asks for new predictions first." if asks_again else "")):
         return "refresh"
     return None
 
@@ -292,7 +293,7 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
     except Exception as exc:
         st.error(error_message("Could not read the stored result", exc))
         got = None
-    action = _measure_buttons(name, settings, got is not None, button, estimate)
+    action = _measure_buttons(name, settings, got is not None, button, estimate, asks_again=bool(lab))
     if lab:
         from ui import predict
         if action == "refresh":       # the guesses first: the run starts once the new ones are in
