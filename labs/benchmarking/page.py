@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from labs.benchmarking import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -46,7 +46,7 @@ question = predict.question("benchmarking", clients=str(clients), settings={"cli
 guess = predict.gate(question)
 speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated
-got, source = widgets.measured_or_simulated(
+got, source = measure.measured_or_simulated(
     "benchmarking", (clients,), lambda m, **kw: lab.measure(m, clients, **kw),
     "Run the closed loop, then open load at its throughput, then the repeats", _estimate,
     "Running the closed loop, the open load and the repeats…", step_model, profiled, "every number and chart",

@@ -10,7 +10,7 @@ from replicas.router import POLICIES, POLICY_HELP
 from engine.sim.roofline import DEVICES
 from labs.cluster import experiment as lab
 from course import claims
-from ui import load_line, predict, widgets
+from ui import load_line, measure, predict, widgets
 
 PROFILES = [f"{d}:llama-3.1-8b" for d in ("l4", "a100-80gb", "h100-sxm") if d in DEVICES]
 
@@ -104,7 +104,7 @@ st.markdown(f"{lab.REAL_REPLICAS} real engine servers of this page's model on th
             f"workload at {lab.REAL_LOAD:.0%} of what they serve (one server's capacity measured first), routed by "
             "round_robin and "
             "prefix_affinity. TTFT is timed by the client; the hit rates come from the servers' own /metrics.")
-real = widgets.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
+real = measure.stored_or_measure("cluster", lab.REAL_ROUTERS, lab.real_routing, "Run on real servers",
                                  lambda: widgets.estimate_text(lab.REAL_ESTIMATE_S, None),
                                  "Starting servers and routing…", stop=False)
 if real is not None:

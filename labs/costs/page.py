@@ -9,7 +9,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.costs import experiment as lab
 from labs.runs import frames
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 KNOBS = knobs_of(SchedulerPolicy)      # labels and help as the policy declares them
 STEP_PRIORITY = KNOBS["step_priority"]
@@ -64,7 +64,7 @@ named = {"long prompt": f"{long_len} tokens", "token budget": budget, "step prio
 stall_q = predict.question("costs_stall", settings=named)
 stall_guess = predict.ask(stall_q)
 if stall_guess is not None:
-    got, stall_source = widgets.measured_or_simulated(
+    got, stall_source = measure.measured_or_simulated(
         "costs_stall", settings, lambda m, **kw: lab.stall_runs(m, *settings, **kw), "Run with chunking off and on",
         lambda: widgets.estimate_text(*lab.stall_estimate_s(session.model_name(), *settings)),
         "Chunked prefill off, then on…", step_model, profiled, "every number and the chart of this part", lab="costs")
@@ -106,7 +106,7 @@ st.markdown(f"{spec.num_requests} requests arrive at once (prompts {spec.prompt_
 kv_q = predict.question("costs_kv", capacity=f"{capacity:,}", settings={"KV capacity": f"{capacity:,} tokens"})
 kv_guess = predict.ask(kv_q)
 if kv_guess is not None:
-    got_kv, kv_source = widgets.measured_or_simulated(
+    got_kv, kv_source = measure.measured_or_simulated(
         "costs_kv", capacity, lambda m, **kw: lab.kv_run(m, capacity, **kw), "Run at this KV capacity",
         lambda: widgets.estimate_text(*lab.kv_estimate_s(session.model_name(), capacity)),
         f"KV capacity {capacity} tokens…", step_model, profiled, "every number of this part",

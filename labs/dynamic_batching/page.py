@@ -7,7 +7,7 @@ from engine.core.config import SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.dynamic_batching import experiment as lab
 from labs.runs import simulated_name
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 WAIT = knobs_of(SchedulerPolicy)["max_wait_ms"]
 
@@ -55,11 +55,11 @@ guess = predict.gate(question)
 settings = (rate, tuple(waits), slots, repeats)
 sim = simulated_table(step_model, *settings)
 sim_name = simulated_name(step_model)
-got = widgets.stored_or_measure(
+got = measure.stored_or_measure(
     "dynamic_batching", settings, lambda m, **kw: lab.wait_runs(m, rate, waits, slots, repeats, **kw), "Run the sweep",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rate, waits, slots, repeats)),
     "Sweeping max_wait_ms…", stop=False, lab="dynamic_batching")
-widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
+measure.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
 measured = got is not None
 source = "measured" if measured else "simulated"
 table = lab.wait_table(got) if measured else sim      # until the real sweep, the numbers are the simulation's

@@ -8,7 +8,7 @@ from course import machines
 from labs import knee_rule
 from labs.knee import experiment as lab
 from labs.runs import simulated_name
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -64,11 +64,11 @@ goodput_guess = predict.gate(goodput_q)
 sim = lab.knee_table(simulated_runs(step_model, tuple(values)), ttft, tpot)
 sim_name = simulated_name(step_model)
 sim_knee = lab.find_knee(sim)
-got = widgets.stored_or_measure("knee", (tuple(values), repeats),
+got = measure.stored_or_measure("knee", (tuple(values), repeats),
                                 lambda m, **kw: lab.max_num_seqs_runs(m, values, repeats, **kw), "Run the sweep",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), values, repeats)),
                                 "Sweeping max_num_seqs…", stop=False, lab="knee")
-widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
+measure.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
 measured = got is not None
 source = "measured" if measured else "simulated"
 table = lab.knee_table(got, ttft, tpot) if measured else sim[sim.max_num_seqs.isin(values)].reset_index(drop=True)

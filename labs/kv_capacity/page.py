@@ -6,7 +6,7 @@ import streamlit as st
 from engine.core.config import EngineConfig, SchedulerPolicy
 from engine.core.knobs import knobs_of
 from labs.kv_capacity import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 POLICY_KNOBS = knobs_of(SchedulerPolicy)
 ENGINE_KNOBS = knobs_of(EngineConfig)
@@ -88,7 +88,7 @@ named = {"KV pool judged": f"{judged:,} tokens", "max_num_seqs": lab.SLOTS}
 run_q = predict.question("kv_running", pool=f"{judged:,}", slots=lab.SLOTS, settings=named)
 run_guess = predict.ask(run_q)
 if run_guess is not None:
-    got, source = widgets.measured_or_simulated(
+    got, source = measure.measured_or_simulated(
         "kv_pools", lab.POOLS, lambda m, **kw: lab.pool_runs(m, **kw), "Run the pool sweep",
         lambda: widgets.estimate_text(*lab.pool_estimate_s(session.model_name())),
         "KV pool sweep…", step_model, profiled, "every number and chart of this part",
@@ -133,7 +133,7 @@ else:
     pq = predict.question("kv_prefix", settings=pnamed)
     pguess = predict.ask(pq)
     if pguess is not None:
-        got_p, psource = widgets.measured_or_simulated(
+        got_p, psource = measure.measured_or_simulated(
             "kv_prefix", (workload, rate), lambda m, **kw: lab.prefix_runs(m, workload, rate, **kw),
             "Run with prefix caching off and on", lambda: widgets.estimate_text(*lab.prefix_estimate_s(
                 session.model_name(), workload, rate)), "Prefix caching off, then on…", step_model, profiled,

@@ -6,7 +6,7 @@ import streamlit as st
 from analysis import queue_charts
 from labs.queueing import experiment as lab
 from labs.runs import frames
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -57,7 +57,7 @@ question = predict.question("queueing", lo=f"{lo:.0%}", hi=f"{hi:.0%}",
 guess = predict.gate(question)
 speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated
-got, source = widgets.measured_or_simulated(
+got, source = measure.measured_or_simulated(
     "queueing", tuple(rhos), lambda m, **kw: lab.capacity_and_runs(m, rhos, **kw),
     "Measure μ, then run each utilization", _estimate, "Measuring capacity, then each arrival rate…",
     step_model, profiled, "every number and chart", lab="queueing")

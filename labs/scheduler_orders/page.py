@@ -3,7 +3,7 @@ loses. The simulator answers at once; the real runs replace it."""
 import streamlit as st
 
 from labs.scheduler_orders import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -63,7 +63,7 @@ question = predict.question("scheduler_orders", choices=tuple(t for t, _, _, _ i
 guess = predict.gate(question)
 starve_q = predict.question("orders_starve", choices=tuple(orders), settings=named)
 starve_guess = predict.gate(starve_q)
-got, source = widgets.measured_or_simulated(
+got, source = measure.measured_or_simulated(
     "orders", settings, lambda m, **kw: lab.order_runs(m, rate, orders, seed, **kw), "Run every order",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rate, orders, seed)),
     "Running each order…", step_model, profiled, "every sentence, chart and table", lab="scheduler_orders")

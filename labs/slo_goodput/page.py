@@ -4,7 +4,7 @@ import streamlit as st
 
 from labs.runs import frames, simulated_name
 from labs.slo_goodput import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -51,11 +51,11 @@ miss_q = predict.question("slo_first_miss", settings=named)
 miss_guess = predict.gate(miss_q)
 sim = lab.goodput_table(simulated_runs(step_model), ttft, tpot)
 sim_name = simulated_name(step_model)
-got = widgets.stored_or_measure("slo", tuple(rates), lambda m, **kw: lab.rate_runs(m, rates, **kw),
+got = measure.stored_or_measure("slo", tuple(rates), lambda m, **kw: lab.rate_runs(m, rates, **kw),
                                 "Run the arrival rates",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rates)),
                                 "Running each arrival rate…", stop=False, lab="slo_goodput")
-widgets.simulated_caption(step_model, profiled, "Run the arrival rates", got is not None)
+measure.simulated_caption(step_model, profiled, "Run the arrival rates", got is not None)
 measured = got is not None
 source = "measured" if measured else "simulated"
 table = lab.goodput_table(got, ttft, tpot) if measured else sim[sim["rate"].isin(rates)].reset_index(drop=True)

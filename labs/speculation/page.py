@@ -10,7 +10,7 @@ from course.readings import ridge_sentence
 from analysis.speculation import drafts_by_step
 from engine.sim.roofline import DEVICES
 from labs.speculation import break_even, experiment as lab, figures
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 GPU_DEVICE = DEVICES[lab.GPU.partition(":")[0]]
 
@@ -70,7 +70,7 @@ guess_big = predict.gate(q_big)
 
 speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated
-got = widgets.stored_or_measure("speculation", (k, big, pairs),
+got = measure.stored_or_measure("speculation", (k, big, pairs),
                                 lambda m, **kw: lab.lab_runs(m, k, big, pairs, **kw), "Run off and on",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), k, big, pairs)),
                                 "Running speculation off and on…", stop=False, lab="speculation")
@@ -83,7 +83,7 @@ if not measured:
     table = lab.case_table(sim_runs)
 gpu_runs = on_gpu(k, big, tuple(sorted(chances.items())))
 gpu = lab.case_table(gpu_runs)
-widgets.simulated_first_caption(step_model, profiled, "Run off and on", measured, "every number and chart",
+measure.simulated_first_caption(step_model, profiled, "Run off and on", measured, "every number and chart",
                                 f"the {machines.short(lab.GPU)} prediction stays simulated")
 if not measured:
     st.caption(f"The simulator reads no text: it drafts {k} tokens for every decoding request and accepts each with "

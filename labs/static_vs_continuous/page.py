@@ -7,7 +7,7 @@ from analysis import membership
 from analysis.frame_metrics import wasted_slot_steps
 from labs.runs import frames
 from labs.static_vs_continuous import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 REPLAY_TICK_S = 0.3
 REPLAY_TICKS = 60          # a full replay takes about this many ticks
@@ -52,11 +52,11 @@ speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated
 sim = simulated_modes(step_model, *settings)
 sim_summ = {mode: lab.mode_summary(res, slots) for mode, (res, _) in sim.items()}
-got = widgets.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
+got = measure.stored_or_measure("svc", settings, lambda m, **kw: lab.both_modes(m, *settings, **kw),
                                 "Run both modes",
                                 lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Running static, then continuous…", stop=False, lab="static_vs_continuous")
-widgets.simulated_first_caption(step_model, profiled, "Run both modes", got is not None,
+measure.simulated_first_caption(step_model, profiled, "Run both modes", got is not None,
                                 "every number, the replay and the table",
                                 "the side-by-side table keeps the simulated columns beside the real ones")
 measured = got is not None

@@ -6,7 +6,7 @@ from analysis import latency
 from analysis.frame_metrics import finished
 from labs.runs import frames
 from labs.tail import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 METRICS = {"ttft_s": ("TTFT", 1.0, "s"), "tpot_s": ("TPOT", 1000.0, "ms"), "e2e_s": ("E2E", 1.0, "s")}
 SEGMENTS = {"prompt": "prompt length", "tenant": "tenant", "window": "time window", "none": "nothing (all requests)"}
@@ -59,7 +59,7 @@ question = predict.question("tail", settings=named, help="p99: the time that 99 
 guess = predict.gate(question)
 group_q = predict.question("tail_group", choices=tuple(name for _, _, name in lab.PROMPT_BUCKETS), settings=named)
 group_guess = predict.gate(group_q)
-got, source = widgets.measured_or_simulated(
+got, source = measure.measured_or_simulated(
     "tail", settings, lambda m, **kw: lab.tail_run(m, *settings, **kw), "Run this workload",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
     "Running…", step_model, profiled, "every number, curve and table", lab="tail")

@@ -10,7 +10,7 @@ from engine.core.knobs import knobs_of
 from engine.sim.simulate import resolve_profile
 from labs.token_budget import experiment as lab
 from labs.runs import simulated_name
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 BUDGET = knobs_of(SchedulerPolicy)["max_num_batched_tokens"]
 GPU = "h100-sxm:llama-3.1-8b"     # the roofline the page compares this machine with
@@ -70,11 +70,11 @@ guess = predict.gate(question)
 settings = (rate, tuple(budgets), workload)
 sim = simulated_table(step_model, *settings)
 sim_name = simulated_name(step_model)
-got = widgets.stored_or_measure(
+got = measure.stored_or_measure(
     "token_budget", settings, lambda m, **kw: lab.budget_runs(m, rate, budgets, workload, **kw), "Run the sweep",
     lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), rate, budgets, workload)),
     "Sweeping max_num_batched_tokens…", stop=False, lab="token_budget")
-widgets.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
+measure.simulated_caption(step_model, profiled, "Run the sweep", got is not None)
 measured = got is not None
 source = "measured" if measured else "simulated"
 table = lab.budget_table(got) if measured else sim

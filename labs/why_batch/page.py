@@ -4,7 +4,7 @@ import streamlit as st
 
 from labs import knee_rule
 from labs.why_batch import experiment as lab
-from ui import load_line, machine_speed, predict, session, widgets
+from ui import load_line, machine_speed, measure, predict, session, widgets
 
 st.title("Why batch")
 st.caption("One decode step reads every weight of the model once, however many sequences ride in it. "
@@ -37,10 +37,10 @@ knee_guess = predict.gate(knee_q)
 speed = machine_speed.here()
 step_model, profiled = speed.step_model, speed.calibrated
 predicted = lab.predicted_scaling(step_model, sizes, settings[1])
-got = widgets.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
+got = measure.stored_or_measure("why_batch", settings, lambda m, **kw: lab.batch_scaling(m, *settings, **kw),
                                 "Measure step times", lambda: widgets.estimate_text(*lab.estimate_s(session.model_name(), *settings)),
                                 "Timing decode steps…", stop=False, lab="why_batch")
-widgets.simulated_first_caption(step_model, profiled, "Measure step times", got is not None,
+measure.simulated_first_caption(step_model, profiled, "Measure step times", got is not None,
                                 "every step time, chart and number",
                                 "the table keeps the step model's prediction beside each measured step")
 measured = got is not None
