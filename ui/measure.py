@@ -34,24 +34,26 @@ def _measure_buttons(name: str, settings, has_result: bool, label: str, estimate
         cols[0].caption(":material/history: **Cached result from this machine**: measured earlier "
                         "with exactly these settings.")
     if cols[1].button("Re-measure", key=f"{name}__refresh",
-                      help=f"Run it again on the real engine on this machine "
-                           f"({estimate() if callable(estimate) else estimate}) and replace the stored "
-                           "result." + (" A new run asks for new predictions first." if asks_again else "")):
+                      help="Run it again on the real engine on this machine and replace the stored result; "
+                           "its progress bar gives the expected time."
+                           + (" A new run asks for new predictions first." if asks_again else "")):
         return "refresh"
     return None
 
 
 class _progress_bar:
-    """`with _progress_bar("…") as cb: experiment(progress=cb)`: a bar the experiment advances."""
+    """`with _progress_bar("…", expected) as cb: experiment(progress=cb)`: a bar the experiment
+    advances, each of its lines followed by the run's expected time in all."""
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, expected: str):
+        self.text, self.expected = text, expected
 
     def __enter__(self):
-        self.bar = st.progress(0.0, text=self.text)
+        self.bar = st.progress(0.0, text=f"{self.text} (expected in all: {self.expected})")
 
         def cb(fraction: float, text: str = ""):
-            self.bar.progress(max(0.0, min(1.0, float(fraction))), text=text or self.text)
+            self.bar.progress(max(0.0, min(1.0, float(fraction))),
+                              text=f"{text or self.text} (expected in all: {self.expected})")
         return cb
 
     def __exit__(self, *exc):
@@ -120,7 +122,9 @@ def stored_or_measure(name: str, settings, run, button: str, estimate, text: str
             action = "refresh"
     if action is not None:
         try:
-            with _progress_bar(text) as cb:
+            # The estimate is worked out here, once a run is asked for: a page showing a stored
+            # result would otherwise simulate the runs at every redraw after a refit.
+            with _progress_bar(text, estimate() if callable(estimate) else estimate) as cb:
                 run(session.model(), progress=cb, refresh=action == "refresh")
         except Exception as exc:     # say so, and leave the page as it was before the button
             st.error(error_message("The measurement failed", exc))
