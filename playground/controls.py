@@ -50,8 +50,8 @@ def _key(name: str) -> str:
 RATE_HI = PREFIX + "rate_hi"            # where the arrival-rate slider ends for the engine chosen
 SIZED_FOR = PREFIX + "sized_for"        # the engine choice the sidebar was last sized for
 PRESET_INTACT = PREFIX + "preset_intact"  # a preset is chosen and not moved since
-PRESET_SETUP = PREFIX + "preset_setup"    # the setup the chosen preset gave, as the sliders took it
-PRESET_SIZED = PREFIX + "preset_sized"    # sized_from's note on the step model that sized it
+# The chosen preset's setup as the sliders took it, and sized_from's note on the step model that sized it
+PRESET_SETUP = PREFIX + "preset_setup"
 FIRST_PRESET = "interactive_chat"       # what a visit without a setup in its link starts on
 
 
@@ -98,8 +98,7 @@ def load_setup(setup: Setup, step_model) -> None:
         st.session_state[_key(rng + "_len")] = (values[lo], values[hi])
     pid = matching_preset(setup, step_model)
     st.session_state[_key("preset")] = pid or CUSTOM
-    st.session_state[PRESET_SETUP] = Setup(**values) if pid else None
-    st.session_state[PRESET_SIZED] = sized_from(step_model) if pid else ""
+    st.session_state[PRESET_SETUP] = (Setup(**values), sized_from(step_model)) if pid else None
 
 
 def current_setup() -> Setup:
@@ -301,11 +300,10 @@ def sidebar(step_model, run_engine: str | None = None) -> Setup:
         if pid in PRESETS:
             # Against the setup the preset gave when chosen, not against the preset sized anew: this
             # machine's step model is refit after every run, and the learner moved nothing.
-            applied, now = st.session_state.get(PRESET_SETUP), current_setup()
+            applied, sized, now = *(st.session_state.get(PRESET_SETUP) or (None, "")), current_setup()
             modified = applied is None or applied.changed(seed=now.seed, continuous=now.continuous) != now
             st.session_state[PRESET_INTACT] = not modified
-            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "")
-                       + st.session_state.get(PRESET_SIZED, ""),
+            st.caption(PRESETS[pid].caption + (" *(modified since)*" if modified else "") + sized,
                        help=f"{PRESETS[pid].why} Choosing it sizes its rate and targets from this machine's "
                             f"step model as it is then; now that is {step_model.label}.")
 
