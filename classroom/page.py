@@ -8,6 +8,7 @@ This page only reads boards that classroom.feed builds once for every viewer.
 """
 from __future__ import annotations
 
+import httpx2 as httpx
 import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -74,6 +75,21 @@ def generator(name: str) -> LoadGenerator:
 # ----------------------------------------------------------------------------- who are you
 
 
+# The buttons act in callbacks: Streamlit calls them as it takes the click in, before the page
+# runs again. An action in the page's code ran only if the run got as far as its button; a
+# run cut short before it (by a refresh on a loaded machine) lost the click.
+def send(burst: bool) -> None:
+    """Send and Send a burst: the prompt, as this student, with the values the boxes hold now."""
+    try:
+        me = check_name(st.session_state.get("cr_name", ""))
+    except ValueError:
+        return                       # the name just changed to one not allowed: the page says why
+    n = int(st.session_state["cr_burst"]) if burst else 1
+    generator(me).send_prompt(st.session_state["cr_prompt"], int(st.session_state["cr_tokens"]), n=n,
+                              ignore_eos=True)
+    st.toast(f"Sent {n} request{'s' if n != 1 else ''} as {me}.")
+
+
 def who_are_you() -> str:
     """The name box and the send buttons; returns the student's checked name ("" for none)."""
     st.session_state.setdefault("cr_name", learner.remembered_name())     # this learner's name, kept
@@ -88,14 +104,12 @@ def who_are_you() -> str:
     if me:
         learner.keep_name(me)
         with st.container(border=True, key="cr_send"):
-            prompt = st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
+            st.text_input("Your prompt", "Tell me a short story about a busy kitchen.", key="cr_prompt")
             cols = st.columns(3)
-            tokens = cols[0].number_input("Output tokens", 1, OUTPUT_MAX, 64, key="cr_tokens")
+            cols[0].number_input("Output tokens", 1, OUTPUT_MAX, 64, key="cr_tokens")
             burst = cols[1].number_input("Burst size", 1, BURST_MAX, 8, key="cr_burst")
-            if cols[2].button("Send", key="cr_send_one", type="primary"):
-                generator(me).send_prompt(prompt, int(tokens), ignore_eos=True)
-            if cols[2].button(f"Send a burst of {int(burst)}", key="cr_send_burst"):
-                generator(me).send_prompt(prompt, int(tokens), n=int(burst), ignore_eos=True)
+            cols[2].button("Send", key="cr_send_one", type="primary", on_click=send, args=(False,))
+            cols[2].button(f"Send a burst of {int(burst)}", key="cr_send_burst", on_click=send, args=(True,))
     else:
         st.caption("Pick a name to send requests; you can watch without one.")
     return me
@@ -114,38 +128,51 @@ def knob_widget(k, value):
     return st.number_input(k.label, cast(k.lo), cast(k.hi), cast(value), help=k.help, key=key)
 
 
+def instructor_act(action: str) -> None:
+    """An Instructor button's action (a callback, like send): apply the knobs that differ from the
+    engine's policy, start or stop the background load, or reset. A refusal is kept for the panel."""
+    control = LabControl(choice.url, st.session_state.get("cr_token", ""))
+    try:
+        if action == "apply":
+            policy = control.policy()
+            changes = {n: st.session_state[f"cr_knob_{n}"] for n in INSTRUCTOR_KNOBS}
+            control.set_policy(**{n: v for n, v in changes.items() if v != policy[n]})
+        elif action == "start":
+            control.start_load(**{n: st.session_state[f"cr_load_{n}"] for n in LOAD_KNOBS})
+        elif action == "stop":
+            control.stop_load()
+        else:
+            control.reset()
+    except LabRefused as exc:
+        st.session_state["cr_refused"] = f"The engine refused: {exc}"
+    except httpx.HTTPError as exc:
+        st.session_state["cr_refused"] = f"Could not reach the engine at {choice.url}: {exc}"
+    else:
+        st.session_state.pop("cr_refused", None)
+        feed.board(session_id, fresh=True)
+        st.toast("Done: the whole class sees it from the next refresh.")
+
+
 def instructor_panel(board: Board) -> None:
     with st.expander("Instructor", icon=":material/key:"):
         token = st.text_input("Instructor token", type="password", key="cr_token")
-        control = LabControl(choice.url, token)
         with st.form("cr_policy_form", border=False):
-            changes = {n: knob_widget(POLICY[n], board.policy[n]) for n in INSTRUCTOR_KNOBS}
-            apply = st.form_submit_button("Apply to the engine", type="primary")
+            for n in INSTRUCTOR_KNOBS:
+                knob_widget(POLICY[n], board.policy[n])
+            st.form_submit_button("Apply to the engine", type="primary", on_click=instructor_act, args=("apply",))
         load_cols = st.columns(len(LOAD_KNOBS) + 2)
-        workload = {n: col.number_input(WORKLOAD[n].label, WORKLOAD[n].lo, WORKLOAD[n].ui_hi, WORKLOAD[n].default,
-                                        key=f"cr_load_{n}") for n, col in zip(LOAD_KNOBS, load_cols)}
-        start = load_cols[-2].button("Start background load", key="cr_load_start")
-        stop = load_cols[-2].button("Stop background load", key="cr_load_stop")
-        reset = load_cols[-1].button("Reset the engine", key="cr_reset",
-                                     help="Abort everything in flight and start a fresh engine with this policy.")
-        try:
-            if apply:
-                control.set_policy(**{n: v for n, v in changes.items() if v != board.policy[n]})
-            if start:
-                control.start_load(**workload)
-            if stop:
-                control.stop_load()
-            if reset:
-                control.reset()
-        except LabRefused as exc:
-            st.error(widgets.plain(f"The engine refused: {exc}"))
-        else:
-            if apply or start or stop or reset:
-                feed.board(session_id, fresh=True)
-                st.toast("Done: the whole class sees it from the next refresh.")
+        for n, col in zip(LOAD_KNOBS, load_cols):
+            col.number_input(WORKLOAD[n].label, WORKLOAD[n].lo, WORKLOAD[n].ui_hi, WORKLOAD[n].default,
+                             key=f"cr_load_{n}")
+        load_cols[-2].button("Start background load", key="cr_load_start", on_click=instructor_act, args=("start",))
+        load_cols[-2].button("Stop background load", key="cr_load_stop", on_click=instructor_act, args=("stop",))
+        load_cols[-1].button("Reset the engine", key="cr_reset", on_click=instructor_act, args=("reset",),
+                             help="Abort everything in flight and start a fresh engine with this policy.")
+        if st.session_state.get("cr_refused"):
+            st.error(widgets.plain(st.session_state.pop("cr_refused")))
         if token:
             per_student(board)
-            teacher.view(control)
+            teacher.view(LabControl(choice.url, token))
 
 
 def per_student(board: Board) -> None:

@@ -151,6 +151,47 @@ def test_a_student_cannot_change_the_policy_the_instructor_can(server, monkeypat
     assert service.engine.marks[-1].label == "max_num_seqs 4→2"
 
 
+def cut_short_once(monkeypatch) -> dict:
+    """Arm it, and the page's next run stops at its first read of the board and runs again, as a
+    refresh that comes in while a click is being taken cuts the click's run short on a loaded
+    machine. The rerun carries no click: an action the run had not reached by then is lost."""
+    import streamlit as st
+    armed = {"now": False}
+    real = ClassroomFeed.board
+
+    def board(self, session_id, fresh=False):
+        if armed["now"] and not fresh:
+            armed["now"] = False
+            st.rerun()
+        return real(self, session_id, fresh)
+    monkeypatch.setattr(ClassroomFeed, "board", board)
+    return armed
+
+
+def test_a_click_counts_even_when_its_run_is_cut_short(server, monkeypatch):
+    """The send buttons and the instructor's Apply act as Streamlit takes the click in."""
+    import time
+    url, service = server
+    at = page(url, monkeypatch)
+    at.text_input(key="cr_name").set_value("cora").run()
+    armed = cut_short_once(monkeypatch)
+    armed["now"] = True
+    at.button(key="cr_send_burst").click().run()
+    assert not armed["now"] and not at.exception, at.exception      # the run was cut short, once
+    sent = lambda: len(at.session_state["cr_generator"].records) if "cr_generator" in at.session_state else 0
+    deadline = time.monotonic() + 30
+    while sent() < 8 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sent() == 8, f"the burst's click was lost: {sent()} of 8 requests sent"
+    armed["now"] = True
+    try:
+        apply_max_num_seqs(at, TOKEN, 3)
+        assert not armed["now"] and service.engine.policy.max_num_seqs == 3
+    finally:
+        apply_max_num_seqs(at, TOKEN, 4)
+    assert service.engine.policy.max_num_seqs == 4
+
+
 def set_mode(at: AppTest, mode: str) -> AppTest:
     return apply_knob(at, TOKEN, at.selectbox(key="cr_knob_mode"), mode)
 
