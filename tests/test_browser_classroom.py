@@ -75,6 +75,10 @@ def engine_and_app(name: str, **more_env):
 
 
 def open_page(browser, url, name=""):
+    """A page of the classroom, drawn to its end (the Instructor panel is its last part), with
+    `name` typed in if given. The tests' clicks come after a page has finished drawing, as a
+    person's would: a click while the page's first run still draws reached the page (the
+    buttons act in callbacks) but, on a loaded machine, once left it without its Instructor panel."""
     page = browser.new_context(viewport={"width": 1400, "height": 1800}).new_page()
     page.set_default_timeout(90_000)
     page.goto(url)
@@ -83,6 +87,7 @@ def open_page(browser, url, name=""):
         page.locator(".st-key-cr_name input").fill(name)
         page.locator(".st-key-cr_name input").press("Enter")
         page.get_by_role("button", name="Send a burst of 8").wait_for()
+    page.get_by_text("Instructor", exact=True).wait_for()
     return page
 
 
