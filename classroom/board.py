@@ -159,6 +159,22 @@ def _row(who: str, group: pd.DataFrame) -> list:
             len(done), metrics.percentile(done["ttft_s"], 50), 1000 * metrics.percentile(done["tpot_s"], 50)]
 
 
+def own_counts(last_step, requests: pd.DataFrame, tenant: str) -> tuple[int, int]:
+    """(running, waiting): `tenant`'s requests at the end of the board's last step, the moment the
+    status line's class counts describe. The request rows are read after the steps, so their own
+    status can be some steps newer: "1 of 16 slots running" beside "yours: 8 running"."""
+    mine = requests[requests["tenant"].astype(str) == tenant] if len(requests) else requests
+    if last_step is None or not len(mine):
+        return 0, 0
+    # The engine takes in what arrived before a step begins; what arrives during it counts from the next.
+    began, t = float(last_step["t_start_s"]), float(last_step["t_end_s"])
+    ids = mine["id"].astype(str)
+    ended = pd.to_numeric(mine["finish_s"], errors="coerce") <= t
+    live = set(ids[(pd.to_numeric(mine["arrival_s"], errors="coerce") <= began) & ~ended])
+    running = live & {str(m[0]) for m in last_step["members"]}
+    return len(running), len(live - running)
+
+
 STUDENT_COLUMNS = {"id": "request", "status": "status", "output_tokens": "tokens", "arrival_s": "sent at (s)",
                    "ttft_s": "TTFT (s)", "tpot_s": "TPOT (ms)", "e2e_s": "total (s)"}
 

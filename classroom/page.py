@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from classroom.board import BACKGROUND, CLASS, Board, readable, requests_of, student
+from classroom.board import BACKGROUND, CLASS, Board, own_counts, readable, requests_of, student
 from classroom.feed import shared_feed
 from classroom.names import check_name
 from engine.core.config import SchedulerPolicy
@@ -202,8 +202,7 @@ def status_line(board: Board, me: str) -> None:
         else board.policy["max_num_seqs"]
     mine = ""
     if me and len(board.tables.requests):
-        reqs = board.tables.requests[board.tables.requests["tenant"].astype(str) == me]
-        waiting, running = int((reqs["status"] == "waiting").sum()), int((reqs["status"] == "running").sum())
+        running, waiting = own_counts(last, board.tables.requests, me)
         mine = f" · **yours:** {running} running, {waiting} waiting"
     st.markdown(
         f"**{board.policy.get('mode', 'continuous').capitalize()} batching** · "

@@ -10,10 +10,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from classroom import feed as feed_module
-from classroom.board import CLASS, requests_of
+from classroom.board import CLASS, own_counts, requests_of
 from classroom.feed import ClassroomFeed, refresh_interval_s
 from classroom.names import check_name
 from engine.core.config import SchedulerPolicy
+from engine.core.metrics import Counts
 from engine.model.model import load_model
 from remote.load import LoadGenerator
 from test_server import TOKEN, serving
@@ -115,6 +116,33 @@ def test_the_board_outlines_each_tenants_own_cells(server):
     assert list(rows.columns) == ["request", "status", "tokens", "sent at (s)", "TTFT (s)", "TPOT (ms)", "total (s)"]
     assert not rows.isin(["None", "nan"]).any().any() and len(rows) == 2
     assert all(len(r) <= 12 for r in rows["request"])
+
+
+def test_a_students_counts_are_as_of_the_step_the_class_counts_describe(server):
+    """The status line's "yours" is never more than the class's counts beside it: both as of the
+    board's last step, though the request rows are read later (a burst: 1 of the class running,
+    8 of "yours" running by the rows' own status)."""
+    import pandas as pd
+    step = {"t_start_s": 4.5, "t_end_s": 5.0, "members": [("a1", "prefill", 16)]}
+    rows = pd.DataFrame({"id": [f"a{i}" for i in range(1, 9)], "tenant": "amy", "arrival_s": 4.0,
+                         "finish_s": float("nan"), "status": "running"})
+    assert own_counts(step, rows, "amy") == (1, 7) and own_counts(step, rows, "bob") == (0, 0)
+    done = rows.assign(finish_s=[4.5] + [float("nan")] * 7)          # a1 ended before the step's end
+    assert own_counts(step, done, "amy") == (0, 7)
+    # over time, against the server: at every refresh, a student's counts within the class's
+    url, service = server
+    feed = ClassroomFeed(url)
+    futures = LoadGenerator(url + "/v1", "tiny", "dora").send_prompt("hi", 24, n=8, ignore_eos=True)
+    seen = []
+    while not all(f.done() for f in futures) or len(seen) < 3:
+        board = feed.board("s", fresh=True)
+        last = board.tables.steps.iloc[-1] if len(board.tables.steps) else None
+        if last is not None:
+            counts = Counts.of_step(last)
+            mine = own_counts(last, board.tables.requests, "dora")
+            assert mine[0] <= counts.running and mine[1] <= counts.waiting, (mine, counts)
+            seen.append(mine)
+    assert any(running > 0 for running, _ in seen), seen
 
 
 def page(url, monkeypatch) -> AppTest:
