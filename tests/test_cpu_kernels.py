@@ -154,6 +154,30 @@ def test_paged_attention_of_prefill_chunks_matches_sdpa(kernels, dtype, kv_heads
 
 
 @needs_gcc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads,group,d", [(3, 3, 64), (2, 2, 32), (2, 1, 64)])
+@pytest.mark.parametrize("spread", [1.0, 8.0])
+def test_long_chunks_attend_over_several_key_blocks_as_sdpa_does(kernels, dtype, kv_heads, group, d, spread):
+    """A tile's keys go a block at a time (KEY_BLOCK, 256), its softmax taken online: where a later
+    block holds a larger score, what was summed before is scaled down. Chunks here see up to 830
+    keys: rows on both sides of a block's edge (some see none of the last block), a chunk that
+    starts past a block's edge, and one of 600 rows. With queries 8 times larger a row's scores
+    span up to 78, and its largest rises by up to 18 past its first block, whose weights shrink
+    by e^-18."""
+    chunks = [(200, 130), (500, 70), (1, 600), (257, 64), (760, 71)]
+    lengths = [first + i for first, n in chunks for i in range(n)]
+    args, _ = paged_case(dtype, len(lengths), kv_heads, group, d, lengths, runs=[n for _, n in chunks])
+    q, k_cache, v_cache, tables, _, block_size, scale = args
+    q = (q.float() * spread).to(dtype)
+    want = torch.empty_like(q)
+    for b, n in enumerate(lengths):
+        k, v = sequence_kv(k_cache, v_cache, tables[b], n, block_size, group)
+        want[b] = F.scaled_dot_product_attention(q[b].view(-1, 1, d).float(), k.float(), v.float(),
+                                                 scale=scale)[:, 0].to(dtype)
+    close(kernels.paged_attention(q, *args[1:]), want, dtype)
+
+
+@needs_gcc
 def test_bf16_decode_attention_weighs_values_as_torch_does(kernels):
     """Decode rows in bf16 against PyTorch's own bf16 attention: each query's exponentials are
     rounded to bf16 before they meet the values and their sum divided out after, as PyTorch's

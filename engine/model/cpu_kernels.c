@@ -29,9 +29,10 @@
  *    "a token at position p sees p+1 keys"). The PyTorch path must first gather each
  *    sequence's keys into a padded tensor (a copy of the context per layer), run attention on
  *    the padding too, and loop over prefill chunks in Python. The rows of a prefill chunk go
- *    QTILE at a time (attend_tile): each key and value row read serves the whole tile, and the
- *    scores come out as a small matrix product; a decode row goes with all its KV heads at once,
- *    reading its cache rows front to back (attend_fast).
+ *    QTILE at a time (attend_tile): each key and value row read serves the whole tile, the
+ *    scores come out as a small matrix product, and the keys go KEY_BLOCK at a time with the
+ *    softmax taken online, as flash attention takes it; a decode row goes with all its KV heads
+ *    at once, reading its cache rows front to back (attend_fast).
  *
  * 4. layers_in_one_call: every layer of a decode step in one call, the kernels above in the
  *    runner's order: at one row the calls between kernels cost as much as the kernels.
@@ -676,12 +677,12 @@ static inline float max_of(const float *s, int64_t n) {
     return mx;
 }
 
-/* s[t] = exp(s[t] - the largest s), in place; returns their sum: a softmax before its division.
- * The max and the sum are taken a vector at a time by hand: where this is inlined into
+/* s[t] = exp(s[t] - mx), in place, for mx at least the largest s; returns their sum. The max
+ * (max_of) and the sum are taken a vector at a time by hand: where this is inlined into
  * attend_tile the compiler made both scalar loops, each add waiting on the one before (a third
  * of prefill attention). */
-static float exp_shifted(float *s, int64_t L) {
-    float mx = max_of(s, L), sum = 0.f;
+static float exp_below(float *s, int64_t L, float mx) {
+    float sum = 0.f;
     int64_t whole = L / VW * VW, t;
     vf acc = {0};
     #pragma omp simd
@@ -695,6 +696,9 @@ static float exp_shifted(float *s, int64_t L) {
     for (; t < L; t++) sum += s[t];
     return sum;
 }
+
+/* s[t] = exp(s[t] - the largest s), in place; returns their sum: a softmax before its division. */
+static float exp_shifted(float *s, int64_t L) { return exp_below(s, L, max_of(s, L)); }
 
 /* The weights a query's values are summed with, from its scores s[0..L), in place. float32: the
  * softmax, and returns 1. bf16: each max-shifted exponential rounded to bf16, and returns their
@@ -729,15 +733,18 @@ void argmax_rows(const float *x, int64_t *out, int rows, int n) {
 }
 
 /* Token t of a sequence lies in block table[t / block_size], at row t % block_size: its slot.
- * FOR_EACH_SLOT walks a sequence's L tokens block by block, giving each token's slot. */
+ * FOR_SLOTS walks a sequence's tokens from .. L - 1 block by block, giving each token's slot;
+ * FOR_EACH_SLOT all L of them. */
 static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
     return table[t / block_size] * block_size + t % block_size;
 }
 
-#define FOR_EACH_SLOT(table, L, block_size, t, slot)                                            \
-    for (int64_t t0_ = 0; t0_ < (L); t0_ += (block_size))                                      \
-        for (int64_t t = t0_, slot = (table)[t0_ / (block_size)] * (block_size);                 \
-             t < (L) && t < t0_ + (block_size); t++, slot++)
+#define FOR_SLOTS(table, from, L, block_size, t, slot)                                          \
+    for (int64_t t0_ = (from), end_; t0_ < (L); t0_ = end_)                                    \
+        for (int64_t t = (end_ = (t0_ / (block_size) + 1) * (block_size), t0_),                  \
+                     slot = slot_of(table, t0_, block_size);                                     \
+             t < (L) && t < end_; t++, slot++)
+#define FOR_EACH_SLOT(table, L, block_size, t, slot) FOR_SLOTS(table, 0, L, block_size, t, slot)
 
 #define MAX_GROUP 4     /* the fast path keeps a group's accumulators in vector registers */
 #define MAX_HEADS 4     /* KV heads a decode row's job takes at once (attend_row) */
@@ -853,12 +860,16 @@ static void attend_any(const float *qf, const void *k_cache, const void *v_cache
 }
 
 #define QTILE 64        /* query rows of one prefill chunk per job: they share every key and value row read */
+/* Keys whose scores a tile holds at once (attend_tile): SmolLM2's 64 rows x 3 query heads x 256
+ * floats are 192 KB, and the block's values 64 KB, which stay in a 512 KB L2 cache together */
+#define KEY_BLOCK 256
 /* Query vectors worked on together: each key or value load serves QVECS of them, in QVECS x 2
- * accumulators (16 of AVX-512's 32 registers; 8 of AVX2's 16, where 8 vectors would spill) */
+ * accumulators (16 of AVX-512's 32 registers; 12 of AVX2's 16, where 8 vectors would spill: a
+ * multiply-add takes 4 cycles and a core starts two a cycle, so 8 sums left none to spare) */
 #if VW == 16
 #define QVECS 8
 #else
-#define QVECS 4
+#define QVECS 6
 #endif
 
 /* Rows b.. of a step that are consecutive tokens of one sequence (a prefill chunk): the same blocks,
@@ -972,96 +983,148 @@ static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, i
 }
 #endif
 
+/* attend_tile's float32 scores of one key tile (keys t0 .. t0 + 2 VW - 1): the tile is transposed
+ * once (kt[c][j] = key j's dimension c), then QVECS query vectors at a time are multiplied into it,
+ * a broadcast query value times a row of kt per dimension, which gives 2 VW scores in two
+ * registers and needs no horizontal sums. Vector v's go to scores[v * stride + col ..]. */
+static void key_tile_scores(const float *qf, const void *k_cache, const int64_t *table, int64_t t0,
+                            int64_t Lmax, int v0, int Qpad, int kv_heads, int h, int d, int block_size,
+                            float scale, float *kt, float *row, float *scores, int64_t stride, int64_t col,
+                            int bf16) {
+    for (int j = 0; j < 2 * VW; j++) {                        /* the key tile, transposed */
+        int64_t t = t0 + j;
+        if (t < Lmax)
+            load_f32(k_cache, (slot_of(table, t, block_size) * kv_heads + h) * d, d, bf16, row);
+        for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
+    }
+    for (int v = v0; v < Qpad; v += QVECS) {
+        vf acc[QVECS][2] = {{0}};
+        for (int c = 0; c < d; c++) {
+            vf k0, k1;
+            memcpy(&k0, kt + c * 2 * VW, sizeof k0);
+            memcpy(&k1, kt + c * 2 * VW + VW, sizeof k1);
+            for (int u = 0; u < QVECS; u++) {
+                float x = qf[(int64_t)(v + u) * d + c];
+                acc[u][0] += x * k0;
+                acc[u][1] += x * k1;
+            }
+        }
+        for (int u = 0; u < QVECS; u++) {
+            acc[u][0] *= scale;
+            acc[u][1] *= scale;
+            memcpy(scores + (v + u) * stride + col, acc[u], sizeof acc[u]);
+        }
+    }
+}
+
 /* R consecutive query rows of one sequence (row i sees L0 + i keys) against one KV head, for
  * head_dim a multiple of 2 VW and a group of at most MAX_GROUP. One row at a time (attend_fast)
  * each row reads all its keys and values again; here a tile of 2 VW keys is read once for every
- * row, and the scores come out as a small matrix product:
- *   scores: the key tile is transposed once (kt[c][j] = key j's dimension c), then QVECS query
- *           vectors at a time are multiplied into it, a broadcast query value times a row of kt
- *           per dimension, which gives 2 VW scores in two registers and needs no horizontal sums;
- *   values: QVECS query vectors at a time walk the value rows, 2 VW floats of a row per pass,
- *           so each value load serves QVECS vectors and their sums stay in registers.
- * Query vector v is row v / group, head v % group: qf, outf [R * group][d] and scores
- * [R * group][Lpad], each with room for a QVECS group's padding vectors (zeros, never stored). */
+ * row, and the scores come out as a small matrix product (key_tile_scores, or pair_scores on bf16
+ * dot products). The keys go KEY_BLOCK at a time, with the softmax taken online as flash attention
+ * takes it: each query vector keeps the largest score so far and the sum of its exponentials; a
+ * block's scores are exponentiated against that largest, and where a block raises it the sums
+ * and the values added so far are scaled down by exp(old largest - new). So a block's scores
+ * ([Qpad][KEY_BLOCK] floats) stay in the L2 cache between the passes that write and read them,
+ * where a whole row's for 2,048 keys (1.5 MB for 64 rows of SmolLM2's 3 query heads) did not.
+ *   values: QVECS query vectors at a time walk the block's value rows, 2 VW floats of a row per
+ *           pass, so each value load serves QVECS vectors and their sums stay in registers.
+ * bf16 values on bf16 dot products (pair_values) are weighed over whole rows, at one largest
+ * score per row, in scores [Qpad][Lpad].
+ * Query vector v is row v / group, head v % group: qf, outf [R * group][d] and scores, each with
+ * room for a QVECS group's padding vectors (zeros, never stored). */
 static void attend_tile(float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
                         int64_t L0, int R, int kv_heads, int h, int group, int d, int block_size, float scale,
-                        float *kt, float *row, uint32_t *vp, float *scores, int64_t Lpad, float *outf, int bf16) {
+                        float *kt, float *row, float *vt, float *scores, int64_t Lpad, float *outf, int bf16) {
     const int Q = R * group, Qpad = (Q + QVECS - 1) / QVECS * QVECS;   /* whole QVECS groups: no tests in loops */
     const int64_t Lmax = L0 + R - 1;                          /* keys the last row sees */
     memset(qf + (int64_t)Q * d, 0, sizeof(float) * (size_t)(Qpad - Q) * d);
 #if BF16_DOT
-    uint32_t qp[bf16 ? Qpad * d / 2 : 1];                     /* the queries as bf16 pairs (exact): */
-    if (bf16) store_f32(qp, 0, Qpad * d, 1, qf);              /* in order, two at a time make a pair */
-#endif
-    for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
-        /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
-        int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0, v0 = first * group / QVECS * QVECS;
-#if BF16_DOT
-        if (bf16) {
+    if (bf16) {
+        uint32_t qp[Qpad * d / 2];                            /* the queries as bf16 pairs (exact): */
+        store_f32(qp, 0, Qpad * d, 1, qf);                    /* in order, two at a time make a pair */
+        for (int64_t t0 = 0; t0 < Lmax; t0 += 2 * VW) {
+            /* row i sees keys t < L0 + i: the rows before `first` see none of this tile */
+            int first = t0 >= L0 ? (int)(t0 - L0 + 1) : 0, v0 = first * group / QVECS * QVECS;
             pair_scores(qp, k_cache, table, t0, Lmax, v0, Qpad, kv_heads, h, d, block_size, scale,
                         (uint32_t *)kt, scores, Lpad);
-            continue;
         }
-#endif
-        for (int j = 0; j < 2 * VW; j++) {                    /* the key tile, transposed */
-            int64_t t = t0 + j;
-            if (t < Lmax)
-                load_f32(k_cache, (slot_of(table, t, block_size) * kv_heads + h) * d, d, bf16, row);
-            for (int c = 0; c < d; c++) kt[c * 2 * VW + j] = t < Lmax ? row[c] : 0.f;
+        float sums[Qpad];                                     /* divided out at the end */
+        for (int v = 0; v < Qpad; v++) {                      /* each row over its own keys */
+            int64_t L = v < Q ? L0 + v / group : 0;           /* (the padding vectors: none) */
+            float *s = scores + v * Lpad;                     /* (pair_values rounds as it packs) */
+            sums[v] = L ? exp_shifted(s, L) : 1.f;
+            for (int64_t t = L; t < Lpad; t++) s[t] = 0.f;    /* keys it does not see */
         }
-        for (int v = v0; v < Qpad; v += QVECS) {
-            vf acc[QVECS][2] = {{0}};
-            for (int c = 0; c < d; c++) {
-                vf k0, k1;
-                memcpy(&k0, kt + c * 2 * VW, sizeof k0);
-                memcpy(&k1, kt + c * 2 * VW + VW, sizeof k1);
-                for (int u = 0; u < QVECS; u++) {
-                    float x = qf[(int64_t)(v + u) * d + c];
-                    acc[u][0] += x * k0;
-                    acc[u][1] += x * k1;
-                }
-            }
-            for (int u = 0; u < QVECS; u++) {
-                acc[u][0] *= scale;
-                acc[u][1] *= scale;
-                memcpy(scores + (v + u) * Lpad + t0, acc[u], sizeof acc[u]);
-            }
-        }
-    }
-    const int paired = BF16_DOT && bf16;                      /* the values pass of pair_values */
-    float sums[Qpad];                                         /* divided out at the end */
-    for (int v = 0; v < Qpad; v++) {                          /* each row over its own keys */
-        int64_t L = v < Q ? L0 + v / group : 0;               /* (the padding vectors: none) */
-        float *s = scores + v * Lpad;                         /* (pair_values rounds as it packs) */
-        sums[v] = !L ? 1.f : paired ? exp_shifted(s, L) : value_weights(s, L, bf16);
-        for (int64_t t = L; t < Lpad; t++) s[t] = 0.f;        /* keys it does not see */
-    }
-#if BF16_DOT
-    if (paired) {
         pair_values(scores, sums, Lpad, Q, Qpad, L0, Lmax, group, v_cache, table, kv_heads, h, d,
-                    block_size, vp, outf);
+                    block_size, (uint32_t *)vt, outf);
         return;
     }
 #endif
-    for (int c0 = 0; c0 < d; c0 += 2 * VW)
-        for (int v = 0; v < Qpad; v += QVECS) {
-            vf acc[QVECS][2] = {{0}};
-            int64_t L = L0 + (v + QVECS - 1 < Q ? v + QVECS - 1 : Q - 1) / group;   /* the last vector's keys */
-            FOR_EACH_SLOT(table, L, block_size, t, slot) {
-                int64_t off = (slot * kv_heads + h) * d + c0;
-                vf v0 = loadv(v_cache, off, bf16), v1 = loadv(v_cache, off + VW, bf16);
-                for (int u = 0; u < QVECS; u++) {
-                    float p = scores[(v + u) * Lpad + t];
-                    acc[u][0] += p * v0;
-                    acc[u][1] += p * v1;
+    float largest[Qpad], sums[Qpad], rescale[Qpad];
+    for (int v = 0; v < Qpad; v++) sums[v] = 0.f;             /* 0: no key seen yet */
+    memset(outf, 0, sizeof(float) * (size_t)Qpad * d);
+    for (int64_t k0 = 0; k0 < Lmax; k0 += KEY_BLOCK) {
+        const int64_t k1 = k0 + KEY_BLOCK < Lmax ? k0 + KEY_BLOCK : Lmax;
+        /* row i sees keys t < L0 + i: the vectors before v0 see none of this block */
+        int first = k0 >= L0 ? (int)(k0 - L0 + 1) : 0, v0 = first * group / QVECS * QVECS;
+        for (int64_t t0 = k0; t0 < k1; t0 += 2 * VW)
+            key_tile_scores(qf, k_cache, table, t0, Lmax, v0, Qpad, kv_heads, h, d, block_size, scale,
+                            kt, row, scores, KEY_BLOCK, t0 - k0, bf16);
+        for (int v = v0; v < Qpad; v++) {                     /* each vector over its own keys */
+            int64_t L = v < Q ? L0 + v / group : 0;           /* (the padding vectors: none) */
+            int64_t n = L < k1 ? L - k0 : k1 - k0;            /* its keys in this block */
+            float *s = scores + (int64_t)v * KEY_BLOCK;
+            rescale[v] = 1.f;
+            if (n > 0) {
+                float top = max_of(s, n);
+                if (sums[v] > 0.f && largest[v] >= top) top = largest[v];
+                else if (sums[v] > 0.f) rescale[v] = expf(largest[v] - top);
+                largest[v] = top;
+                sums[v] = sums[v] * rescale[v] + exp_below(s, n, top);
+                if (bf16) {                                   /* weights as PyTorch's flash attention */
+                    #pragma omp simd                          /* rounds them (see value_weights) */
+                    for (int64_t t = 0; t < n; t++) s[t] = as_dtype(s[t], 1);
                 }
+            } else {
+                n = 0;
             }
-            for (int u = 0; u < QVECS; u++) {
-                acc[u][0] /= sums[v + u];
-                acc[u][1] /= sums[v + u];
-                memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
-            }
+            for (int64_t t = n; t < k1 - k0; t++) s[t] = 0.f;     /* keys it does not see */
         }
+        /* the block's value rows as float32 strips of 2 VW, vt[c0 / (2 VW)][t - k0][..]: each pass
+         * below reads one strip front to back (16 KB for 256 keys of AVX2), from the L1 cache
+         * after the first vectors' pass, where the rows in the cache are a slot's heads apart */
+        FOR_SLOTS(table, k0, k1, block_size, t, slot)
+            for (int c0 = 0; c0 < d; c0 += 2 * VW)
+                load_f32(v_cache, (slot * kv_heads + h) * d + c0, 2 * VW, bf16,
+                         vt + (c0 * KEY_BLOCK + (t - k0) * 2 * VW));
+        for (int c0 = 0; c0 < d; c0 += 2 * VW)
+            for (int v = v0; v < Qpad; v += QVECS) {
+                vf acc[QVECS][2];
+                int64_t L = L0 + (v + QVECS - 1 < Q ? v + QVECS - 1 : Q - 1) / group;   /* the last vector's keys */
+                const float *strip = vt + c0 * KEY_BLOCK;
+                for (int u = 0; u < QVECS; u++) {             /* the sums so far, scaled */
+                    memcpy(acc[u], outf + (int64_t)(v + u) * d + c0, sizeof acc[u]);
+                    acc[u][0] *= rescale[v + u];
+                    acc[u][1] *= rescale[v + u];
+                }
+                for (int64_t t = 0; t < (L < k1 ? L : k1) - k0; t++) {
+                    vf v0, v1;
+                    memcpy(&v0, strip + t * 2 * VW, sizeof v0);
+                    memcpy(&v1, strip + t * 2 * VW + VW, sizeof v1);
+                    for (int u = 0; u < QVECS; u++) {
+                        float p = scores[(int64_t)(v + u) * KEY_BLOCK + t];
+                        acc[u][0] += p * v0;
+                        acc[u][1] += p * v1;
+                    }
+                }
+                for (int u = 0; u < QVECS; u++) memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
+            }
+    }
+    for (int v = 0; v < Q; v++) {
+        float inv = 1.f / sums[v];
+        for (int c = 0; c < d; c++) outf[(int64_t)v * d + c] *= inv;
+    }
 }
 
 /* Attention over a paged KV cache, one query token per row b.
@@ -1101,13 +1164,16 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     #pragma omp parallel
     {
         size_t vectors = (size_t)QTILE * group + QVECS;         /* a tile's query vectors, and padding */
-        float *scores = malloc(sizeof(float) * vectors * Lpad);   /* [vectors, Lpad] */
+        /* [vectors, Lpad] for pair_values' whole rows, else [vectors, KEY_BLOCK] */
+        float *scores = malloc(sizeof(float) * vectors * (Lpad > KEY_BLOCK ? Lpad : KEY_BLOCK));
         float *qf = malloc(sizeof(float) * vectors * d);
         float *outf = malloc(sizeof(float) * vectors * d);
         float *row = malloc(sizeof(float) * (size_t)d);
         float *kt = malloc(sizeof(float) * (size_t)d * 2 * VW);
-        /* pair_values' value pairs, where there are tiles to attend */
-        uint32_t *vp = bf16 && BF16_DOT && tiles ? malloc(sizeof(uint32_t) * (size_t)(Lpad / 2) * d) : NULL;
+        /* attend_tile's value rows laid out for its values pass, where there are tiles to attend:
+         * pair_values' pairs of slots, or a key block's strips of float32 */
+        size_t laid_out = bf16 && BF16_DOT ? (size_t)(Lpad / 2) * d : (size_t)KEY_BLOCK * d;
+        float *vt = tiles ? malloc(sizeof(float) * laid_out) : NULL;
         #pragma omp for schedule(dynamic)
         for (int j = 0; j < n_jobs; j++) {
             int b = jobs[j].b, R = jobs[j].rows, h = jobs[j].h, n = jobs[j].heads * group * d;  /* n: a row's floats */
@@ -1116,7 +1182,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
                 load_f32(q, ((int64_t)(b + i) * kv_heads + h) * group * d, n, bf16, qf + i * n);
             if (R > 1)
                 attend_tile(qf, k_cache, v_cache, table, context_lens[b], R, kv_heads, h, group, d, block_size,
-                            scale, kt, row, vp, scores, Lpad, outf, bf16);
+                            scale, kt, row, vt, scores, Lpad, outf, bf16);
             else if (fast)
                 attend_fast(qf, k_cache, v_cache, table, context_lens[b], kv_heads, h, jobs[j].heads, group, d,
                             block_size, scale, scores, outf, bf16);
@@ -1131,7 +1197,7 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
         free(outf);
         free(row);
         free(kt);
-        free(vp);
+        free(vt);
     }
     free(jobs);
 }
