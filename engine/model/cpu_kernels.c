@@ -983,6 +983,23 @@ static void pair_values(float *scores, const float *sums, int64_t Lpad, int Q, i
 }
 #endif
 
+/* acc[u] += sum over i < n of a[u * lda + i] * panel[i][0 .. 2 VW), for QVECS rows of a: attend_tile's
+ * two products, each a broadcast value of a row times a row of a panel 2 VW floats wide, so the sums
+ * need no horizontal adds and each panel load serves QVECS rows. */
+static inline __attribute__((always_inline))
+void rows_times_panel(const float *a, int64_t lda, const float *panel, int64_t n, vf acc[QVECS][2]) {
+    for (int64_t i = 0; i < n; i++) {
+        vf p0, p1;
+        memcpy(&p0, panel + i * 2 * VW, sizeof p0);
+        memcpy(&p1, panel + i * 2 * VW + VW, sizeof p1);
+        for (int u = 0; u < QVECS; u++) {
+            float x = a[u * lda + i];
+            acc[u][0] += x * p0;
+            acc[u][1] += x * p1;
+        }
+    }
+}
+
 /* attend_tile's float32 scores of one key tile (keys t0 .. t0 + 2 VW - 1): the tile is transposed
  * once (kt[c][j] = key j's dimension c), then QVECS query vectors at a time are multiplied into it,
  * a broadcast query value times a row of kt per dimension, which gives 2 VW scores in two
@@ -999,16 +1016,7 @@ static void key_tile_scores(const float *qf, const void *k_cache, const int64_t 
     }
     for (int v = v0; v < Qpad; v += QVECS) {
         vf acc[QVECS][2] = {{0}};
-        for (int c = 0; c < d; c++) {
-            vf k0, k1;
-            memcpy(&k0, kt + c * 2 * VW, sizeof k0);
-            memcpy(&k1, kt + c * 2 * VW + VW, sizeof k1);
-            for (int u = 0; u < QVECS; u++) {
-                float x = qf[(int64_t)(v + u) * d + c];
-                acc[u][0] += x * k0;
-                acc[u][1] += x * k1;
-            }
-        }
+        rows_times_panel(qf + (int64_t)v * d, d, kt, d, acc);
         for (int u = 0; u < QVECS; u++) {
             acc[u][0] *= scale;
             acc[u][1] *= scale;
@@ -1108,16 +1116,7 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
                     acc[u][0] *= rescale[v + u];
                     acc[u][1] *= rescale[v + u];
                 }
-                for (int64_t t = 0; t < (L < k1 ? L : k1) - k0; t++) {
-                    vf v0, v1;
-                    memcpy(&v0, strip + t * 2 * VW, sizeof v0);
-                    memcpy(&v1, strip + t * 2 * VW + VW, sizeof v1);
-                    for (int u = 0; u < QVECS; u++) {
-                        float p = scores[(int64_t)(v + u) * KEY_BLOCK + t];
-                        acc[u][0] += p * v0;
-                        acc[u][1] += p * v1;
-                    }
-                }
+                rows_times_panel(scores + (int64_t)v * KEY_BLOCK, KEY_BLOCK, strip, (L < k1 ? L : k1) - k0, acc);
                 for (int u = 0; u < QVECS; u++) memcpy(outf + (int64_t)(v + u) * d + c0, acc[u], sizeof acc[u]);
             }
     }
