@@ -1081,23 +1081,23 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
                             kt, row, scores, KEY_BLOCK, t0 - k0, bf16);
         for (int v = v0; v < Qpad; v++) {                     /* each vector over its own keys */
             int64_t L = v < Q ? L0 + v / group : 0;           /* (the padding vectors: none) */
-            int64_t n = L < k1 ? L - k0 : k1 - k0;            /* its keys in this block */
+            int64_t n = (L < k1 ? L : k1) - k0;               /* its keys in this block */
             float *s = scores + (int64_t)v * KEY_BLOCK;
             rescale[v] = 1.f;
             if (n > 0) {
                 float top = max_of(s, n);
-                if (sums[v] > 0.f && largest[v] >= top) top = largest[v];
-                else if (sums[v] > 0.f) rescale[v] = expf(largest[v] - top);
+                if (sums[v] > 0.f) {                          /* keys seen before: their largest counts */
+                    top = largest[v] > top ? largest[v] : top;
+                    rescale[v] = expf(largest[v] - top);
+                }
                 largest[v] = top;
                 sums[v] = sums[v] * rescale[v] + exp_below(s, n, top);
                 if (bf16) {                                   /* weights as PyTorch's flash attention */
                     #pragma omp simd                          /* rounds them (see value_weights) */
                     for (int64_t t = 0; t < n; t++) s[t] = as_dtype(s[t], 1);
                 }
-            } else {
-                n = 0;
             }
-            for (int64_t t = n; t < k1 - k0; t++) s[t] = 0.f;     /* keys it does not see */
+            for (int64_t t = n > 0 ? n : 0; t < k1 - k0; t++) s[t] = 0.f;   /* keys it does not see */
         }
         /* the block's value rows as float32 strips of 2 VW, vt[c0 / (2 VW)][t - k0][..]: each pass
          * below reads one strip front to back (16 KB for 256 keys of AVX2), from the L1 cache
