@@ -595,3 +595,29 @@ def test_argmax_rows_is_torchs(kernels, rows, n):
     if rows > 1:
         x[1] = 3.0                           # a row of one value: index 0
     assert kernels.argmax_rows(x.contiguous()) == x.argmax(dim=-1).tolist()
+
+
+@needs_gcc
+@pytest.mark.parametrize("march", ["haswell", "skylake-avx512", "cooperlake"])
+def test_panel_tiles_load_each_panel_vector_once(march, tmp_path):
+    """A tile's multiply-adds take the panel's vectors from registers, loaded once a k. Where a
+    tile has registers to spare (1 to 4 rows on AVX2), gcc otherwise folds the load into each row's
+    multiply-add, and the loads (with the rows' broadcasts, 1.5x the multiply-adds) set the pace.
+    Checked in the assembly gcc makes of the panels' loop for AVX2 (haswell) and both AVX-512 paths,
+    whatever this CPU runs: a multiply-add may read memory only as a broadcast ({1toN}) or a
+    constant (rip-relative)."""
+    import re
+    import subprocess
+    cc = shutil.which("gcc") or shutil.which("cc")
+    asm = tmp_path / "k.s"
+    made = subprocess.run([cc, "-O3", f"-march={march}", "-fopenmp", "-ffast-math", "-S", str(cpu_kernels.SOURCE),
+                           "-o", str(asm)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this gcc does not build for -march={march}: {made.stderr.strip()[:200]}")
+    text = asm.read_text()
+    body = text[text.index("\npanel_rows:"):]
+    body = body[:body.index(".size\tpanel_rows")]
+    fmas = [ln.strip() for ln in body.splitlines() if re.match(r"\s+v(fn?m(add|sub)\w*ps|dpbf16ps)\b", ln)]
+    assert len(fmas) > 20, f"no tile loops found in panel_rows for -march={march}"
+    folded = [ln for ln in fmas if "(" in ln and "{1to" not in ln and "(%rip)" not in ln]
+    assert not folded, f"{len(folded)} multiply-adds read a panel vector from memory, e.g. {folded[:3]}"

@@ -364,6 +364,17 @@ void pack_weight(const void *w, uint32_t *packed, int N, int K, int bf16, int ga
         ahead += step;                                                                \
     }
 
+/* Keep v in a register from here on. Where registers are spare (a tile of 1 to 4 rows on AVX2),
+ * gcc reads a panel's vector again from the cache for each row's multiply-add: with the rows'
+ * broadcasts, 1.5 loads a multiply-add, where a core does two of each a cycle, so the loads set
+ * the pace. An empty asm that may change v makes the compiler keep the one load
+ * (test_panel_tiles_load_each_panel_vector_once reads the assembly). */
+#if defined(__AVX__)
+#define IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define IN_REGISTER(v) ((void)0)
+#endif
+
 /* Rounded to the model dtype, as PyTorch rounds each op's result (bf16), or left as it is. */
 static inline float as_dtype(float v, int bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
@@ -387,6 +398,8 @@ void tile(const float *x, int K, const float *panel, float *y, int64_t ldy, int 
         vf b0, b1;
         memcpy(&b0, panel + (int64_t)k * NR, sizeof b0);
         memcpy(&b1, panel + (int64_t)k * NR + VW, sizeof b1);
+        IN_REGISTER(b0);
+        IN_REGISTER(b1);
         for (int m = 0; m < mr; m++) {
             vf a = (vf){0} + x[(int64_t)m * K + k];
             acc[m][0] += a * b0;
