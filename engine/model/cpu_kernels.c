@@ -713,6 +713,12 @@ static float exp_below(float *s, int64_t L, float mx) {
 /* s[t] = exp(s[t] - the largest s), in place; returns their sum: a softmax before its division. */
 static float exp_shifted(float *s, int64_t L) { return exp_below(s, L, max_of(s, L)); }
 
+/* s[0..n) rounded to bf16 in place: attention's weights as PyTorch's flash attention rounds them */
+static inline void round_to_bf16(float *s, int64_t n) {
+    #pragma omp simd
+    for (int64_t t = 0; t < n; t++) s[t] = as_dtype(s[t], 1);
+}
+
 /* The weights a query's values are summed with, from its scores s[0..L), in place. float32: the
  * softmax, and returns 1. bf16: each max-shifted exponential rounded to bf16, and returns their
  * sum (of the unrounded ones), to be divided out after the values are summed: what PyTorch's
@@ -720,8 +726,7 @@ static float exp_shifted(float *s, int64_t L) { return exp_below(s, L, max_of(s,
 static float value_weights(float *s, int64_t L, int bf16) {
     float sum = exp_shifted(s, L);
     if (bf16) {
-        #pragma omp simd
-        for (int64_t t = 0; t < L; t++) s[t] = as_dtype(s[t], 1);
+        round_to_bf16(s, L);
         return sum;
     }
     float inv = 1.f / sum;
@@ -1105,10 +1110,7 @@ static void attend_tile(float *qf, const void *k_cache, const void *v_cache, con
                 }
                 largest[v] = top;
                 sums[v] = sums[v] * rescale[v] + exp_below(s, n, top);
-                if (bf16) {                                   /* weights as PyTorch's flash attention */
-                    #pragma omp simd                          /* rounds them (see value_weights) */
-                    for (int64_t t = 0; t < n; t++) s[t] = as_dtype(s[t], 1);
-                }
+                if (bf16) round_to_bf16(s, n);                /* see value_weights */
             }
             for (int64_t t = n > 0 ? n : 0; t < k1 - k0; t++) s[t] = 0.f;   /* keys it does not see */
         }
@@ -1176,7 +1178,8 @@ void paged_attention(const void *q, const void *k_cache, const void *v_cache,
     #pragma omp parallel
     {
         size_t vectors = (size_t)QTILE * group + QVECS;         /* a tile's query vectors, and padding */
-        /* [vectors, Lpad] for pair_values' whole rows, else [vectors, KEY_BLOCK] */
+        /* [vectors, Lpad]: a decode row's scores over its keys (attend_fast, attend_any) and
+         * pair_values' whole rows; a key block's [vectors, KEY_BLOCK] where that is more */
         float *scores = malloc(sizeof(float) * vectors * (Lpad > KEY_BLOCK ? Lpad : KEY_BLOCK));
         float *qf = malloc(sizeof(float) * vectors * d);
         float *outf = malloc(sizeof(float) * vectors * d);
