@@ -50,11 +50,11 @@ def main() -> int:
         print("no hand-written kernels here (no gcc, or BATCHING_LAB_KERNELS=0): nothing to compare")
         return 0
     beside = FEW_ROWS_BESIDE_PANELS
-    widens = "does not widen" if kernels.bf16_dot else "widens"
-    print(f"Linear sends up to {beside[torch.float32]} row(s) to the few-rows kernel in float32 and "
-          f"{beside[torch.bfloat16]} in bfloat16 beside panels multiplied as stored, up to "
-          f"{FEW_ROWS_BESIDE_WIDENED} beside bf16 panels widened to float32 (the {kernels.path} path {widens} "
-          f"them), and up to {FEW_ROWS} beside oneDNN; each call reads its own copy of the weight, from memory")
+    print(f"Where a weight's panels are multiplied as stored Linear sends up to {beside[torch.float32]} row(s) to "
+          f"the few-rows kernel in float32 and {beside[torch.bfloat16]} in bfloat16 (bf16 dot products), beside "
+          f"bf16 panels widened to float32 (as the {kernels.path} path {'does not' if kernels.bf16_dot else 'does'}) up to "
+          f"{FEW_ROWS_BESIDE_WIDENED}, beside oneDNN up to {FEW_ROWS}; each call reads its own copy of the "
+          f"weight, from memory")
     print(f"{'dtype':<9}{'weight':<9}{'rows':>5}{'few-rows us':>13}{'packed us':>11}{'oneDNN us':>11}"
           f"{'fastest':>10}{'max diff':>10}")
     for dtype in (torch.float32, torch.bfloat16):
