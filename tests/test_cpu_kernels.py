@@ -303,7 +303,7 @@ def test_all_layers_in_one_call_give_the_loops_numbers_to_the_bit(dtype, path, m
     from engine.model.runner import ModelRunner, SeqInput
     if not kernels_of(path).bf16_dot and dtype == "bf16":
         # as on a CPU whose oneDNN has no bf16 products (an AVX2 one): else oneDNN multiplies here
-        # and a step cannot run in one call; there the kernel widens its bf16 panels to fp32
+        # and a step cannot run in one call; there the kernel's panels hold bf16 widened to fp32
         monkeypatch.setattr("engine.model.linear.native_bf16", lambda: False)
     monkeypatch.setenv(kernel_paths.ENV, path)
     lm = load_model("tiny", device="cpu", dtype=dtype)
@@ -505,30 +505,6 @@ def test_silu_mul_matches_pytorch(kernels, dtype, rows):
 
 
 @needs_gcc
-@pytest.mark.parametrize("rows", [1, 5, 70, 200])
-def test_a_bf16_weights_panels_hold_its_own_bytes_on_every_path(kernels, rows):
-    """A bf16 weight's panels are bf16 pairs on every path, half the memory of float32 panels
-    (a width that does not split into pairs keeps float32 panels). Without bf16 dot products a
-    thread widens each panel as it meets it, so the product is the one float32 panels of the same
-    weight give, to the bit: inputs and weights widened exactly, sums in float32, rounded once.
-    70 and 200 rows are several chunks of rows, where the threads go panel by panel."""
-    g = torch.Generator().manual_seed(rows)
-    for n, width in [(1003, 576), (64, 1536), (40, 97)]:           # a part panel; the down shape; odd
-        x = torch.randn(rows, width, generator=g).to(torch.bfloat16)
-        w = (torch.randn(n, width, generator=g) * 0.05).to(torch.bfloat16)
-        nr = kernels.pack_weight(torch.ones(1, width)).numel() // width       # weight rows a panel
-        padded = -(-n // nr) * nr
-        words = padded * (width // 2 if width % 2 == 0 else width)
-        for gated in (False, True) if n % 2 == 0 else (False,):
-            assert kernels.pack_weight(w, gated=gated).numel() == words, f"{n}x{width} gated={gated}"
-        if kernels.bf16_dot:
-            continue                            # multiplied as pairs: test_packed_linear_matches_torch
-        got = kernels.packed_linear(x, kernels.pack_weight(w), n)
-        as_float32 = kernels.packed_linear(x.float(), kernels.pack_weight(w.float()), n).to(torch.bfloat16)
-        assert torch.equal(got, as_float32), f"{rows} rows of {n}x{width}"
-
-
-@needs_gcc
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("gated", [False, True])
 def test_a_row_of_a_packed_product_is_the_same_whatever_rows_share_its_call(kernels, dtype, gated):
@@ -571,20 +547,20 @@ def test_gated_linear_is_the_product_then_silu_mul(kernels, dtype, rows, n):
 
 @needs_gcc
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_linear_takes_panels_from_two_rows_where_they_are_multiplied_as_stored(kernels, dtype):
-    """One row goes through the few-rows kernel. More go to the panels where they are multiplied as
-    they are stored (fp32, bf16 pairs on bf16 dot products); where a bf16 weight's panels are
-    widened to fp32 a panel at a time, the few-rows kernel keeps up to FEW_ROWS_BESIDE_WIDENED."""
-    from engine.model.linear import FEW_ROWS_BESIDE_WIDENED
+def test_linear_takes_panels_from_two_rows_where_they_hold_the_weights_own_bytes(kernels, dtype):
+    """One row goes through the few-rows kernel. More go to the panels where they read no more
+    than the weight (fp32, bf16 pairs); where they hold a bf16 weight widened to fp32, twice its
+    bytes, the few-rows kernel keeps up to FEW_ROWS rows."""
+    from engine.model.linear import FEW_ROWS
     g = torch.Generator().manual_seed(3)
     w = (torch.randn(960, 576, generator=g) * 0.05).to(dtype)
     lin = Linear(w, kernels, pack=True)
     if lin.panels is None:
         pytest.skip(f"oneDNN multiplies this dtype here beside the {kernels.path} path: no panels")
-    as_stored = dtype == torch.float32 or kernels.bf16_dot
-    for rows in range(1, FEW_ROWS_BESIDE_WIDENED + 3):
+    own_bytes = dtype == torch.float32 or kernels.bf16_dot
+    for rows in (1, 2, 3, 4, 5):
         x = torch.randn(rows, 576, generator=g).to(dtype)
-        few = rows == 1 or (rows <= FEW_ROWS_BESIDE_WIDENED and not as_stored)
+        few = rows == 1 or (rows <= FEW_ROWS and not own_bytes)
         want = kernels.few_rows_linear(x, w) if few else kernels.packed_linear(x, lin.panels, 960)
         assert torch.equal(lin(x), want), f"{rows} rows: expected the {'few-rows kernel' if few else 'panels'}"
 

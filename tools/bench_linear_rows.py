@@ -2,14 +2,14 @@
 
 For SmolLM2-135M's four layer shapes, in fp32 and bf16, one product y = x @ W^T at M rows, timed
 through cpu_kernels.few_rows_linear, through cpu_kernels.packed_linear (its panels of the weight:
-float32, or bf16 pairs, widened a panel at a time without bf16 dot products) and through Linear's
-packed oneDNN path (the best of five rounds), with the largest difference between their answers.
-As in a decode step, where each layer's weights come from memory, every call takes the next of
-enough copies of the weight to outgrow the cache (a weight used again and again from the cache
-favours the route that does less arithmetic, not the one that reads less). engine/model/linear.py
-sends a row, or a few (FEW_ROWS beside oneDNN, FEW_ROWS_BESIDE_WIDENED beside widened bf16
-panels), to the few-rows kernel and more to packed_linear where the weight has panels (else to
-oneDNN: linear.onednn_multiplies); this is how to check those choices on another CPU.
+float32, or bf16 pairs where the CPU has bf16 dot products) and through Linear's packed oneDNN path
+(the best of five rounds), with the largest difference between their answers. As in a decode
+step, where each layer's weights come from memory, every call takes the next of enough copies of
+the weight to outgrow the cache (a weight used again and again from the cache favours the route
+that does less arithmetic, not the one that reads less). engine/model/linear.py sends a row (or
+up to FEW_ROWS where the other route reads more bytes than the weight) to the few-rows kernel and
+more to packed_linear where the weight has panels (else to oneDNN: linear.onednn_multiplies); this
+is how to check those choices on another CPU.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import engine  # noqa: F401  (first, as the app: the engine's OpenMP wait, befor
 import torch
 
 from engine.model import cpu_kernels
-from engine.model.linear import FEW_ROWS, FEW_ROWS_BESIDE_PANELS, FEW_ROWS_BESIDE_WIDENED, Linear
+from engine.model.linear import FEW_ROWS, FEW_ROWS_BESIDE_PANELS, Linear
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 
@@ -50,11 +50,9 @@ def main() -> int:
         print("no hand-written kernels here (no gcc, or BATCHING_LAB_KERNELS=0): nothing to compare")
         return 0
     beside = FEW_ROWS_BESIDE_PANELS
-    print(f"Where a weight's panels are multiplied as stored Linear sends up to {beside[torch.float32]} row(s) to "
-          f"the few-rows kernel in float32 and {beside[torch.bfloat16]} in bfloat16 (bf16 dot products), beside "
-          f"bf16 panels widened to float32 (as the {kernels.path} path {'does not' if kernels.bf16_dot else 'does'}) up to "
-          f"{FEW_ROWS_BESIDE_WIDENED}, beside oneDNN up to {FEW_ROWS}; each call reads its own copy of the "
-          f"weight, from memory")
+    print(f"Where a weight has panels of its own bytes Linear sends up to {beside[torch.float32]} row(s) to the "
+          f"few-rows kernel in float32 and {beside[torch.bfloat16]} in bfloat16, else up to {FEW_ROWS}; each call "
+          f"reads its own copy of the weight, from memory")
     print(f"{'dtype':<9}{'weight':<9}{'rows':>5}{'few-rows us':>13}{'packed us':>11}{'oneDNN us':>11}"
           f"{'fastest':>10}{'max diff':>10}")
     for dtype in (torch.float32, torch.bfloat16):

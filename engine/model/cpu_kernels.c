@@ -274,13 +274,11 @@ void few_rows_linear(const void *x, const void *w, void *y, int M, int N, int K,
  * each input row's x[m, k] once (broadcast), for 2 * MR multiply-adds. The panel (K x NR floats,
  * 72 KB at K = 576) stays in the L1/L2 cache while every block of MR input rows goes over it;
  * rows go at most MC at a time so that the input rows a panel meets stay in the cache too.
- * An fp32 weight's panels are float32. A bf16 weight's hold pairs (w[n][k], w[n][k+1]) in each
- * 32-bit lane, the weight's own bytes. Where the CPU has bf16 dot products (AVX512-BF16) one
- * instruction multiplies a pair of weights by a pair of inputs and adds both products to a float32
- * accumulator (tile_pairs), twice the work of an fp32 multiply-add. Elsewhere a thread widens each
- * panel it meets to float32 once, exactly (widen_panel), and multiplies that as an fp32 panel, with
- * the inputs widened and the outputs rounded, as a CPU without bf16 products multiplies bf16: the
- * same numbers as float32 panels packed once, from half the memory (see packed_product). */
+ * Packed weights are float32 (bf16 weights widened once, exactly; the inputs are widened and the
+ * outputs rounded, as a CPU without bf16 products multiplies them), except where the CPU has
+ * bf16 dot products (AVX512-BF16): there a bf16 panel holds pairs (w[n][k], w[n][k+1]) in each
+ * 32-bit lane, and one instruction multiplies a pair of weights by a pair of inputs and adds both
+ * products to a float32 accumulator (tile_pairs), twice the work of an fp32 multiply-add. */
 #define NR (2 * VW)                 /* weight rows per panel: two vector registers */
 #if VW == 16
 #define MR 12                       /* input rows per tile: 24 accumulators of 32 registers, with the
@@ -316,7 +314,7 @@ const char *kernel_path(void) {
 }
 
 /* Are this weight's panels bf16 pairs (else float32)? */
-static inline int pairs_for(int K, int bf16) { return bf16 && K % 2 == 0; }
+static inline int pairs_for(int K, int bf16) { return BF16_DOT && bf16 && K % 2 == 0; }
 
 /* 32-bit elements of the packed copy of w [N, K] */
 int64_t packed_size(int N, int K, int bf16) {
@@ -492,21 +490,6 @@ static inline int tile_rows(int left) {
     return (left + tiles - 1) / tiles;
 }
 
-/* A panel of bf16 pairs widened to a float32 panel, exactly: lane j of pair k / 2 holds row j's
- * [k] in its low half (a shift widens it) and [k + 1] in its high half (a mask) */
-static void widen_panel(const uint32_t *pairs, float *panel, int K) {
-    const vu high = (vu){0} + 0xFFFF0000u;
-    for (int k = 0; k < K; k += 2)
-        for (int j = 0; j < NR; j += VW) {
-            vu u, lo, hi;
-            memcpy(&u, pairs + (int64_t)k / 2 * NR + j, sizeof u);
-            lo = u << 16;
-            hi = u & high;
-            memcpy(panel + (int64_t)k * NR + j, &lo, sizeof lo);
-            memcpy(panel + (int64_t)(k + 1) * NR + j, &hi, sizeof hi);
-        }
-}
-
 /* One panel's share of y for input rows m0..m1, tile by tile. The tiles share out asking for
  * `next` (the panel after this one, `bytes` long, or NULL). */
 static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, int m1, int n0, int ncols,
@@ -537,11 +520,9 @@ static void panel_rows(const void *x, const uint32_t *panel, void *y, int m0, in
 static void packed_product(const void *x, const uint32_t *packed, void *y, int M, int N, int K, int bf16,
                            int gated) {
     int pairs = pairs_for(K, bf16), cols = gated ? N / 2 : N, width = gated ? VW : NR;   /* y's columns, a panel's */
-    int widen = pairs && !BF16_DOT;            /* pairs multiplied as float32 panels (widen_panel) */
-    int in_float32 = bf16 && !(pairs && BF16_DOT);  /* bf16 multiplied in float32 arithmetic */
     const void *xin = x;
     void *yout = y;
-    if (in_float32) {                          /* so x is widened, and y rounded at the end */
+    if (bf16 && !pairs) {                      /* multiplied in float32: widen x, round y at the end */
         float *wide = malloc(sizeof(float) * (size_t)M * K);
         load_f32(x, 0, M * K, 1, wide);
         xin = wide;
@@ -549,41 +530,31 @@ static void packed_product(const void *x, const uint32_t *packed, void *y, int M
     }
     /* The rows in the fewest chunks of at most MC, shared evenly (65 rows: 33 and 32, not 64 and 1).
      * The threads split the (chunk, panel) pairs in equal runs, so equal chunks are equal work;
-     * with a short last chunk one thread would multiply most of the rows alone. The runs go chunk
-     * by chunk, each chunk's rows staying in the cache over every panel, except where panels are
-     * widened: there they go panel by panel, so a thread widens each panel it meets once, not
-     * once for each chunk. */
+     * with a short last chunk one thread would multiply most of the rows alone. */
     int P = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC;
     int64_t panel_size = (int64_t)NR * (pairs ? K / 2 : K);
     int streamed = chunks == 1;                  /* each panel met once, from memory (decode steps) */
     #pragma omp parallel
     {
         int asked = -1;                          /* the panel this thread asked for while it worked */
-        int held = -1;                           /* the panel in as_float32 */
-        float *as_float32 = widen ? malloc(sizeof(float) * (size_t)NR * K) : NULL;
-        #pragma omp for schedule(static)
-        for (int64_t i = 0; i < (int64_t)chunks * P; i++) {
-            int c = (int)(widen ? i % chunks : i / P), p = (int)(widen ? i / chunks : i % P);
-            int start = (int)((int64_t)c * M / chunks), end = (int)((int64_t)(c + 1) * M / chunks);
-            int ncols = cols - p * width < width ? cols - p * width : width;
-            const char *here = (const char *)(packed + p * panel_size);
-            const char *next = streamed && p + 1 < P ? here + panel_size * 4 : NULL;
-            /* A thread's first panel of a decode product: nobody asked for it, and its first
-             * tile, reading a line at a time from memory, took as long as several whole panels.
-             * Asked for all at once, it arrives in the time memory takes to stream it. */
-            if (streamed && p != asked)
-                for (int64_t b = 0; b < panel_size * 4; b += 64) __builtin_prefetch(here + b, 0, 3);
-            if (widen && p != held) {
-                widen_panel((const uint32_t *)here, as_float32, K);
-                held = p;
+        #pragma omp for collapse(2) schedule(static)
+        for (int c = 0; c < chunks; c++)
+            for (int p = 0; p < P; p++) {
+                int start = (int)((int64_t)c * M / chunks), end = (int)((int64_t)(c + 1) * M / chunks);
+                int ncols = cols - p * width < width ? cols - p * width : width;
+                const char *here = (const char *)(packed + p * panel_size);
+                const char *next = streamed && p + 1 < P ? here + panel_size * 4 : NULL;
+                /* A thread's first panel of a decode product: nobody asked for it, and its first
+                 * tile, reading a line at a time from memory, took as long as several whole panels.
+                 * Asked for all at once, it arrives in the time memory takes to stream it. */
+                if (streamed && p != asked)
+                    for (int64_t b = 0; b < panel_size * 4; b += 64) __builtin_prefetch(here + b, 0, 3);
+                panel_rows(xin, (const uint32_t *)here, yout, start, end, p * width, ncols, N, K, bf16, pairs,
+                           next, panel_size * 4, gated);
+                asked = p + 1;
             }
-            panel_rows(xin, widen ? (const uint32_t *)as_float32 : (const uint32_t *)here, yout, start, end,
-                       p * width, ncols, N, K, bf16, pairs && !widen, next, panel_size * 4, gated);
-            asked = p + 1;
-        }
-        free(as_float32);
     }
-    if (in_float32) {
+    if (bf16 && !pairs) {
         store_f32(y, 0, M * cols, 1, yout);
         free((void *)xin);
         free(yout);

@@ -66,7 +66,7 @@ class CpuKernels:
         lib.few_rows_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.packed_size.argtypes, lib.packed_size.restype = [i32, i32, i32], ctypes.c_int64
         lib.bf16_dot.restype = i32
-        self.bf16_dot = bool(lib.bf16_dot())      # multiplies bf16 pairs as they are (AVX512-BF16)
+        self.bf16_dot = bool(lib.bf16_dot())      # packs bf16 weights as bf16 pairs (AVX512-BF16)
         lib.pack_weight.argtypes = [vp, vp, i32, i32, i32, i32]
         lib.packed_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]
         lib.gated_linear.argtypes = [vp, vp, vp, i32, i32, i32, i32]

@@ -3,16 +3,14 @@
 Nearly all of a step's arithmetic is in these products, so how they run sets the engine's
 speed. On CPU there are three routes, chosen per call:
 
-- A row in fp32 (decode at batch 1), or a few rows where the other route reads more bytes than
-  the weight or widens it panel by panel (FEW_ROWS, FEW_ROWS_BESIDE_WIDENED):
-  cpu_kernels.few_rows_linear. With few rows the time is reading the weight from memory; the
-  kernel reads it once, in plain streams, and for more than two rows goes over each small block
-  of it again from the cache.
+- A row in fp32 (decode at batch 1), or up to FEW_ROWS rows where the other route reads more
+  bytes than the weight: cpu_kernels.few_rows_linear. With few rows the time is reading the
+  weight from memory; the kernel reads it once, in plain streams, and for more than two rows
+  goes over each small block of it again from the cache.
 - More rows: cpu_kernels.packed_linear, on its own copy of the weight in panels (see the C
-  file): float32 for an fp32 model, bf16 pairs for a bf16 one, which AVX512-BF16 dot products
-  multiply as they are and a CPU without them widens to float32 a panel at a time. These products
-  are bound by arithmetic; the kernel keeps a block of the output in registers so that each value
-  it loads feeds many multiply-adds.
+  file), in float32 (an fp32 model, or bf16 on a CPU without bf16 products) or in bf16 pairs
+  where the CPU has AVX512-BF16 dot products. These products are bound by arithmetic; the kernel
+  keeps a block of the output in registers so that each value it loads feeds many multiply-adds.
 - bf16 on a CPU with other bf16 products (AMX, AVX-NE-CONVERT), or no C kernels at all: oneDNN
   (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile itself uses for a CPU linear
   layer) on its own copy of the weight, re-laid out once ("packed") into its blocked format.
@@ -30,8 +28,8 @@ tensors are used as they are; the packed copies are the kernels' own.
 oneDNN multiplies bf16 natively only where the CPU has the instructions for it (AVX-512 BF16,
 AMX, or AVX-NE-CONVERT); elsewhere it refuses to pack a bf16 weight, and torch's own bf16
 product is emulated (2-3 GFLOP/s on an AVX2-only 2-core EPYC, against 110-150 in fp32). There
-the C kernel widens its bf16 panels to fp32 as it meets them (exactly), and a bf16 input is widened,
-multiplied and rounded back: what a native bf16 GEMM does too (it accumulates in fp32). It is detected,
+the packed copy is fp32 (the weights widened once, exactly) and a bf16 input is widened, multiplied
+and rounded back: what a native bf16 GEMM does too (it accumulates in fp32). It is detected,
 not assumed: `native_bf16()` asks oneDNN. Without the C kernels (no compiler) oneDNN takes the
 fp32 products too.
 
@@ -89,19 +87,15 @@ def stack_rows(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return stacked
 
 
-# Up to how many rows the few-rows kernel multiplies, by the route that takes more. Panels
-# multiplied as they are stored (fp32, or bf16 pairs on bf16 dot products) read no more than the
-# weight, and their tiles keep more sums going: from 2 rows they are faster (whole decode steps of
-# 2, 3 and 4 rows took 0.74, 0.64 and 0.51 of the time in bf16, 0.88, 0.80 and 0.77 in fp32). At
-# one row bf16 pairs are faster too, read as one stream a thread with each next panel asked for
-# (whole decode steps at batch 1: 0.94-0.97x in runs where memory was busy, 0.84x where quiet,
-# 1.04x in one run), and fp32's panels slower (1.04-1.08x). bf16 panels widened to fp32 a panel at
-# a time (a CPU without bf16 products) take over from FEW_ROWS_BESIDE_WIDENED + 1: the few-rows
-# kernel widens the same bytes in registers, and whole decode steps of 5 and 6 rows took 0.87-0.89x
-# and 0.93x of the widened panels' time through it, 7 and 8 rows 1.01-1.08x. oneDNN takes over
-# from FEW_ROWS + 1.
+# Up to how many rows the few-rows kernel multiplies, by the route that takes more. Panels that
+# hold the weight's own bytes (fp32, or bf16 pairs) read no more than it does, and their tiles
+# keep more sums going: from 2 rows they are faster (whole decode steps of 2, 3 and 4 rows took
+# 0.74, 0.64 and 0.51 of the time in bf16, 0.88, 0.80 and 0.77 in fp32). At one row bf16 pairs
+# are faster too, read as one stream a thread with each next panel asked for (whole decode steps
+# at batch 1: 0.94-0.97x in runs where memory was busy, 0.84x where quiet, 1.04x in one run), and
+# fp32's panels slower (1.04-1.08x). oneDNN, or panels widened to fp32 (a bf16 weight's bytes twice
+# over), take over from FEW_ROWS + 1.
 FEW_ROWS_BESIDE_PANELS = {torch.float32: 1, torch.bfloat16: 0}
-FEW_ROWS_BESIDE_WIDENED = 6
 FEW_ROWS = 4
 EXACT_ROWS = 16          # up to this many rows (decode batches) are multiplied as they are
 SIZES_PER_DOUBLING = 8
@@ -143,13 +137,8 @@ class Linear:
         if pack and self.panels is None:
             self.widen = weight.dtype == torch.bfloat16 and not native_bf16()
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.float() if self.widen else weight, None)
-        # the few-rows kernel's rows: up to these, it multiplies (see FEW_ROWS_BESIDE_PANELS)
-        if self.panels is None:
-            self.few_rows = FEW_ROWS
-        elif weight.dtype == torch.bfloat16 and not kernels.bf16_dot:
-            self.few_rows = FEW_ROWS_BESIDE_WIDENED
-        else:
-            self.few_rows = FEW_ROWS_BESIDE_PANELS[weight.dtype]
+        own_bytes = self.panels is not None and (weight.dtype != torch.bfloat16 or kernels.bf16_dot)
+        self.few_rows = FEW_ROWS_BESIDE_PANELS[weight.dtype] if own_bytes else FEW_ROWS   # the few-rows kernel's rows
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = self.weight.shape[0]
